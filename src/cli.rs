@@ -1,0 +1,177 @@
+//! Command-line types, log set-up and the subcommands.
+//!
+//! Every subcommand loads `jobs.toml` first, so a bad file is reported the
+//! same way everywhere (file:line:col, key, what to do). `run` maps it to
+//! exit 78 (EX_CONFIG) so the unit can say `RestartPreventExitStatus=78`.
+
+use std::io::IsTerminal as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use chrono::Utc;
+use clap::{Parser, Subcommand, ValueEnum};
+use tracing_subscriber::EnvFilter;
+
+use crate::config::{self, Action, Config};
+
+/// Runs cron jobs on a fleet of servers so that each occurrence runs on exactly one.
+#[derive(Debug, Parser)]
+#[command(name = "solocron", version, about)]
+pub struct Cli {
+    /// The jobs file.
+    #[arg(
+        long,
+        global = true,
+        env = "SOLOCRON_CONFIG",
+        default_value = "/etc/solocron/jobs.toml"
+    )]
+    pub config: PathBuf,
+    /// This node's id in locks, logs and history (default: the host name).
+    #[arg(long, global = true, env = "SOLOCRON_NODE_ID")]
+    pub node_id: Option<String>,
+    /// Redis URL; overrides `[redis] url` in the file.
+    #[arg(
+        long,
+        global = true,
+        env = "SOLOCRON_REDIS_URL",
+        hide_env_values = true
+    )]
+    pub redis: Option<String>,
+    /// Log format (the filter is taken from `SOLOCRON_LOG`, e.g. `info` or `debug`).
+    #[arg(long, global = true, env = "SOLOCRON_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Run the daemon: schedule, claim, run, log, until SIGTERM/SIGINT.
+    Run,
+    /// Validate the config and print every job with its next 3 occurrences.
+    Check,
+}
+
+/// Sets up logging to stderr: text (default) or one JSON object per line,
+/// filtered by `SOLOCRON_LOG` (default `info`).
+pub fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_env("SOLOCRON_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .init(),
+    }
+}
+
+/// Exit status of `run` when the config is bad at start (EX_CONFIG).
+pub const EXIT_BAD_CONFIG: u8 = 78;
+
+/// Runs the chosen subcommand. `Err` is a fatal error for `main` to print;
+/// its exit code comes from [`exit_code_for`].
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Check => check(&cli),
+        Command::Run => {
+            let config = load(&cli)?;
+            let node = node_id(&cli)?;
+            crate::daemon::run(config, &node, async {
+                if let Err(err) = crate::shutdown::requested().await {
+                    tracing::error!(error = %err, "cannot install signal handlers; stopping");
+                }
+            })
+            .await?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The exit code for a fatal error of `command`: 78 for a bad config at the
+/// start of `run`, 1 otherwise.
+pub fn exit_code_for(command: &Command, err: &anyhow::Error) -> u8 {
+    let bad_config = err.chain().any(|cause| cause.is::<config::ConfigError>());
+    match command {
+        Command::Run if bad_config => EXIT_BAD_CONFIG,
+        _ => 1,
+    }
+}
+
+fn load(cli: &Cli) -> anyhow::Result<Config> {
+    let mut config = config::load(&cli.config)?;
+    if let Some(url) = &cli.redis {
+        config.redis.url = url.clone();
+    }
+    Ok(config)
+}
+
+fn node_id(cli: &Cli) -> anyhow::Result<String> {
+    match &cli.node_id {
+        Some(id) if !id.trim().is_empty() => Ok(id.trim().to_string()),
+        Some(_) => anyhow::bail!(
+            "`--node-id` is empty; give a name such as `web-1`, or leave it out to use the host name"
+        ),
+        None => hostname::get()
+            .context("cannot read the host name; pass `--node-id`")
+            .map(|name| name.to_string_lossy().into_owned()),
+    }
+}
+
+fn check(cli: &Cli) -> anyhow::Result<ExitCode> {
+    let config = load(cli)?;
+    println!(
+        "{}: valid, {} job(s)",
+        config.path.display(),
+        config.jobs.len()
+    );
+    let now = Utc::now();
+    for job in &config.jobs {
+        let zone = job.schedule.timezone();
+        println!();
+        println!(
+            "{}  `{}` in {}  ({})",
+            job.name,
+            job.schedule.expression(),
+            zone,
+            action_kind(&job.action)
+        );
+        let mut after = now;
+        for _ in 0..3 {
+            let Some(at) = job.schedule.next_after(after) else {
+                println!("  (no further occurrences)");
+                break;
+            };
+            let local = at.with_timezone(&zone);
+            println!(
+                "  {}  =  {}",
+                local.format("%Y-%m-%d %H:%M:%S %Z (%:z)"),
+                at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            );
+            after = at;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn action_kind(action: &Action) -> &'static str {
+    match action {
+        Action::Command(_) => "command",
+        Action::Argv(_) => "argv",
+        Action::Http(_) => "http",
+    }
+}

@@ -1,0 +1,213 @@
+//! [`ConfigError`] and the one way a position in `jobs.toml` becomes text.
+//!
+//! Every error a user can cause in the file starts with `path:line:column: `
+//! (1-based; the column counts characters, not bytes) and ends with the
+//! offending line and carets under the span, the way rustc and the toml
+//! crate show it. Snippets come from the file as written, before `${VAR}`
+//! interpolation, so a resolved secret can never appear in one; a
+//! `scheme://user:password@` in the shown line is masked all the same,
+//! because the Redis URL may carry its password in the file.
+
+use std::fmt::Write as _;
+use std::io;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use super::model::redact_url;
+
+/// Why `jobs.toml` was refused; `Display` is the full message for people
+/// (several lines when it shows a snippet).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file itself could not be read. The reason is part of the
+    /// message (not a `source`), so the message is whole however it is
+    /// printed and never says it twice.
+    #[error("cannot read `{}`: {error}", path.display())]
+    Read { path: PathBuf, error: io::Error },
+    /// Not valid TOML.
+    #[error("{}:{line}:{column}: {message}\n{snippet}", path.display())]
+    Syntax {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+        snippet: String,
+    },
+    /// Valid TOML that breaks a rule of SPEC §4. `key` is the dotted path
+    /// of the offending key (`jobs.nightly-report.timezone`); `message`
+    /// names the table and key the way a person reads them.
+    #[error("{}:{line}:{column}: {message}\n{snippet}", path.display())]
+    Invalid {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        key: String,
+        message: String,
+        snippet: String,
+    },
+}
+
+impl ConfigError {
+    /// Where in the file the error points, as `(line, column)`; `None` when
+    /// the file could not be read at all.
+    pub fn position(&self) -> Option<(usize, usize)> {
+        match self {
+            ConfigError::Read { .. } => None,
+            ConfigError::Syntax { line, column, .. }
+            | ConfigError::Invalid { line, column, .. } => Some((*line, *column)),
+        }
+    }
+}
+
+/// A position in the text, ready for a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Position {
+    /// 1-based line number.
+    pub line: usize,
+    /// 1-based column, in characters.
+    pub column: usize,
+    /// The line and a row of carets under the span, rustc style.
+    pub snippet: String,
+}
+
+/// Turns a byte span of `text` into its 1-based line and column and a
+/// caret snippet. A span past the end or off a character boundary is
+/// clamped; carets never run past the end of the first line of the span.
+pub fn locate(text: &str, span: Range<usize>) -> Position {
+    let start = floor_char_boundary(text, span.start.min(text.len()));
+    let end = floor_char_boundary(text, span.end.clamp(start, text.len()));
+    let line_start = text[..start].rfind('\n').map_or(0, |newline| newline + 1);
+    let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+    let line_text = text[line_start..line_end].trim_end_matches('\r');
+    let line = text[..start].matches('\n').count() + 1;
+    let column = text[line_start..start].chars().count() + 1;
+    let marked = text[start..end.min(line_end).max(start)].chars().count();
+    let gutter = " ".repeat(line.to_string().len());
+    let mut snippet = String::new();
+    let _ = writeln!(snippet, "{gutter} |");
+    let _ = writeln!(snippet, "{line} | {}", mask_passwords(line_text));
+    let _ = write!(
+        snippet,
+        "{gutter} | {}{}",
+        " ".repeat(column - 1),
+        "^".repeat(marked.max(1))
+    );
+    Position {
+        line,
+        column,
+        snippet,
+    }
+}
+
+/// The text a file's position refers to, and its path for messages.
+pub(super) struct Source<'a> {
+    pub path: &'a Path,
+    pub text: &'a str,
+}
+
+impl Source<'_> {
+    /// A rule broken at `span`: `key` is the dotted key path, `message` the
+    /// whole sentence after `path:line:col: `.
+    pub fn invalid(&self, span: Range<usize>, key: String, message: String) -> ConfigError {
+        let Position {
+            line,
+            column,
+            snippet,
+        } = locate(self.text, span);
+        ConfigError::Invalid {
+            path: self.path.to_path_buf(),
+            line,
+            column,
+            key,
+            message,
+            snippet,
+        }
+    }
+
+    /// The toml crate's own parse error, in our format.
+    pub fn syntax(&self, err: &toml::de::Error) -> ConfigError {
+        let Position {
+            line,
+            column,
+            snippet,
+        } = locate(self.text, err.span().unwrap_or(0..0));
+        ConfigError::Syntax {
+            path: self.path.to_path_buf(),
+            line,
+            column,
+            message: lowercase_first(err.message().trim_end_matches('.')),
+            snippet,
+        }
+    }
+}
+
+/// Masks every `scheme://user:password@` password in a line of the file.
+fn mask_passwords(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(found) = rest.find("://") {
+        // The URL runs to the next quote or blank; let `redact_url` mask it.
+        let begin = rest[..found]
+            .rfind(|c: char| c == '"' || c == '\'' || c.is_whitespace())
+            .map_or(0, |i| i + 1);
+        let after = found + 3;
+        let end = rest[after..]
+            .find(|c: char| c == '"' || c == '\'' || c.is_whitespace())
+            .map_or(rest.len(), |i| after + i);
+        out.push_str(&rest[..begin]);
+        out.push_str(&redact_url(&rest[begin..end]));
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn lowercase_first(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+fn floor_char_boundary(text: &str, mut index: usize) -> usize {
+    while !text.is_char_boundary(index) {
+        index -= 1;
+    }
+    index
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locate_counts_lines_and_characters_from_one() {
+        let text = "a = 1\n[jobs.x]\ntimezone = \"Asia/Tashkentt\"\n";
+        let start = text.find("\"Asia").expect("present");
+        let position = locate(text, start..start + 16);
+        assert_eq!((position.line, position.column), (3, 12));
+        assert_eq!(
+            position.snippet,
+            "  |\n3 | timezone = \"Asia/Tashkentt\"\n  |            ^^^^^^^^^^^^^^^^"
+        );
+    }
+
+    #[test]
+    fn locate_counts_characters_not_bytes_and_clamps() {
+        let text = "name = \"äöü\" x";
+        let start = text.find('x').expect("present");
+        assert_eq!(locate(text, start..start + 1).column, 14);
+        let past_end = locate(text, 100..200);
+        assert_eq!((past_end.line, past_end.column), (1, 15));
+        assert!(past_end.snippet.ends_with('^'));
+    }
+
+    #[test]
+    fn snippets_mask_url_passwords() {
+        let text = "url = \"redis://app:hunter2@db:6379/0\" # x";
+        let snippet = locate(text, 0..3).snippet;
+        assert!(!snippet.contains("hunter2"), "{snippet}");
+        assert!(snippet.contains("redis://app:***@db:6379/0"), "{snippet}");
+    }
+}

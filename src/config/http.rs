@@ -1,0 +1,170 @@
+//! `http = { url, method, timeout, headers, body }` of a job.
+//!
+//! `url`, header values and `body` are interpolated from the environment;
+//! what they resolve to may be a secret, so messages quote the value as
+//! written in the file, never as resolved. Headers keep file order.
+
+use std::time::Duration;
+
+use toml::de::DeValue;
+
+use super::error::ConfigError;
+use super::interpolate::interpolate;
+use super::model::HttpAction;
+use super::table::Table;
+
+const HTTP_KEYS: &[&str] = &["url", "method", "timeout", "headers", "body"];
+
+/// Reads the `http` table of a job (or of `[defaults]`).
+pub(super) fn http_action(
+    table: &Table<'_, '_>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<HttpAction, ConfigError> {
+    table.check_keys(HTTP_KEYS)?;
+    let Some(url) = table.string("url")? else {
+        return Err(table.error_here("`url` is required"));
+    };
+    let written = *url.get_ref();
+    let resolved =
+        interpolate(written, env).map_err(|err| table.error(url.span(), "url", err.describe()))?;
+    check_url(&resolved)
+        .map_err(|problem| table.error(url.span(), "url", format!("`{written}` {problem}")))?;
+    let method = match table.string("method")? {
+        None => "POST".to_string(),
+        Some(method) if is_token(method.get_ref()) => method.get_ref().to_ascii_uppercase(),
+        Some(method) => {
+            let message = format!("`{}` is not an HTTP method", method.get_ref());
+            return Err(table.error(method.span(), "method", message));
+        }
+    };
+    let timeout = table.duration("timeout", Duration::from_millis(1))?;
+    let headers = match table.table("headers")? {
+        Some(headers) => read_headers(&headers, env)?,
+        None => Vec::new(),
+    };
+    let body = match table.string("body")? {
+        Some(body) => Some(
+            interpolate(body.get_ref(), env)
+                .map_err(|err| table.error(body.span(), "body", err.describe()))?,
+        ),
+        None => None,
+    };
+    Ok(HttpAction {
+        url: resolved,
+        method,
+        timeout,
+        headers,
+        body,
+    })
+}
+
+/// `Err` completes "`URL` ..." (the URL as written).
+fn check_url(resolved: &str) -> Result<(), &'static str> {
+    let url = url::Url::parse(resolved).map_err(|_| "is not a valid URL")?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err("is not an `http://` or `https://` URL");
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("has no host");
+    }
+    Ok(())
+}
+
+fn read_headers(
+    headers: &Table<'_, '_>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut out = Vec::new();
+    for (key, value) in headers.in_file_order() {
+        let name: &str = key.get_ref();
+        if !is_token(name) {
+            let message = "not a valid header name (use letters, digits and `-`)";
+            return Err(headers.error(key.span(), name, message));
+        }
+        let DeValue::String(template) = value.get_ref() else {
+            return Err(headers.expected(name, value, "a string"));
+        };
+        let resolved = interpolate(template, env)
+            .map_err(|err| headers.error(value.span(), name, err.describe()))?;
+        if resolved.contains(['\r', '\n', '\0']) {
+            let message = "a header value cannot contain a line break or NUL";
+            return Err(headers.error(value.span(), name, message));
+        }
+        out.push((name.to_string(), resolved));
+    }
+    Ok(out)
+}
+
+/// An RFC 9110 token: what a method or a header name may be.
+fn is_token(text: &str) -> bool {
+    !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::config::Action;
+    use crate::config::tests::{SECRET, error, job};
+
+    #[test]
+    fn http_hooks() {
+        let text = r#"
+[jobs.warm]
+schedule = "*/30 * * * * *"
+http = { url = "https://${HOST}/hooks/warm", method = "put", timeout = "500ms", body = "{}", headers = { Z-Last = "1", Authorization = "Bearer ${WARM_TOKEN}", A-First = "$${literal}" } }
+"#;
+        let Action::Http(http) = &job(text).action else {
+            panic!("an http action");
+        };
+        assert_eq!(http.url, "https://hooks.internal/hooks/warm");
+        assert_eq!(http.method, "PUT");
+        assert_eq!(http.timeout, Some(Duration::from_millis(500)));
+        assert_eq!(http.body.as_deref(), Some("{}"));
+        let headers: Vec<_> = http
+            .headers
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect();
+        let bearer = format!("Authorization: Bearer {SECRET}");
+        assert_eq!(
+            headers,
+            ["Z-Last: 1", bearer.as_str(), "A-First: ${literal}"]
+        );
+        let plain =
+            job("[jobs.p]\nschedule = \"@daily\"\nhttp = { url = \"http://127.0.0.1:8080/\" }\n");
+        assert!(
+            matches!(&plain.action, Action::Http(h) if h.method == "POST" && h.headers.is_empty())
+        );
+    }
+
+    #[test]
+    fn http_errors() {
+        let with = |http: &str| format!("[jobs.x]\nschedule = \"@daily\"\nhttp = {{ {http} }}\n");
+        assert_eq!(
+            error(&with("method = \"POST\"")),
+            "/etc/solocron/jobs.toml:3:8: jobs.x.http: `url` is required"
+        );
+        assert_eq!(
+            error(&with("url = \"ftp://h/x\"")),
+            "/etc/solocron/jobs.toml:3:16: [jobs.x] `http.url`: `ftp://h/x` is not an `http://` or `https://` URL"
+        );
+        assert!(error(&with("url = \"not a url\"")).ends_with("`not a url` is not a valid URL"));
+        assert_eq!(
+            error(&with("url = \"http://h/\", method = \"GE T\"")),
+            "/etc/solocron/jobs.toml:3:38: [jobs.x] `http.method`: `GE T` is not an HTTP method"
+        );
+        assert!(error(&with("url = \"http://h/\", headers = { \"Bad Name\" = \"x\" }")).contains(
+        "[jobs.x] `http.headers.Bad Name`: not a valid header name (use letters, digits and `-`)"
+    ));
+        assert!(
+            error(&with(
+                "url = \"http://h/\", headers = { X = \"a\\r\\nEvil: 1\" }"
+            ))
+            .ends_with("`http.headers.X`: a header value cannot contain a line break or NUL")
+        );
+    }
+}

@@ -1,0 +1,176 @@
+//! The validated configuration: what the rest of the daemon reads.
+//!
+//! Everything here has passed every rule of SPEC §4: one action per job,
+//! `${VAR}` already interpolated, durations and time zones parsed, every
+//! schedule able to fire. Secrets (the Redis password, interpolated values)
+//! are kept out of `Debug` output.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::schedule::Schedule;
+
+/// A whole, validated `jobs.toml`.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file it was read from (for messages).
+    pub path: PathBuf,
+    pub redis: RedisConfig,
+    pub daemon: DaemonConfig,
+    /// Jobs in file order.
+    pub jobs: Vec<Arc<Job>>,
+}
+
+/// `[redis]`.
+#[derive(Clone)]
+pub struct RedisConfig {
+    /// The URL as written (may carry `user:password@`); never log it, use
+    /// [`RedisConfig::redacted_url`].
+    pub url: String,
+    /// Read from `password_file`, trailing newline trimmed; overrides any
+    /// password in the URL.
+    pub password: Option<String>,
+    /// Namespace for every key (`{PREFIX:JOB}:...`).
+    pub key_prefix: String,
+}
+
+impl RedisConfig {
+    /// The URL with any password replaced by `***`, safe for logs and errors.
+    pub fn redacted_url(&self) -> String {
+        redact_url(&self.url)
+    }
+}
+
+/// Replaces the password in `scheme://user:password@host` with `***`.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_string();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    match authority.rfind('@') {
+        Some(at) => {
+            let userinfo = &authority[..at];
+            let user = match userinfo.find(':') {
+                Some(colon) => format!("{}:***", &userinfo[..colon]),
+                None => "***".to_string(),
+            };
+            format!("{}{}{}", &url[..scheme_end + 3], user, &rest[at..])
+        }
+        None => url.to_string(),
+    }
+}
+
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &self.redacted_url())
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("key_prefix", &self.key_prefix)
+            .finish()
+    }
+}
+
+/// `[daemon]`.
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    /// SIGTERM: running jobs get this long to finish (default 30 s).
+    pub shutdown_grace: Duration,
+    /// Approximate cap of each job's history stream (default 10,000).
+    pub history_max: u64,
+    /// Prometheus listener, off by default (served from issue #3 on).
+    pub metrics_listen: Option<String>,
+}
+
+/// What to do with a running job whose lease can no longer be confirmed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnLockLost {
+    /// Stop the job's process group (SIGTERM, SIGKILL after 10 s).
+    Kill,
+    /// Let it run; the loss is logged.
+    Continue,
+}
+
+/// What to do when an occurrence comes while the job's lock is still held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overlap {
+    /// Record the occurrence as skipped.
+    Skip,
+}
+
+/// One `[jobs.NAME]` entry with `[defaults]` applied.
+#[derive(Clone)]
+pub struct Job {
+    /// `[A-Za-z0-9_.-]{1,64}`.
+    pub name: String,
+    /// The expression and its time zone.
+    pub schedule: Schedule,
+    /// At least 1 s.
+    pub lock_ttl: Duration,
+    /// `None` = no timeout; else at least 1 s.
+    pub timeout: Option<Duration>,
+    /// How late an occurrence may still be claimed (also the catch-up window).
+    pub starting_deadline: Duration,
+    pub on_lock_lost: OnLockLost,
+    pub overlap: Overlap,
+    pub action: Action,
+    /// Extra environment for `command` / `argv` jobs (values interpolated).
+    pub env: BTreeMap<String, String>,
+    pub working_dir: Option<PathBuf>,
+}
+
+/// Exactly one per job.
+#[derive(Clone)]
+pub enum Action {
+    /// Run by `/bin/sh -c`.
+    Command(String),
+    /// Run directly, no shell; never empty.
+    Argv(Vec<String>),
+    Http(HttpAction),
+}
+
+impl fmt::Debug for Action {
+    // Interpolated values may be secrets: show only the shape.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::Command(_) => f.write_str("Command(..)"),
+            Action::Argv(argv) => write!(f, "Argv({:?}, ..)", argv.first()),
+            Action::Http(http) => write!(f, "Http({} ..)", http.method),
+        }
+    }
+}
+
+/// `http = { url, method, timeout, headers, body }`.
+#[derive(Clone)]
+pub struct HttpAction {
+    pub url: String,
+    /// Upper-case HTTP method, default `POST`.
+    pub method: String,
+    /// Request timeout, if set (the job's `timeout` still applies).
+    pub timeout: Option<Duration>,
+    /// Header name -> value, in file order.
+    pub headers: Vec<(String, String)>,
+    pub body: Option<String>,
+}
+
+impl fmt::Debug for Job {
+    // `env` values may be interpolated secrets: show only the names.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Job")
+            .field("name", &self.name)
+            .field("schedule", &self.schedule)
+            .field("lock_ttl", &self.lock_ttl)
+            .field("timeout", &self.timeout)
+            .field("starting_deadline", &self.starting_deadline)
+            .field("on_lock_lost", &self.on_lock_lost)
+            .field("overlap", &self.overlap)
+            .field("action", &self.action)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("working_dir", &self.working_dir)
+            .finish()
+    }
+}

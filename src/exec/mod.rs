@@ -1,0 +1,223 @@
+//! Runs a job's action and classifies how it ended.
+//!
+//! One [`Executor`] per daemon: it holds the shared HTTP client and the kill
+//! grace. [`Executor::execute`] dispatches on the action: `command` and
+//! `argv` jobs go to `process.rs` (own process group, parent-death signal,
+//! SIGTERM then SIGKILL to the whole group), `http` hooks to `http.rs`; the
+//! job's output lines are logged by `output.rs`.
+//!
+//! A job that fails is a [`Report`] with an [`Outcome`], never an `Err` and
+//! never a panic: `execute` always returns, and for a process it returns only
+//! once the process has been reaped. When the job's `timeout` and the `stop`
+//! future race, whichever fires first names the outcome, even if the process
+//! then exits 0 after SIGTERM.
+
+mod http;
+mod output;
+mod process;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+
+use crate::config::{Action, Job};
+
+/// Who is running which occurrence: becomes `SOLOCRON_*` env / headers.
+#[derive(Debug, Clone)]
+pub struct RunContext {
+    /// The job to run.
+    pub job: Arc<Job>,
+    /// `SOLOCRON_OCCURRENCE`: RFC 3339 UTC whole seconds, or `manual-…`.
+    pub occurrence: String,
+    /// `SOLOCRON_FENCE`: the fence won by the claim.
+    pub fence: u64,
+    /// `SOLOCRON_NODE`: this daemon's node id.
+    pub node: String,
+}
+
+/// Why the daemon stops a running job early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// The lease could not be confirmed and `on_lock_lost = "kill"`.
+    LockLost,
+    /// Shutdown grace is over.
+    Interrupted,
+}
+
+/// How an occurrence ended. A failing command is an outcome, not an `Err`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Exit 0, or a 2xx response.
+    Succeeded,
+    /// Non-zero exit, killed by a signal nobody sent, non-2xx, or could not start.
+    Failed,
+    /// The job's (or the hook's) timeout fired first.
+    TimedOut,
+    /// Stopped because of [`StopReason::LockLost`].
+    LockLost,
+    /// Stopped because of [`StopReason::Interrupted`].
+    Interrupted,
+}
+
+impl Outcome {
+    /// The name used in logs and history: `succeeded`, `failed`, `timed_out`,
+    /// `lock_lost`, `interrupted`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Succeeded => "succeeded",
+            Outcome::Failed => "failed",
+            Outcome::TimedOut => "timed_out",
+            Outcome::LockLost => "lock_lost",
+            Outcome::Interrupted => "interrupted",
+        }
+    }
+}
+
+impl From<StopReason> for Outcome {
+    fn from(reason: StopReason) -> Outcome {
+        match reason {
+            StopReason::LockLost => Outcome::LockLost,
+            StopReason::Interrupted => Outcome::Interrupted,
+        }
+    }
+}
+
+/// What happened, for the log line and the history entry.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Exit code of a command/argv job (`None` if killed by a signal or never started).
+    pub exit_code: Option<i32>,
+    /// Status of an HTTP hook, if a response arrived.
+    pub http_status: Option<u16>,
+    /// Why it failed to start or to connect, secrets removed.
+    pub error: Option<String>,
+    /// Wall-clock start, taken just before the action starts.
+    pub started_at: DateTime<Utc>,
+    /// Wall-clock end, taken once the process is reaped / the response is in.
+    pub finished_at: DateTime<Utc>,
+    /// Monotonic run time (not `finished_at - started_at`, which a clock step skews).
+    pub duration: Duration,
+}
+
+/// The part of a [`Report`] the action runners fill in.
+#[derive(Debug)]
+struct Finish {
+    outcome: Outcome,
+    exit_code: Option<i32>,
+    http_status: Option<u16>,
+    error: Option<String>,
+}
+
+impl Finish {
+    fn new(outcome: Outcome) -> Finish {
+        Finish {
+            outcome,
+            exit_code: None,
+            http_status: None,
+            error: None,
+        }
+    }
+
+    fn failed(error: String) -> Finish {
+        Finish {
+            error: Some(error),
+            ..Finish::new(Outcome::Failed)
+        }
+    }
+}
+
+/// Runs actions; one per daemon (holds the shared HTTP client).
+#[derive(Debug, Clone)]
+pub struct Executor {
+    kill_grace: Duration,
+    output_grace: Duration,
+    echo_output: bool,
+    http: reqwest::Client,
+}
+
+/// Set-up failures (not job failures).
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// The shared `reqwest::Client` could not be built.
+    #[error("cannot build the HTTP client")]
+    HttpClient(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Time between SIGTERM and SIGKILL (SPEC §5).
+const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
+
+/// How long output readers may keep going after the job's process has exited
+/// (a background grandchild can hold the pipes open for ever).
+const DEFAULT_OUTPUT_GRACE: Duration = Duration::from_secs(2);
+
+impl Executor {
+    /// An executor whose kill sequence waits 10 s between SIGTERM and SIGKILL.
+    ///
+    /// Installs the `ring` rustls provider as the process default (if another
+    /// one is installed already, that one is kept) and builds the HTTP client.
+    pub fn new() -> Result<Executor, ExecError> {
+        // Err means a provider is already installed, which is all we need.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .user_agent(concat!("solocron/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|err| ExecError::HttpClient(Box::new(err.without_url())))?;
+        Ok(Executor {
+            kill_grace: DEFAULT_KILL_GRACE,
+            output_grace: DEFAULT_OUTPUT_GRACE,
+            echo_output: false,
+            http,
+        })
+    }
+
+    /// Sets the time between SIGTERM and SIGKILL (tests use a short one).
+    pub fn with_kill_grace(mut self, grace: Duration) -> Executor {
+        self.kill_grace = grace;
+        self
+    }
+
+    /// Also copies each output line to this process's stdout / stderr (for
+    /// `solocron trigger`); the lines are logged either way.
+    pub fn with_output_echo(mut self, echo: bool) -> Executor {
+        self.echo_output = echo;
+        self
+    }
+
+    /// Runs the action to the end, or until `stop` completes (then the
+    /// process group is stopped and the outcome says why), or until the
+    /// job's `timeout`.
+    ///
+    /// For `command` / `argv` jobs this returns only after the process has
+    /// been reaped and its output read (or abandoned after a short grace when
+    /// a background child keeps the pipes open). If this future is dropped
+    /// before that, the process group is sent SIGKILL.
+    ///
+    /// Call it from async code on a long-lived runtime thread, never from
+    /// `spawn_blocking`: the child's parent-death signal is tied to the
+    /// thread that spawns it (see `process.rs`).
+    pub async fn execute(
+        &self,
+        ctx: &RunContext,
+        stop: impl Future<Output = StopReason>,
+    ) -> Report {
+        let started_at = Utc::now();
+        let start = Instant::now();
+        let finish = match &ctx.job.action {
+            Action::Command(_) | Action::Argv(_) => process::run(self, ctx, stop).await,
+            Action::Http(action) => http::run(&self.http, ctx, action, stop).await,
+        };
+        Report {
+            outcome: finish.outcome,
+            exit_code: finish.exit_code,
+            http_status: finish.http_status,
+            error: finish.error,
+            started_at,
+            finished_at: Utc::now(),
+            duration: start.elapsed(),
+        }
+    }
+}

@@ -1,0 +1,22 @@
+//! solocron: run cron jobs on a fleet of servers so that every scheduled
+//! occurrence runs on exactly one of them.
+//!
+//! Modules, from the pure core outwards:
+//! - [`schedule`]: cron expression + time zone -> UTC occurrences (pure).
+//! - [`config`]: `jobs.toml` -> a validated [`config::Config`].
+//! - [`lock`]: the claim / extend / release scripts on Redis, and the watchdog.
+//! - [`history`]: the per-job decision stream (who ran which occurrence).
+//! - [`exec`]: runs a job's action and classifies its [`exec::Outcome`].
+//! - [`daemon`]: the loop joining schedule, lock, exec and history.
+//! - [`cli`]: command-line types, logging set-up and the subcommands.
+//! - [`shutdown`]: the future that completes on SIGTERM or SIGINT.
+#![deny(unsafe_code)]
+
+pub mod cli;
+pub mod config;
+pub mod daemon;
+pub mod exec;
+pub mod history;
+pub mod lock;
+pub mod schedule;
+pub mod shutdown;

@@ -1,0 +1,279 @@
+//! Claims that let exactly one node run a given occurrence of a job.
+//!
+//! One Lua script ([`scripts::CLAIM`]) does the whole claim in a single round
+//! trip: it refuses a scheduled occurrence that is not newer than the job's
+//! last decided one (so a late or skewed node never runs it again, even after
+//! the winner released the lock), refuses while the lock is held (and records
+//! the overlap skip once), and otherwise records the occurrence, sets the lock
+//! to `TOKEN NODE` with `PX lock_ttl` and hands out the next fence,
+//! `max(previous + 1, Redis TIME in µs)`, so fences keep growing even after
+//! Redis lost its data. A retry with the same token gets the same answer,
+//! because the redis crate does not retry a command whose reply was lost.
+//!
+//! Manual runs take the same lock and a fresh fence but never touch the
+//! occurrence record, so they neither consume nor suppress a scheduled run.
+//!
+//! Extend and release compare the full lock value first: a node never
+//! touches a lock it no longer holds (no bare `DEL`).
+
+mod scripts;
+pub mod watchdog;
+
+use std::time::Duration;
+
+use redis::Script;
+use redis::aio::ConnectionManager;
+
+use crate::history::Entry;
+
+/// Redis failed (unreachable, timed out, or replied with something unexpected).
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("redis {step} failed for job `{job}`")]
+    Redis {
+        step: &'static str,
+        job: String,
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("unexpected reply to {step} for job `{job}`: {reply}")]
+    Reply {
+        step: &'static str,
+        job: String,
+        reply: String,
+    },
+}
+
+/// The Redis keys of one job; all share the hash tag `{PREFIX:JOB}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobKeys {
+    /// `{PREFIX:JOB}:lock`: `TOKEN NODE`, with a TTL.
+    pub lock: String,
+    /// `{PREFIX:JOB}:state`: hash with the fence and the last decision.
+    pub state: String,
+    /// `{PREFIX:JOB}:history`: stream of decisions.
+    pub history: String,
+}
+
+impl JobKeys {
+    /// The keys of `job` under `prefix`.
+    pub fn new(prefix: &str, job: &str) -> JobKeys {
+        let tag = format!("{{{prefix}:{job}}}");
+        JobKeys {
+            lock: format!("{tag}:lock"),
+            state: format!("{tag}:state"),
+            history: format!("{tag}:history"),
+        }
+    }
+}
+
+/// What is being claimed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A scheduled occurrence: UTC epoch ms and its RFC 3339 name.
+    Scheduled { at_ms: i64, name: String },
+    /// A manual run (`manual-…`): never recorded as an occurrence.
+    Manual { name: String },
+}
+
+impl Target {
+    /// The name runs and logs see (`SOLOCRON_OCCURRENCE`).
+    pub fn name(&self) -> &str {
+        match self {
+            Target::Scheduled { name, .. } | Target::Manual { name } => name,
+        }
+    }
+}
+
+/// The answer to a claim. Losing is a normal answer, not an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The lock is ours with this fence.
+    Won(Lease),
+    /// The occurrence (or a newer one) was already decided by `by`.
+    Taken {
+        by: String,
+        fence: u64,
+        /// `claimed` or `skipped`.
+        decision: String,
+    },
+    /// The lock is held by `holder` (a run overlaps); a scheduled
+    /// occurrence was recorded as skipped.
+    Busy { holder: String, fence: u64 },
+}
+
+/// A held lock: what extend and release need to prove ownership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub job: String,
+    pub keys: JobKeys,
+    /// 128 random bits, hex.
+    pub token: String,
+    pub fence: u64,
+    pub ttl: Duration,
+}
+
+impl Lease {
+    fn value(&self, node: &str) -> String {
+        format!("{} {}", self.token, node)
+    }
+}
+
+/// A new random lock token: 128 bits as 32 hex digits.
+pub fn new_token() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// Talks to Redis on behalf of one node.
+#[derive(Clone)]
+pub struct Locker {
+    conn: ConnectionManager,
+    prefix: String,
+    node: String,
+    history_max: u64,
+    claim: Script,
+    extend: Script,
+    release: Script,
+}
+
+impl Locker {
+    /// A locker for `node`, keys under `prefix`, history streams capped near `history_max`.
+    pub fn new(conn: ConnectionManager, prefix: &str, node: &str, history_max: u64) -> Locker {
+        Locker {
+            conn,
+            prefix: prefix.to_string(),
+            node: node.to_string(),
+            history_max,
+            claim: Script::new(scripts::CLAIM),
+            extend: Script::new(scripts::EXTEND),
+            release: Script::new(scripts::RELEASE),
+        }
+    }
+
+    /// This node's id.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// The keys of `job`.
+    pub fn keys(&self, job: &str) -> JobKeys {
+        JobKeys::new(&self.prefix, job)
+    }
+
+    /// The connection, for readers (history, status).
+    pub fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    /// Claims `target` of `job` with `token` (reuse the token when retrying
+    /// after an `Err`: the script then answers as it did the first time).
+    pub async fn claim(
+        &self,
+        job: &str,
+        target: &Target,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Claim, LockError> {
+        let keys = self.keys(job);
+        let (mode, at_ms) = match target {
+            Target::Scheduled { at_ms, .. } => ("scheduled", *at_ms),
+            Target::Manual { .. } => ("manual", 0),
+        };
+        let reply: Vec<String> = self
+            .claim
+            .key(&keys.lock)
+            .key(&keys.state)
+            .key(&keys.history)
+            .arg(mode)
+            .arg(at_ms)
+            .arg(token)
+            .arg(&self.node)
+            .arg(ttl_ms(ttl))
+            .arg(target.name())
+            .arg(self.history_max)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|source| redis_error("claim", job, source))?;
+        let bad = || LockError::Reply {
+            step: "claim",
+            job: job.to_string(),
+            reply: format!("{reply:?}"),
+        };
+        let fence_at = |i: usize| reply.get(i).and_then(|f| f.parse::<u64>().ok());
+        match reply.first().map(String::as_str) {
+            Some("won") => Ok(Claim::Won(Lease {
+                job: job.to_string(),
+                keys,
+                token: token.to_string(),
+                fence: fence_at(1).ok_or_else(bad)?,
+                ttl,
+            })),
+            Some("claimed") => Ok(Claim::Taken {
+                by: reply.get(1).cloned().ok_or_else(bad)?,
+                fence: fence_at(2).unwrap_or(0),
+                decision: reply.get(3).cloned().unwrap_or_default(),
+            }),
+            Some("busy") => Ok(Claim::Busy {
+                holder: reply.get(1).cloned().ok_or_else(bad)?,
+                fence: fence_at(2).unwrap_or(0),
+            }),
+            _ => Err(bad()),
+        }
+    }
+
+    /// Extends the lease by its TTL. `Ok(false)`: the lock is no longer ours.
+    pub async fn extend(&self, lease: &Lease) -> Result<bool, LockError> {
+        let extended: i64 = self
+            .extend
+            .key(&lease.keys.lock)
+            .arg(lease.value(&self.node))
+            .arg(ttl_ms(lease.ttl))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|source| redis_error("extend", &lease.job, source))?;
+        Ok(extended == 1)
+    }
+
+    /// Releases the lease (only if still ours) and appends `entry` to the
+    /// job's history, once per lease. `Ok(false)`: the lock was not ours any
+    /// more; the entry is recorded anyway.
+    pub async fn release(&self, lease: &Lease, entry: &Entry) -> Result<bool, LockError> {
+        let mut invocation = self.release.prepare_invoke();
+        invocation
+            .key(&lease.keys.lock)
+            .key(&lease.keys.state)
+            .key(&lease.keys.history)
+            .arg(lease.value(&self.node))
+            .arg(&lease.token)
+            .arg(self.history_max);
+        for (field, value) in entry.to_fields() {
+            invocation.arg(field).arg(value);
+        }
+        let released: i64 = invocation
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|source| redis_error("release", &lease.job, source))?;
+        Ok(released == 1)
+    }
+
+    /// Redis `TIME` as UTC epoch ms, with the round trip it took.
+    pub async fn redis_time_ms(&self) -> Result<(i64, Duration), redis::RedisError> {
+        let sent = std::time::Instant::now();
+        let (secs, micros): (i64, i64) = redis::cmd("TIME")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok((secs * 1000 + micros / 1000, sent.elapsed()))
+    }
+}
+
+fn ttl_ms(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+fn redis_error(step: &'static str, job: &str, source: redis::RedisError) -> LockError {
+    LockError::Redis {
+        step,
+        job: job.to_string(),
+        source,
+    }
+}

@@ -1,0 +1,101 @@
+//! The three Lua scripts behind a lease: claim, extend, release.
+//!
+//! Each is one round trip and runs atomically in Redis. Keys of one job share
+//! the hash tag `{PREFIX:JOB}`, so the scripts also run on Redis Cluster.
+//! Numbers that do not fit Lua's `%.14g` number-to-string conversion (fences
+//! are microsecond timestamps) are formatted with `%.0f` before Redis sees them.
+
+/// KEYS: lock, state, history. ARGV: mode (`scheduled`|`manual`), occurrence
+/// ms (scheduled only), token, node, ttl ms, occurrence string, history max.
+///
+/// Replies:
+/// - `{"won", fence}`: the lock is ours; a retry with the same token gets the
+///   same fence back.
+/// - `{"claimed", node, fence, decision}`: a scheduled occurrence not newer
+///   than the last decided one; `decision` is `claimed` or `skipped`.
+/// - `{"busy", holder, fence}`: the lock is held (overlap). For a scheduled
+///   occurrence the skip is recorded once, in state and history.
+pub const CLAIM: &str = r#"
+local mode, occ, token, node = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local ttl, occ_str, maxlen = ARGV[5], ARGV[6], ARGV[7]
+local value = token .. ' ' .. node
+local current = redis.call('GET', KEYS[1])
+if current == value then
+  return {'won', redis.call('HGET', KEYS[2], 'holder_fence') or '0'}
+end
+local st = redis.call('HMGET', KEYS[2], 'last_occ', 'last_node', 'last_fence', 'last_token', 'last_decision')
+if mode == 'scheduled' then
+  local last = tonumber(st[1])
+  if last and occ <= last then
+    if occ == last and st[4] == token and not current then
+      redis.call('SET', KEYS[1], value, 'PX', ttl)
+      return {'won', st[3]}
+    end
+    return {'claimed', st[2] or '', st[3] or '0', st[5] or 'claimed'}
+  end
+end
+local t = redis.call('TIME')
+local now_ms = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+if current then
+  local sp = string.find(current, ' ', 1, true)
+  local holder = sp and string.sub(current, sp + 1) or current
+  local holder_fence = redis.call('HGET', KEYS[2], 'holder_fence') or '0'
+  if mode == 'scheduled' then
+    redis.call('HSET', KEYS[2], 'last_occ', ARGV[2], 'last_node', node, 'last_fence', holder_fence,
+      'last_token', token, 'last_decision', 'skipped', 'last_outcome', 'skipped', 'last_outcome_occ', occ_str)
+    redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*', 'occurrence', occ_str, 'node', node,
+      'fence', holder_fence, 'outcome', 'skipped', 'started_at', now_ms, 'finished_at', now_ms,
+      'error', 'lock held by ' .. holder)
+  end
+  return {'busy', holder, holder_fence}
+end
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local fence = (tonumber(redis.call('HGET', KEYS[2], 'fence')) or 0) + 1
+if now_us > fence then fence = now_us end
+fence = string.format('%.0f', fence)
+redis.call('SET', KEYS[1], value, 'PX', ttl)
+redis.call('HSET', KEYS[2], 'fence', fence, 'holder_node', node, 'holder_fence', fence,
+  'holder_since', now_ms, 'holder_occ', occ_str)
+if mode == 'scheduled' then
+  redis.call('HSET', KEYS[2], 'last_occ', ARGV[2], 'last_node', node, 'last_fence', fence,
+    'last_token', token, 'last_decision', 'claimed', 'last_outcome', 'running', 'last_outcome_occ', occ_str)
+end
+return {'won', fence}
+"#;
+
+/// KEYS: lock. ARGV: lock value, ttl ms. Reply 1 if still ours and extended.
+pub const EXTEND: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"#;
+
+/// KEYS: lock, state, history. ARGV: lock value, token, history max, then
+/// field/value pairs of the history entry (the first pair is `occurrence`).
+/// Deletes the lock only if it still holds our value; appends the history
+/// entry once per token (a retried release does not record twice). Reply 1
+/// if the lock was ours and is now deleted.
+pub const RELEASE: &str = r#"
+local released = 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  released = 1
+end
+if redis.call('HGET', KEYS[2], 'recorded_token') ~= ARGV[2] then
+  local fields = {}
+  local outcome = ''
+  for i = 4, #ARGV, 2 do
+    fields[#fields + 1] = ARGV[i]
+    fields[#fields + 1] = ARGV[i + 1]
+    if ARGV[i] == 'outcome' then outcome = ARGV[i + 1] end
+  end
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', unpack(fields))
+  redis.call('HSET', KEYS[2], 'recorded_token', ARGV[2])
+  if redis.call('HGET', KEYS[2], 'last_token') == ARGV[2] then
+    redis.call('HSET', KEYS[2], 'last_outcome', outcome)
+  end
+end
+return released
+"#;

@@ -1,0 +1,21 @@
+//! The `solocron` binary: parse arguments, start logging, run the command,
+//! map errors to exit codes. Everything else is library code.
+
+use std::process::ExitCode;
+
+use clap::Parser as _;
+use solocron::cli::{self, Cli};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    cli::init_logging(cli.log_format);
+    let command = cli.command.clone();
+    match cli::run(cli).await {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(cli::exit_code_for(&command, &err))
+        }
+    }
+}

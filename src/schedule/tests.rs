@@ -1,0 +1,411 @@
+//! Unit tests for [`super::Schedule`]: exact UTC instants on real tzdata
+//! transition dates (2026), the accepted forms, and the refused ones.
+
+use chrono::{DateTime, NaiveDate, TimeZone, Utc};
+use chrono_tz::Tz;
+
+use super::{Schedule, ScheduleError};
+
+fn utc_at(text: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(text)
+        .expect("test instant is RFC 3339")
+        .with_timezone(&Utc)
+}
+
+fn zone(name: &str) -> Tz {
+    name.parse().expect("test zone exists")
+}
+
+/// The first `count` occurrences strictly after `after`, as RFC 3339 strings.
+fn next(expr: &str, tz: &str, after: &str, count: usize) -> Vec<String> {
+    let schedule = Schedule::parse(expr, zone(tz)).expect("test expression parses");
+    let mut at = utc_at(after);
+    let mut out = Vec::new();
+    for _ in 0..count {
+        at = schedule.next_after(at).expect("schedule fires");
+        out.push(at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+    }
+    out
+}
+
+/// Checks the tzdata transition the DST tests below are built on: `gap` is
+/// a local time that does not exist, `repeated` one that exists twice.
+fn assert_transitions(tz: &str, gap: (u32, u32, u32, u32), repeated: (u32, u32, u32, u32)) {
+    let local = |(m, d, h, min): (u32, u32, u32, u32)| {
+        NaiveDate::from_ymd_opt(2026, m, d)
+            .and_then(|date| date.and_hms_opt(h, min, 0))
+            .expect("valid civil time")
+    };
+    let tz = zone(tz);
+    assert!(tz.from_local_datetime(&local(gap)).earliest().is_none());
+    assert!(matches!(
+        tz.from_local_datetime(&local(repeated)),
+        chrono::LocalResult::Ambiguous(_, _)
+    ));
+}
+
+#[test]
+fn tzdata_has_the_2026_transitions_these_tests_use() {
+    assert_transitions("America/New_York", (3, 8, 2, 30), (11, 1, 1, 30));
+    assert_transitions("Europe/Berlin", (3, 29, 2, 30), (10, 25, 2, 30));
+    assert_transitions("Australia/Lord_Howe", (10, 4, 2, 15), (4, 5, 1, 45));
+}
+
+#[test]
+fn new_york_spring_forward_runs_fixed_times_after_the_gap() {
+    let ny = "America/New_York";
+    // 02:00 EST jumps to 03:00 EDT (07:00Z).
+    let at_0230 = next("30 2 * * *", ny, "2026-03-08T00:00:00Z", 2);
+    assert_eq!(at_0230, ["2026-03-08T07:00:00Z", "2026-03-09T06:30:00Z"]);
+    assert_eq!(
+        next("0 2 * * *", ny, "2026-03-08T00:00:00Z", 1),
+        ["2026-03-08T07:00:00Z"]
+    );
+    assert_eq!(
+        next("30 1 * * *", ny, "2026-03-08T00:00:00Z", 1),
+        ["2026-03-08T06:30:00Z"]
+    );
+    assert_eq!(
+        next("0 30 2 * * *", ny, "2026-03-08T00:00:00Z", 1),
+        ["2026-03-08T07:00:00Z"]
+    );
+}
+
+#[test]
+fn new_york_spring_forward_invents_nothing_for_stepped_patterns() {
+    let ny = "America/New_York";
+    let quarter = next("*/15 * * * *", ny, "2026-03-08T06:30:00Z", 3);
+    assert_eq!(
+        quarter,
+        [
+            "2026-03-08T06:45:00Z",
+            "2026-03-08T07:00:00Z",
+            "2026-03-08T07:15:00Z"
+        ]
+    );
+    let hourly = next("0 * * * *", ny, "2026-03-08T05:30:00Z", 3);
+    assert_eq!(
+        hourly,
+        [
+            "2026-03-08T06:00:00Z",
+            "2026-03-08T07:00:00Z",
+            "2026-03-08T08:00:00Z"
+        ]
+    );
+    let seconds = next("*/30 * * * * *", ny, "2026-03-08T06:59:00Z", 3);
+    assert_eq!(
+        seconds,
+        [
+            "2026-03-08T06:59:30Z",
+            "2026-03-08T07:00:00Z",
+            "2026-03-08T07:00:30Z"
+        ]
+    );
+}
+
+#[test]
+fn new_york_fall_back_runs_fixed_times_once() {
+    let ny = "America/New_York";
+    // 02:00 EDT falls back to 01:00 EST (06:00Z); 01:xx happens twice.
+    let at_0130 = next("30 1 * * *", ny, "2026-11-01T00:00:00Z", 2);
+    assert_eq!(at_0130, ["2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z"]);
+    // Asked from inside the second pass, the first one is already behind.
+    assert_eq!(
+        next("30 1 * * *", ny, "2026-11-01T06:10:00Z", 1),
+        ["2026-11-02T06:30:00Z"]
+    );
+    assert_eq!(
+        next("0 2 * * *", ny, "2026-11-01T00:00:00Z", 1),
+        ["2026-11-01T07:00:00Z"]
+    );
+    assert_eq!(
+        next("30 2 * * *", ny, "2026-11-01T00:00:00Z", 1),
+        ["2026-11-01T07:30:00Z"]
+    );
+}
+
+#[test]
+fn new_york_fall_back_runs_stepped_patterns_in_both_passes() {
+    let ny = "America/New_York";
+    let quarter = next("*/15 * * * *", ny, "2026-11-01T05:30:00Z", 6);
+    let expected = [
+        "2026-11-01T05:45:00Z",
+        "2026-11-01T06:00:00Z",
+        "2026-11-01T06:15:00Z",
+        "2026-11-01T06:30:00Z",
+        "2026-11-01T06:45:00Z",
+        "2026-11-01T07:00:00Z",
+    ];
+    assert_eq!(quarter, expected);
+    let hourly = next("@hourly", ny, "2026-11-01T04:30:00Z", 3);
+    assert_eq!(
+        hourly,
+        [
+            "2026-11-01T05:00:00Z",
+            "2026-11-01T06:00:00Z",
+            "2026-11-01T07:00:00Z"
+        ]
+    );
+    let seconds = next("*/30 * * * * *", ny, "2026-11-01T05:59:00Z", 3);
+    assert_eq!(
+        seconds,
+        [
+            "2026-11-01T05:59:30Z",
+            "2026-11-01T06:00:00Z",
+            "2026-11-01T06:00:30Z"
+        ]
+    );
+}
+
+#[test]
+fn berlin_spring_forward() {
+    let berlin = "Europe/Berlin";
+    // 02:00 CET jumps to 03:00 CEST (01:00Z).
+    assert_eq!(
+        next("30 2 * * *", berlin, "2026-03-28T12:00:00Z", 2),
+        ["2026-03-29T01:00:00Z", "2026-03-30T00:30:00Z"]
+    );
+    assert_eq!(
+        next("0 2 * * *", berlin, "2026-03-28T12:00:00Z", 1),
+        ["2026-03-29T01:00:00Z"]
+    );
+    assert_eq!(
+        next("30 1 * * *", berlin, "2026-03-28T12:00:00Z", 1),
+        ["2026-03-29T00:30:00Z"]
+    );
+    let quarter = next("*/15 * * * *", berlin, "2026-03-29T00:30:00Z", 3);
+    assert_eq!(
+        quarter,
+        [
+            "2026-03-29T00:45:00Z",
+            "2026-03-29T01:00:00Z",
+            "2026-03-29T01:15:00Z"
+        ]
+    );
+}
+
+#[test]
+fn berlin_fall_back() {
+    let berlin = "Europe/Berlin";
+    // 03:00 CEST falls back to 02:00 CET (01:00Z); 02:xx happens twice.
+    assert_eq!(
+        next("30 2 * * *", berlin, "2026-10-24T12:00:00Z", 2),
+        ["2026-10-25T00:30:00Z", "2026-10-26T01:30:00Z"]
+    );
+    assert_eq!(
+        next("0 2 * * *", berlin, "2026-10-24T12:00:00Z", 1),
+        ["2026-10-25T00:00:00Z"]
+    );
+    let quarter = next("*/15 * * * *", berlin, "2026-10-25T00:30:00Z", 4);
+    let expected = [
+        "2026-10-25T00:45:00Z",
+        "2026-10-25T01:00:00Z",
+        "2026-10-25T01:15:00Z",
+        "2026-10-25T01:30:00Z",
+    ];
+    assert_eq!(quarter, expected);
+}
+
+#[test]
+fn lord_howe_half_hour_spring_forward() {
+    let lh = "Australia/Lord_Howe";
+    // 02:00 LHST (+10:30) jumps to 02:30 LHDT (+11:00) = 15:30Z the day before.
+    for expr in ["0 2 * * *", "15 2 * * *", "30 2 * * *"] {
+        assert_eq!(
+            next(expr, lh, "2026-10-03T12:00:00Z", 1),
+            ["2026-10-03T15:30:00Z"],
+            "{expr}"
+        );
+    }
+    let quarter = next("*/15 * * * *", lh, "2026-10-03T15:00:00Z", 3);
+    assert_eq!(
+        quarter,
+        [
+            "2026-10-03T15:15:00Z",
+            "2026-10-03T15:30:00Z",
+            "2026-10-03T15:45:00Z"
+        ]
+    );
+}
+
+#[test]
+fn lord_howe_half_hour_fall_back() {
+    let lh = "Australia/Lord_Howe";
+    // 02:00 LHDT (+11:00) falls back to 01:30 LHST (+10:30) = 15:00Z.
+    let at_0145 = next("45 1 * * *", lh, "2026-04-04T12:00:00Z", 2);
+    assert_eq!(at_0145, ["2026-04-04T14:45:00Z", "2026-04-05T15:15:00Z"]);
+    assert_eq!(
+        next("0 2 * * *", lh, "2026-04-04T12:00:00Z", 1),
+        ["2026-04-04T15:30:00Z"]
+    );
+    let quarter = next("*/15 * * * *", lh, "2026-04-04T14:00:00Z", 6);
+    let expected = [
+        "2026-04-04T14:15:00Z",
+        "2026-04-04T14:30:00Z",
+        "2026-04-04T14:45:00Z",
+        "2026-04-04T15:00:00Z",
+        "2026-04-04T15:15:00Z",
+        "2026-04-04T15:30:00Z",
+    ];
+    assert_eq!(quarter, expected);
+}
+
+#[test]
+fn tashkent_has_no_dst_and_runs_at_21z_the_day_before() {
+    let at = next("0 2 * * *", "Asia/Tashkent", "2026-11-29T00:00:00Z", 2);
+    assert_eq!(at, ["2026-11-29T21:00:00Z", "2026-11-30T21:00:00Z"]);
+    // The same in the middle of the northern summer.
+    let at = next("0 2 * * *", "Asia/Tashkent", "2026-07-01T00:00:00Z", 1);
+    assert_eq!(at, ["2026-07-01T21:00:00Z"]);
+}
+
+#[test]
+fn macros_and_field_counts() {
+    let from = "2026-01-01T00:00:00Z"; // a Thursday
+    assert_eq!(next("@hourly", "UTC", from, 1), ["2026-01-01T01:00:00Z"]);
+    assert_eq!(next("@daily", "UTC", from, 1), ["2026-01-02T00:00:00Z"]);
+    assert_eq!(next("@midnight", "UTC", from, 1), ["2026-01-02T00:00:00Z"]);
+    assert_eq!(next("@weekly", "UTC", from, 1), ["2026-01-04T00:00:00Z"]);
+    assert_eq!(next("@monthly", "UTC", from, 1), ["2026-02-01T00:00:00Z"]);
+    assert_eq!(next("@yearly", "UTC", from, 1), ["2027-01-01T00:00:00Z"]);
+    assert_eq!(next("@annually", "UTC", from, 1), ["2027-01-01T00:00:00Z"]);
+    assert_eq!(next("5 4 * * *", "UTC", from, 1), ["2026-01-01T04:05:00Z"]);
+    assert_eq!(
+        next("3 5 4 * * *", "UTC", from, 1),
+        ["2026-01-01T04:05:03Z"]
+    );
+    assert_eq!(
+        next("*/2 * * * * *", "UTC", from, 2),
+        ["2026-01-01T00:00:02Z", "2026-01-01T00:00:04Z"]
+    );
+}
+
+#[test]
+fn next_after_is_strictly_after_and_ignores_subseconds() {
+    let every_second = Schedule::parse("* * * * * *", Tz::UTC).expect("parses");
+    let at = utc_at("2026-01-01T00:00:00Z");
+    assert_eq!(
+        every_second.next_after(at),
+        Some(utc_at("2026-01-01T00:00:01Z"))
+    );
+    let half = utc_at("2026-01-01T00:00:00.500Z");
+    assert_eq!(
+        every_second.next_after(half),
+        Some(utc_at("2026-01-01T00:00:01Z"))
+    );
+    let hourly = Schedule::parse("0 * * * *", Tz::UTC).expect("parses");
+    let just_before = utc_at("2026-01-01T00:59:59.999Z");
+    assert_eq!(
+        hourly.next_after(just_before),
+        Some(utc_at("2026-01-01T01:00:00Z"))
+    );
+}
+
+#[test]
+fn day_of_month_or_day_of_week_like_vixie_cron() {
+    // The 13th OR any Friday: Friday 2 January comes first.
+    let at = next("0 0 13 * 5", "UTC", "2026-01-01T00:00:00Z", 3);
+    assert_eq!(
+        at,
+        [
+            "2026-01-02T00:00:00Z",
+            "2026-01-09T00:00:00Z",
+            "2026-01-13T00:00:00Z"
+        ]
+    );
+}
+
+#[test]
+fn schedules_that_never_fire_are_refused_quickly() {
+    let started = std::time::Instant::now();
+    for expr in ["0 0 30 2 *", "0 0 31 4 *", "0 0 0 31 11 *"] {
+        let err = Schedule::parse(expr, Tz::UTC).expect_err(expr);
+        assert!(
+            matches!(err, ScheduleError::NeverFires { .. }),
+            "{expr}: {err}"
+        );
+        assert_eq!(err.to_string(), format!("schedule `{expr}` never fires"));
+    }
+    // Rare but real: 29 February.
+    assert_eq!(
+        next("0 0 29 2 *", "UTC", "2026-01-01T00:00:00Z", 1),
+        ["2028-02-29T00:00:00Z"]
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}
+
+#[test]
+fn seven_fields_and_garbage_are_refused() {
+    let err = Schedule::parse("0 0 0 1 1 * 2027", Tz::UTC).expect_err("7 fields");
+    assert_eq!(
+        err.to_string(),
+        "invalid cron expression `0 0 0 1 1 * 2027`: expected 5 fields (minute first) or 6 (seconds first), found 7"
+    );
+    for expr in [
+        "",
+        "hello",
+        "* * *",
+        "61 * * * *",
+        "* 25 * * *",
+        "@reboot",
+        "@every 5m",
+        "*/0 * * * *",
+    ] {
+        let err = Schedule::parse(expr, Tz::UTC).expect_err(expr);
+        assert!(
+            matches!(err, ScheduleError::Invalid { .. }),
+            "{expr}: {err}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with(&format!("invalid cron expression `{expr}`: ")),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn accessors_return_what_was_parsed() {
+    let schedule = Schedule::parse("0 2 * * *", zone("Asia/Tashkent")).expect("parses");
+    assert_eq!(schedule.expression(), "0 2 * * *");
+    assert_eq!(schedule.timezone(), chrono_tz::Asia::Tashkent);
+}
+
+#[test]
+fn occurrences_strictly_increase_over_1000_steps() {
+    let cases = [
+        ("*/15 * * * *", "America/New_York", "2026-10-30T00:00:00Z"),
+        ("30 2 * * *", "America/New_York", "2026-01-01T00:00:00Z"),
+        ("* * * * * *", "Australia/Lord_Howe", "2026-04-04T14:50:00Z"),
+        ("*/30 * * * * *", "Europe/Berlin", "2026-10-25T00:55:00Z"),
+        ("0 * * * *", "Australia/Lord_Howe", "2026-10-01T00:00:00Z"),
+    ];
+    for (expr, tz, from) in cases {
+        let schedule = Schedule::parse(expr, zone(tz)).expect("parses");
+        let mut at = utc_at(from);
+        for _ in 0..1000 {
+            let following = schedule.next_after(at).expect("fires");
+            assert!(following > at, "{expr} in {tz}: {following} after {at}");
+            at = following;
+        }
+    }
+}
+
+#[test]
+fn schedule_is_shareable_across_tasks() {
+    fn assert_traits<T: Clone + std::fmt::Debug + Send + Sync>() {}
+    assert_traits::<Schedule>();
+}
+
+#[test]
+fn with_timezone_moves_the_wall_clock_and_debug_stays_short() {
+    let utc = Schedule::parse("0 2 * * *", Tz::UTC).expect("parses");
+    let tashkent = utc.with_timezone(zone("Asia/Tashkent"));
+    assert_eq!(tashkent.expression(), "0 2 * * *");
+    let at = tashkent.next_after(utc_at("2026-11-29T00:00:00Z"));
+    assert_eq!(at, Some(utc_at("2026-11-29T21:00:00Z")));
+    assert_eq!(
+        format!("{tashkent:?}"),
+        "Schedule { expr: \"0 2 * * *\", tz: Asia/Tashkent }"
+    );
+}

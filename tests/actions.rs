@@ -1,0 +1,747 @@
+//! `exec`: what a run sees and how it ends (SPEC §5), through the public API.
+//!
+//! Process tests run real `/bin/sh` jobs; HTTP tests talk to a tiny
+//! std-only server on a loopback port. Waits poll with deadlines.
+
+use std::collections::BTreeMap;
+use std::future::{Future, pending};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use solocron::config::{Action, HttpAction, Job, OnLockLost, Overlap};
+use solocron::exec::{Executor, Outcome, Report, RunContext, StopReason};
+use solocron::schedule::Schedule;
+
+const OCCURRENCE: &str = "2026-11-30T21:00:00Z";
+const KILL_GRACE: Duration = Duration::from_secs(2);
+
+fn job(name: &str, action: Action) -> Job {
+    Job {
+        name: name.to_string(),
+        schedule: Schedule::parse("* * * * *", chrono_tz::UTC).expect("schedule"),
+        lock_ttl: Duration::from_secs(30),
+        timeout: None,
+        starting_deadline: Duration::from_secs(60),
+        on_lock_lost: OnLockLost::Kill,
+        overlap: Overlap::Skip,
+        action,
+        env: BTreeMap::new(),
+        working_dir: None,
+    }
+}
+
+fn shell(name: &str, line: &str) -> Job {
+    job(name, Action::Command(line.to_string()))
+}
+
+fn ctx(job: Job) -> RunContext {
+    RunContext {
+        job: Arc::new(job),
+        occurrence: OCCURRENCE.to_string(),
+        fence: 812,
+        node: "web-2".to_string(),
+    }
+}
+
+fn executor() -> Executor {
+    Executor::new()
+        .expect("executor")
+        .with_kill_grace(KILL_GRACE)
+}
+
+fn never() -> impl Future<Output = StopReason> {
+    pending()
+}
+
+async fn run(job: Job) -> Report {
+    run_with(job, never()).await
+}
+
+/// Runs with a generous overall deadline, so a hang fails instead of blocking.
+async fn run_with(job: Job, stop: impl Future<Output = StopReason>) -> Report {
+    let exec = executor();
+    let ctx = ctx(job);
+    tokio::time::timeout(Duration::from_secs(30), exec.execute(&ctx, stop))
+        .await
+        .expect("execute must return")
+}
+
+async fn stop_after(delay: Duration, reason: StopReason) -> StopReason {
+    tokio::time::sleep(delay).await;
+    reason
+}
+
+async fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A running, non-zombie process with this pid exists.
+fn is_alive(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat
+        .rsplit(')')
+        .next()
+        .and_then(|rest| rest.trim_start().chars().next());
+    !matches!(state, Some('Z' | 'X') | None)
+}
+
+async fn read_pid(path: &Path) -> i32 {
+    let mut pid = None;
+    wait_until("the job wrote its pid", Duration::from_secs(5), || {
+        pid = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok());
+        pid.is_some()
+    })
+    .await;
+    pid.expect("pid")
+}
+
+async fn assert_gone(pid: i32) {
+    wait_until(
+        &format!("process {pid} is gone"),
+        Duration::from_secs(5),
+        || !is_alive(pid),
+    )
+    .await;
+}
+
+fn kill_if_alive(pid: i32) {
+    if is_alive(pid) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+// ---- exit codes, environment, argv ----
+
+#[tokio::test]
+async fn exit_zero_succeeds() {
+    let report = run(shell("ok", "exit 0")).await;
+    assert_eq!(report.outcome, Outcome::Succeeded);
+    assert_eq!(report.exit_code, Some(0));
+    assert_eq!(report.error, None);
+    assert!(report.finished_at >= report.started_at);
+}
+
+#[tokio::test]
+async fn nonzero_exit_fails_with_its_code() {
+    let report = run(shell("bad", "exit 3")).await;
+    assert_eq!(report.outcome, Outcome::Failed);
+    assert_eq!(report.exit_code, Some(3));
+}
+
+#[tokio::test]
+async fn missing_shell_command_is_exit_127() {
+    let report = run(shell("typo", "no-such-command-solocron")).await;
+    assert_eq!(report.outcome, Outcome::Failed);
+    assert_eq!(report.exit_code, Some(127));
+}
+
+#[tokio::test]
+async fn job_killed_by_foreign_signal_fails_without_exit_code() {
+    let report = run(shell("suicide", "kill -9 $$")).await;
+    assert_eq!(report.outcome, Outcome::Failed);
+    assert_eq!(report.exit_code, None);
+    assert_eq!(report.error.as_deref(), Some("killed by signal SIGKILL"));
+}
+
+#[tokio::test]
+async fn command_sees_solocron_env_and_job_env() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("env.txt");
+    let mut job = shell(
+        "env-job",
+        &format!(
+            "printf '%s|%s|%s|%s|%s' \"$SOLOCRON_JOB\" \"$SOLOCRON_OCCURRENCE\" \
+             \"$SOLOCRON_FENCE\" \"$SOLOCRON_NODE\" \"$GREETING\" > '{}'",
+            out.display()
+        ),
+    );
+    job.env
+        .insert("GREETING".to_string(), "hello world".to_string());
+    let report = run(job).await;
+    assert_eq!(report.outcome, Outcome::Succeeded);
+    let seen = std::fs::read_to_string(&out).expect("env.txt");
+    assert_eq!(seen, format!("env-job|{OCCURRENCE}|812|web-2|hello world"));
+}
+
+#[tokio::test]
+async fn command_runs_in_working_dir_with_stdin_closed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut job = shell("wd", "pwd > pwd.txt; cat > stdin.txt");
+    job.working_dir = Some(dir.path().to_path_buf());
+    let report = run(job).await;
+    assert_eq!(report.outcome, Outcome::Succeeded);
+    let pwd = std::fs::read_to_string(dir.path().join("pwd.txt")).expect("pwd.txt");
+    let expected = dir.path().canonicalize().expect("canonical");
+    assert_eq!(PathBuf::from(pwd.trim()), expected);
+    assert_eq!(
+        std::fs::read(dir.path().join("stdin.txt")).expect("stdin.txt"),
+        b""
+    );
+}
+
+#[tokio::test]
+async fn argv_is_not_interpreted_by_a_shell() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let literal = dir.path().join("a;b $HOME");
+    let argv = vec!["/usr/bin/touch".to_string(), literal.display().to_string()];
+    let report = run(job("argv", Action::Argv(argv))).await;
+    assert_eq!(report.outcome, Outcome::Succeeded);
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("read_dir")
+        .map(|entry| entry.expect("entry").file_name())
+        .collect();
+    assert_eq!(names, ["a;b $HOME"]);
+}
+
+#[tokio::test]
+async fn missing_binary_fails_and_names_it() {
+    let report = run(job(
+        "ghost",
+        Action::Argv(vec!["/no/such/binary".to_string()]),
+    ))
+    .await;
+    assert_eq!(report.outcome, Outcome::Failed);
+    assert_eq!(report.exit_code, None);
+    let error = report.error.expect("error");
+    assert!(
+        error.contains("`/no/such/binary`") && error.contains("`ghost`"),
+        "{error}"
+    );
+    assert!(error.contains("No such file or directory"), "{error}");
+}
+
+#[tokio::test]
+async fn missing_working_dir_fails_and_names_it() {
+    let mut job = shell("nowhere", "exit 0");
+    job.working_dir = Some(PathBuf::from("/no/such/dir"));
+    let report = run(job).await;
+    assert_eq!(report.outcome, Outcome::Failed);
+    assert_eq!(report.exit_code, None);
+    let error = report.error.expect("error");
+    assert!(
+        error.contains("working directory `/no/such/dir`"),
+        "{error}"
+    );
+}
+
+// ---- stopping: timeout, stop future, drop ----
+
+#[tokio::test]
+async fn timeout_kills_the_whole_process_group() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pid_file = dir.path().join("child.pid");
+    let mut job = shell(
+        "slow",
+        &format!("sleep 300 & echo $! > '{}'; sleep 300", pid_file.display()),
+    );
+    job.timeout = Some(Duration::from_secs(1));
+    let report = run(job).await;
+    let child = read_pid(&pid_file).await;
+    assert_eq!(report.outcome, Outcome::TimedOut);
+    assert_eq!(report.exit_code, None);
+    assert!(
+        report.duration >= Duration::from_secs(1),
+        "{:?}",
+        report.duration
+    );
+    assert!(
+        report.duration < Duration::from_secs(1) + KILL_GRACE,
+        "{:?}",
+        report.duration
+    );
+    assert_gone(child).await;
+}
+
+#[tokio::test]
+async fn job_ignoring_sigterm_gets_sigkill_after_the_grace() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pid_file = dir.path().join("child.pid");
+    let mut job = shell(
+        "stubborn",
+        &format!(
+            "trap '' TERM; sleep 300 & echo $! > '{}'; wait",
+            pid_file.display()
+        ),
+    );
+    job.timeout = Some(Duration::from_secs(1));
+    let report = run(job).await;
+    let child = read_pid(&pid_file).await;
+    assert_eq!(report.outcome, Outcome::TimedOut);
+    assert_eq!(report.exit_code, None);
+    assert!(
+        report.duration >= Duration::from_secs(1) + KILL_GRACE,
+        "{:?}",
+        report.duration
+    );
+    assert_gone(child).await;
+}
+
+#[tokio::test]
+async fn clean_exit_after_sigterm_is_still_timed_out() {
+    let mut job = shell("polite", "trap 'exit 0' TERM; sleep 300 & wait");
+    job.timeout = Some(Duration::from_secs(1));
+    let report = run(job).await;
+    assert_eq!(report.outcome, Outcome::TimedOut);
+    assert_eq!(report.exit_code, Some(0));
+    assert!(
+        report.duration < Duration::from_secs(1) + KILL_GRACE,
+        "{:?}",
+        report.duration
+    );
+}
+
+async fn stopped_by(reason: StopReason) -> (Report, i32) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pid_file = dir.path().join("child.pid");
+    let job = shell(
+        "long",
+        &format!("sleep 300 & echo $! > '{}'; wait", pid_file.display()),
+    );
+    // Stop once the job is surely running (its background child exists).
+    let stop = async {
+        read_pid(&pid_file).await;
+        reason
+    };
+    let report = run_with(job, stop).await;
+    (report, read_pid(&pid_file).await)
+}
+
+#[tokio::test]
+async fn lock_loss_stops_the_group() {
+    let (report, child) = stopped_by(StopReason::LockLost).await;
+    assert_eq!(report.outcome, Outcome::LockLost);
+    assert!(
+        report.duration < Duration::from_secs(2),
+        "{:?}",
+        report.duration
+    );
+    assert_gone(child).await;
+}
+
+#[tokio::test]
+async fn shutdown_interrupts_the_group() {
+    let (report, child) = stopped_by(StopReason::Interrupted).await;
+    assert_eq!(report.outcome, Outcome::Interrupted);
+    assert!(
+        report.duration < Duration::from_secs(2),
+        "{:?}",
+        report.duration
+    );
+    assert_gone(child).await;
+}
+
+#[tokio::test]
+async fn dropped_run_kills_the_group() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pid_file = dir.path().join("child.pid");
+    let job = shell(
+        "dropped",
+        &format!("sleep 300 & echo $! > '{}'; wait", pid_file.display()),
+    );
+    let (exec, ctx) = (executor(), ctx(job));
+    let run = exec.execute(&ctx, never());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), run)
+            .await
+            .is_err()
+    );
+    assert_gone(read_pid(&pid_file).await).await;
+}
+
+#[tokio::test]
+async fn job_dies_with_the_thread_that_started_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pid_file = dir.path().join("job.pid");
+    let job = shell(
+        "orphan",
+        &format!("echo $$ > '{}'; exec sleep 300", pid_file.display()),
+    );
+    let spawner = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let (exec, ctx) = (executor(), ctx(job));
+        let mut run = Box::pin(exec.execute(&ctx, never()));
+        runtime.block_on(async {
+            let started = tokio::time::timeout(Duration::from_millis(500), &mut run).await;
+            assert!(started.is_err(), "the job should still be running");
+        });
+        // Skip the drop-time SIGKILL, as a crash would: only the parent-death
+        // signal is left to stop the job when this thread ends.
+        std::mem::forget(run);
+    });
+    spawner.join().expect("spawner thread");
+    assert_gone(read_pid(&pid_file).await).await;
+}
+
+#[tokio::test]
+async fn background_child_holding_the_pipes_does_not_block_the_report() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pid_file = dir.path().join("child.pid");
+    let job = shell(
+        "leaky",
+        &format!("sleep 300 & echo $! > '{}'; echo done", pid_file.display()),
+    );
+    let report = run(job).await;
+    let child = read_pid(&pid_file).await;
+    kill_if_alive(child);
+    assert_eq!(report.outcome, Outcome::Succeeded);
+    assert!(
+        report.duration < Duration::from_secs(10),
+        "{:?}",
+        report.duration
+    );
+}
+
+// ---- output ----
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Runs `job` with a JSON subscriber on this thread; returns the `job output` events.
+async fn run_captured(job: Job) -> (Report, Vec<serde_json::Value>) {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .with_writer(move || writer.clone())
+        .finish();
+    let report = {
+        let _guard = tracing::subscriber::set_default(subscriber);
+        run(job).await
+    };
+    let bytes = captured.0.lock().expect("log buffer").clone();
+    let events = String::from_utf8(bytes)
+        .expect("utf-8 log")
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).expect("json log line"))
+        .filter(|event| event["fields"]["message"] == "job output")
+        .collect();
+    (report, events)
+}
+
+#[tokio::test]
+async fn output_lines_are_logged_with_job_fields() {
+    let job = shell(
+        "chatty",
+        "echo one; echo 'two  spaced'; echo oops >&2; printf three",
+    );
+    let (report, events) = run_captured(job).await;
+    assert_eq!(report.outcome, Outcome::Succeeded);
+    let mut seen: Vec<(String, String, String)> = events
+        .iter()
+        .map(|event| {
+            let fields = &event["fields"];
+            assert_eq!(fields["job"], "chatty");
+            assert_eq!(fields["occurrence"], OCCURRENCE);
+            assert_eq!(fields["node"], "web-2");
+            assert_eq!(fields["fence"], 812);
+            let text = |v: &serde_json::Value| v.as_str().expect("string").to_string();
+            (
+                text(&event["level"]),
+                text(&fields["stream"]),
+                text(&fields["line"]),
+            )
+        })
+        .collect();
+    seen.sort();
+    let expected = [
+        ("INFO", "stdout", "one"),
+        ("INFO", "stdout", "three"),
+        ("INFO", "stdout", "two  spaced"),
+        ("WARN", "stderr", "oops"),
+    ]
+    .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()));
+    assert_eq!(seen, expected);
+}
+
+#[tokio::test]
+async fn long_line_is_cut_at_the_cap() {
+    let job = shell(
+        "flood",
+        "head -c 10000000 /dev/zero | tr '\\0' x; echo; echo after",
+    );
+    let (report, events) = run_captured(job).await;
+    assert_eq!(report.outcome, Outcome::Succeeded);
+    let lines: Vec<&str> = events
+        .iter()
+        .map(|event| event["fields"]["line"].as_str().expect("line"))
+        .collect();
+    assert_eq!(
+        lines.len(),
+        2,
+        "{:?}",
+        lines.iter().map(|l| l.len()).collect::<Vec<_>>()
+    );
+    let kept = lines[0].trim_end_matches(|c| c != 'x');
+    assert_eq!(kept, "x".repeat(4096));
+    assert!(
+        lines[0].ends_with("[cut 9995904 bytes]"),
+        "{}",
+        &lines[0][4096..]
+    );
+    assert_eq!(lines[1], "after");
+}
+
+fn anon_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("RssAnon:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("RssAnon")
+}
+
+#[tokio::test]
+async fn endless_line_does_not_grow_memory() {
+    // Samples anonymous memory (not code pages other tests fault in) while
+    // the job runs; buffering the line would add 100 MB.
+    let before = anon_rss_kib();
+    let running = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sampler = {
+        let running = Arc::clone(&running);
+        std::thread::spawn(move || {
+            let mut peak = 0;
+            while running.load(std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(anon_rss_kib());
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            peak
+        })
+    };
+    let report = run(shell("endless", "head -c 100000000 /dev/zero | tr '\\0' x")).await;
+    running.store(false, std::sync::atomic::Ordering::Relaxed);
+    let peak = sampler.join().expect("sampler");
+    assert_eq!(report.outcome, Outcome::Succeeded);
+    let grown = peak.saturating_sub(before);
+    assert!(grown < 40_000, "anonymous memory grew by {grown} KiB");
+}
+
+// ---- http ----
+
+#[derive(Debug)]
+struct Request {
+    head: String,
+    body: String,
+}
+
+impl Request {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.head.lines().skip(1).find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            key.eq_ignore_ascii_case(name).then(|| value.trim())
+        })
+    }
+}
+
+/// Answers every request with `status`, or never answers when `status` is `None`.
+struct TestServer {
+    port: u16,
+    requests: mpsc::Receiver<Request>,
+}
+
+impl TestServer {
+    fn start(status: Option<u16>) -> TestServer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let (tx, requests) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut silent = Vec::new();
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                match status {
+                    Some(status) => {
+                        if let Some(request) = read_request(&mut stream) {
+                            let reply = format!(
+                                "HTTP/1.1 {status} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                            );
+                            let _ = stream.write_all(reply.as_bytes());
+                            let _ = tx.send(request);
+                        }
+                    }
+                    None => silent.push(stream),
+                }
+            }
+        });
+        TestServer { port, requests }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    fn received(&self) -> Request {
+        self.requests
+            .recv_timeout(Duration::from_secs(5))
+            .expect("a request")
+    }
+}
+
+fn read_request(stream: &mut TcpStream) -> Option<Request> {
+    let mut data = Vec::new();
+    let mut byte = [0u8; 1];
+    while !data.ends_with(b"\r\n\r\n") {
+        if stream.read(&mut byte).ok()? == 0 {
+            return None;
+        }
+        data.push(byte[0]);
+    }
+    let head = String::from_utf8(data).ok()?;
+    let mut request = Request {
+        head,
+        body: String::new(),
+    };
+    let length: usize = request
+        .header("content-length")
+        .map_or(Some(0), |v| v.parse().ok())?;
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).ok()?;
+    request.body = String::from_utf8(body).ok()?;
+    Some(request)
+}
+
+fn hook(url: String) -> HttpAction {
+    HttpAction {
+        url,
+        method: "POST".to_string(),
+        timeout: None,
+        headers: Vec::new(),
+        body: None,
+    }
+}
+
+#[tokio::test]
+async fn http_hook_sends_method_headers_and_body() {
+    let server = TestServer::start(Some(200));
+    let mut action = hook(server.url("/hooks/warm?x=1"));
+    action.method = "PUT".to_string();
+    action.headers = vec![
+        (
+            "Authorization".to_string(),
+            "Bearer s3cret-token".to_string(),
+        ),
+        ("X-Team".to_string(), "ops".to_string()),
+    ];
+    action.body = Some(r#"{"warm":true}"#.to_string());
+    let report = run(job("warm-cache", Action::Http(action))).await;
+    assert_eq!(report.outcome, Outcome::Succeeded, "{:?}", report.error);
+    assert_eq!(report.http_status, Some(200));
+    assert_eq!(report.exit_code, None);
+    let request = server.received();
+    assert!(
+        request.head.starts_with("PUT /hooks/warm?x=1 HTTP/1.1\r\n"),
+        "{}",
+        request.head
+    );
+    assert_eq!(request.header("solocron-job"), Some("warm-cache"));
+    assert_eq!(request.header("solocron-occurrence"), Some(OCCURRENCE));
+    assert_eq!(request.header("solocron-fence"), Some("812"));
+    assert_eq!(request.header("solocron-node"), Some("web-2"));
+    let key = format!("warm-cache@{OCCURRENCE}");
+    assert_eq!(request.header("idempotency-key"), Some(key.as_str()));
+    assert_eq!(request.header("authorization"), Some("Bearer s3cret-token"));
+    assert_eq!(request.header("x-team"), Some("ops"));
+    assert_eq!(request.body, r#"{"warm":true}"#);
+}
+
+#[tokio::test]
+async fn http_error_status_fails_with_it() {
+    let server = TestServer::start(Some(500));
+    let report = run(job("hook", Action::Http(hook(server.url("/x"))))).await;
+    assert_eq!(report.outcome, Outcome::Failed);
+    assert_eq!(report.http_status, Some(500));
+    assert_eq!(server.received().body, "");
+}
+
+#[tokio::test]
+async fn http_connection_refused_fails_without_leaking_secrets() {
+    let port = {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr").port()
+    };
+    let mut action = hook(format!(
+        "http://deploy:pa55word-x@127.0.0.1:{port}/x?token=q7"
+    ));
+    action.headers = vec![(
+        "Authorization".to_string(),
+        "Bearer s3cret-token".to_string(),
+    )];
+    let report = run(job("refused", Action::Http(action))).await;
+    assert_eq!(report.outcome, Outcome::Failed);
+    assert_eq!(report.http_status, None);
+    let error = report.error.expect("error");
+    assert!(error.contains("`refused`"), "{error}");
+    for secret in ["pa55word", "s3cret", "deploy", "token=q7"] {
+        assert!(!error.contains(secret), "`{secret}` leaked: {error}");
+    }
+}
+
+#[tokio::test]
+async fn http_timeout_is_timed_out() {
+    let server = TestServer::start(None);
+    let mut action = hook(server.url("/slow"));
+    action.timeout = Some(Duration::from_secs(1));
+    let report = run(job("slow-hook", Action::Http(action))).await;
+    assert_eq!(report.outcome, Outcome::TimedOut, "{:?}", report.error);
+    assert!(
+        report.duration < Duration::from_secs(5),
+        "{:?}",
+        report.duration
+    );
+    assert!(report.error.is_some());
+}
+
+#[tokio::test]
+async fn job_timeout_caps_the_http_timeout() {
+    let server = TestServer::start(None);
+    let mut action = hook(server.url("/slow"));
+    action.timeout = Some(Duration::from_secs(60));
+    let mut job = job("capped-hook", Action::Http(action));
+    job.timeout = Some(Duration::from_secs(1));
+    let report = run(job).await;
+    assert_eq!(report.outcome, Outcome::TimedOut, "{:?}", report.error);
+    assert!(
+        report.duration < Duration::from_secs(5),
+        "{:?}",
+        report.duration
+    );
+}
+
+#[tokio::test]
+async fn stop_aborts_an_http_request() {
+    let server = TestServer::start(None);
+    let action = hook(server.url("/slow"));
+    let stop = stop_after(Duration::from_millis(300), StopReason::Interrupted);
+    let report = run_with(job("stopped-hook", Action::Http(action)), stop).await;
+    assert_eq!(report.outcome, Outcome::Interrupted);
+    assert!(
+        report.duration < Duration::from_secs(2),
+        "{:?}",
+        report.duration
+    );
+}

@@ -1,0 +1,335 @@
+//! Test harness: a real `redis-server` per test on a free loopback port,
+//! real `solocron` daemon processes, and waiting on conditions with deadlines.
+#![allow(dead_code)]
+
+use std::fs;
+use std::io::Read as _;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use solocron::config::RedisConfig;
+use solocron::lock::Locker;
+use tempfile::TempDir;
+
+/// A throwaway `redis-server` on a free loopback port, killed on drop.
+pub struct RedisServer {
+    child: Child,
+    pub port: u16,
+    dir: TempDir,
+}
+
+/// A free loopback port (bound then released).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("bind a loopback port")
+}
+
+impl RedisServer {
+    /// Starts a server and waits until it accepts connections.
+    pub fn start() -> RedisServer {
+        RedisServer::start_on(free_port())
+    }
+
+    /// Starts a server on `port` (e.g. one a daemon is already retrying).
+    pub fn start_on(port: u16) -> RedisServer {
+        let dir = tempfile::tempdir().expect("create temp dir");
+        let child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect(
+                "`redis-server` must be on PATH to run these tests (apt-get install redis-server)",
+            );
+        let server = RedisServer { child, port, dir };
+        wait_until(
+            Duration::from_secs(10),
+            "redis-server accepts connections",
+            || TcpStream::connect(("127.0.0.1", port)).is_ok(),
+        );
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// A plain synchronous connection for assertions.
+    pub fn conn(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .and_then(|client| client.get_connection())
+            .expect("connect to the test redis")
+    }
+
+    /// SIGSTOP: the server stops answering but keeps its connections.
+    pub fn pause(&self) {
+        signal(self.pid(), "STOP");
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self) {
+        signal(self.pid(), "CONT");
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        signal(self.pid(), "CONT");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends `kill -SIG pid`.
+pub fn signal(pid: i32, sig: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Whether a process with this pid exists (and is not a zombie).
+pub fn is_alive(pid: i32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+            .unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+/// Polls `condition` every 20 ms until it holds; panics naming `what` after `limit`.
+pub fn wait_until(limit: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !condition() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting until {what}"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A connected in-process [`Locker`] for `node`.
+pub async fn locker(redis: &RedisServer, node: &str) -> Locker {
+    let config = RedisConfig {
+        url: redis.url(),
+        password: None,
+        key_prefix: "test".to_string(),
+    };
+    let conn = solocron::daemon::connect(&config).expect("connection manager");
+    Locker::new(conn, "test", node, 1000)
+}
+
+/// A scratch directory with a `jobs.toml` for daemon processes.
+pub struct Workdir {
+    pub dir: TempDir,
+}
+
+impl Workdir {
+    pub fn new() -> Workdir {
+        Workdir {
+            dir: tempfile::tempdir().expect("create temp dir"),
+        }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Writes `jobs.toml` (the redis url comes from `--redis`).
+    pub fn write_config(&self, toml: &str) -> PathBuf {
+        let path = self.path("jobs.toml");
+        fs::write(&path, toml).expect("write jobs.toml");
+        path
+    }
+
+    /// Lines of a file the jobs append to (empty if absent).
+    pub fn lines(&self, name: &str) -> Vec<String> {
+        fs::read_to_string(self.path(name))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+/// A `solocron run` process; SIGKILLed on drop if still running.
+pub struct Node {
+    pub id: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Node {
+    /// Starts `solocron run` as `id` with stderr (the log) going to a file.
+    pub fn start(
+        work: &Workdir,
+        redis: &RedisServer,
+        id: &str,
+        extra_env: &[(&str, &str)],
+    ) -> Node {
+        Node::start_with_url(work, &redis.url(), id, extra_env)
+    }
+
+    /// Like [`Node::start`], with any Redis URL (e.g. a port nobody listens on).
+    pub fn start_with_url(work: &Workdir, url: &str, id: &str, extra_env: &[(&str, &str)]) -> Node {
+        let log = work.path(&format!("{id}.log"));
+        let log_file = fs::File::create(&log).expect("create log file");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_solocron"));
+        command
+            .arg("run")
+            .arg("--config")
+            .arg(work.path("jobs.toml"))
+            .args(["--node-id", id, "--redis", url])
+            .env("SOLOCRON_LOG", "info")
+            .env_remove("SOLOCRON_LOG_FORMAT")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file);
+        for (key, value) in extra_env {
+            command.env(key, value);
+        }
+        let child = command.spawn().expect("start solocron");
+        let node = Node {
+            id: id.to_string(),
+            child,
+            log,
+        };
+        node.wait_for_log(Duration::from_secs(10), "solocron started");
+        node
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// The log so far.
+    pub fn log(&self) -> String {
+        let mut text = String::new();
+        if let Ok(mut file) = fs::File::open(&self.log) {
+            let _ = file.read_to_string(&mut text);
+        }
+        text
+    }
+
+    /// Waits until the log contains `needle`.
+    pub fn wait_for_log(&self, limit: Duration, needle: &str) {
+        let deadline = Instant::now() + limit;
+        while !self.log().contains(needle) {
+            assert!(
+                Instant::now() < deadline,
+                "node {} did not log `{needle}` within {limit:?}; log:\n{}",
+                self.id,
+                self.log()
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn signal(&self, sig: &str) {
+        signal(self.pid(), sig);
+    }
+
+    /// Waits for the process to exit.
+    pub fn wait_exit(&mut self, limit: Duration) -> ExitStatus {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {} did not exit within {limit:?}; log:\n{}",
+                self.id,
+                self.log()
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One line of a job's record file: `OCCURRENCE NODE FENCE [PID]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunRecord {
+    pub occurrence: String,
+    pub node: String,
+    pub fence: u64,
+    pub pid: Option<i32>,
+}
+
+/// Parses the record lines written by test jobs.
+pub fn records(lines: &[String]) -> Vec<RunRecord> {
+    lines
+        .iter()
+        .filter_map(|line| {
+            let mut parts = line.split_whitespace();
+            Some(RunRecord {
+                occurrence: parts.next()?.to_string(),
+                node: parts.next()?.to_string(),
+                fence: parts.next()?.parse().ok()?,
+                pid: parts.next().and_then(|pid| pid.parse().ok()),
+            })
+        })
+        .collect()
+}
+
+/// Shared handle type for tests spawning threads.
+pub type Shared<T> = Arc<std::sync::Mutex<T>>;
+
+/// `path` as a string for TOML.
+pub fn toml_path(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// The entries of a job's history stream (prefix `solocron`), oldest first.
+pub fn history(redis: &RedisServer, job: &str) -> Vec<std::collections::HashMap<String, String>> {
+    use redis::Commands as _;
+    let reply: redis::streams::StreamRangeReply = redis
+        .conn()
+        .xrange_all(format!("{{solocron:{job}}}:history"))
+        .expect("XRANGE");
+    reply
+        .ids
+        .into_iter()
+        .map(|id| {
+            id.map
+                .into_iter()
+                .map(|(k, v)| (k, redis::from_redis_value::<String>(v).unwrap_or_default()))
+                .collect()
+        })
+        .collect()
+}
+
+/// The first line of a file holding a pid, once it is there.
+pub fn read_pid(work: &Workdir, name: &str) -> Option<i32> {
+    work.lines(name)
+        .first()
+        .and_then(|line| line.trim().parse().ok())
+}

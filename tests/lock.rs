@@ -1,0 +1,308 @@
+//! The claim, extend and release scripts against a real redis-server.
+
+mod common;
+
+use std::time::Duration;
+
+use chrono::Utc;
+use common::{RedisServer, locker};
+use redis::Commands as _;
+use solocron::exec::{Outcome, Report};
+use solocron::history::Entry;
+use solocron::lock::{Claim, Lease, Target, new_token};
+
+const TTL: Duration = Duration::from_secs(5);
+
+fn scheduled(at_ms: i64) -> Target {
+    Target::Scheduled {
+        at_ms,
+        name: format!("occ-{at_ms}"),
+    }
+}
+
+fn entry(node: &str, lease: &Lease, occurrence: &str) -> Entry {
+    let now = Utc::now();
+    Entry::from_report(
+        occurrence,
+        node,
+        lease.fence,
+        &Report {
+            outcome: Outcome::Succeeded,
+            exit_code: Some(0),
+            http_status: None,
+            error: None,
+            started_at: now,
+            finished_at: now,
+            duration: Duration::from_millis(5),
+        },
+    )
+}
+
+fn won(claim: Claim) -> Lease {
+    match claim {
+        Claim::Won(lease) => lease,
+        other => panic!("expected a won claim, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ten_concurrent_claimers_one_winner_nine_told_who_won() {
+    let redis = RedisServer::start();
+    let mut handles = Vec::new();
+    for i in 0..10 {
+        let node = format!("node-{i}");
+        let locker = locker(&redis, &node).await;
+        handles.push(tokio::spawn(async move {
+            let claim = locker
+                .claim("report", &scheduled(1_000), &new_token(), TTL)
+                .await
+                .expect("claim");
+            (node, claim)
+        }));
+    }
+    let mut winners = Vec::new();
+    let mut told = Vec::new();
+    for handle in handles {
+        let (node, claim) = handle.await.expect("join");
+        match claim {
+            Claim::Won(lease) => winners.push((node, lease.fence)),
+            Claim::Taken { by, fence, .. } => told.push((by, fence)),
+            Claim::Busy { .. } => {
+                panic!("a claimer of the same occurrence must be told it was taken")
+            }
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one winner: {winners:?}");
+    assert_eq!(told.len(), 9);
+    let (winner, fence) = &winners[0];
+    for (by, told_fence) in &told {
+        assert_eq!(by, winner);
+        assert_eq!(told_fence, fence);
+    }
+}
+
+#[tokio::test]
+async fn late_claimer_is_refused_after_release() {
+    // The 5 ms job and 300 ms clock skew case: the winner has already
+    // released when the late node arrives; the occurrence record refuses it.
+    let redis = RedisServer::start();
+    let early = locker(&redis, "early").await;
+    let late = locker(&redis, "late").await;
+    let lease = won(early
+        .claim("tick", &scheduled(5_000), &new_token(), TTL)
+        .await
+        .unwrap());
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert!(
+        early
+            .release(&lease, &entry("early", &lease, "occ-5000"))
+            .await
+            .unwrap()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let claim = late
+        .claim("tick", &scheduled(5_000), &new_token(), TTL)
+        .await
+        .unwrap();
+    assert_eq!(
+        claim,
+        Claim::Taken {
+            by: "early".into(),
+            fence: lease.fence,
+            decision: "claimed".into()
+        }
+    );
+    // An older occurrence is refused too; the next one is free.
+    let older = late
+        .claim("tick", &scheduled(4_000), &new_token(), TTL)
+        .await
+        .unwrap();
+    assert!(matches!(older, Claim::Taken { .. }), "{older:?}");
+    won(late
+        .claim("tick", &scheduled(6_000), &new_token(), TTL)
+        .await
+        .unwrap());
+}
+
+#[tokio::test]
+async fn retried_claim_with_same_token_gets_the_same_fence() {
+    let redis = RedisServer::start();
+    let node = locker(&redis, "a").await;
+    let other = locker(&redis, "b").await;
+    let token = new_token();
+    let first = won(node
+        .claim("job", &scheduled(1_000), &token, TTL)
+        .await
+        .unwrap());
+    // The reply was "lost": the same node retries with the same token.
+    let again = won(node
+        .claim("job", &scheduled(1_000), &token, TTL)
+        .await
+        .unwrap());
+    assert_eq!(first.fence, again.fence);
+    // Someone else with another token is refused.
+    assert!(matches!(
+        other
+            .claim("job", &scheduled(1_000), &new_token(), TTL)
+            .await
+            .unwrap(),
+        Claim::Taken { .. }
+    ));
+    // Manual runs are idempotent the same way.
+    let manual = Target::Manual {
+        name: "manual-x".into(),
+    };
+    let redis_conn = &mut redis.conn();
+    let _: () = redis_conn.del("{test:job}:lock").unwrap();
+    let token = new_token();
+    let m1 = won(node.claim("job", &manual, &token, TTL).await.unwrap());
+    let m2 = won(node.claim("job", &manual, &token, TTL).await.unwrap());
+    assert_eq!(m1.fence, m2.fence);
+}
+
+#[tokio::test]
+async fn fences_strictly_increase_also_after_data_loss() {
+    let redis = RedisServer::start();
+    let node = locker(&redis, "a").await;
+    let mut fences = Vec::new();
+    for i in 1..=20 {
+        let lease = won(node
+            .claim("job", &scheduled(i * 1000), &new_token(), TTL)
+            .await
+            .unwrap());
+        node.release(&lease, &entry("a", &lease, "x"))
+            .await
+            .unwrap();
+        fences.push(lease.fence);
+    }
+    // Simulated data loss: the state (fence and occurrence record) is gone.
+    let mut conn = redis.conn();
+    let _: () = conn.del("{test:job}:state").unwrap();
+    let after_loss = won(node
+        .claim("job", &scheduled(1000), &new_token(), TTL)
+        .await
+        .unwrap());
+    fences.push(after_loss.fence);
+    // And a full FLUSHALL.
+    node.release(&after_loss, &entry("a", &after_loss, "x"))
+        .await
+        .unwrap();
+    let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+    let after_flush = won(node
+        .claim("job", &scheduled(1000), &new_token(), TTL)
+        .await
+        .unwrap());
+    fences.push(after_flush.fence);
+    for pair in fences.windows(2) {
+        assert!(
+            pair[1] > pair[0],
+            "fences must strictly increase: {fences:?}"
+        );
+    }
+    // A plain INCR would restart at 1; ours is anchored to Redis TIME in µs.
+    assert!(
+        after_loss.fence > 1_000_000_000_000_000,
+        "{}",
+        after_loss.fence
+    );
+}
+
+#[tokio::test]
+async fn release_with_a_stale_token_deletes_nothing() {
+    let redis = RedisServer::start();
+    let a = locker(&redis, "a").await;
+    let b = locker(&redis, "b").await;
+    let short = Duration::from_millis(200);
+    let stale = won(a
+        .claim("job", &scheduled(1_000), &new_token(), short)
+        .await
+        .unwrap());
+    // a's lock expires, b takes the next occurrence.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let current = won(b
+        .claim("job", &scheduled(2_000), &new_token(), TTL)
+        .await
+        .unwrap());
+    assert!(current.fence > stale.fence);
+    assert!(
+        !a.extend(&stale).await.unwrap(),
+        "a stale lease must not extend"
+    );
+    assert!(
+        !a.release(&stale, &entry("a", &stale, "occ-1000"))
+            .await
+            .unwrap()
+    );
+    let value: String = redis.conn().get("{test:job}:lock").unwrap();
+    assert!(
+        value.ends_with(" b"),
+        "b's lock must survive a stale release: {value}"
+    );
+    assert!(b.extend(&current).await.unwrap());
+}
+
+#[tokio::test]
+async fn busy_lock_skips_the_occurrence_once_and_manual_runs_consume_nothing() {
+    let redis = RedisServer::start();
+    let a = locker(&redis, "a").await;
+    let b = locker(&redis, "b").await;
+    let c = locker(&redis, "c").await;
+    let running = won(a
+        .claim("job", &scheduled(1_000), &new_token(), TTL)
+        .await
+        .unwrap());
+    let busy = b
+        .claim("job", &scheduled(2_000), &new_token(), TTL)
+        .await
+        .unwrap();
+    assert_eq!(
+        busy,
+        Claim::Busy {
+            holder: "a".into(),
+            fence: running.fence
+        }
+    );
+    // The skip is a decision: recorded once, and later claimers are told.
+    let later = c
+        .claim("job", &scheduled(2_000), &new_token(), TTL)
+        .await
+        .unwrap();
+    assert!(
+        matches!(&later, Claim::Taken { decision, .. } if decision == "skipped"),
+        "{later:?}"
+    );
+    let mut conn = redis.conn();
+    let skipped: Vec<redis::Value> = redis::cmd("XRANGE")
+        .arg("{test:job}:history")
+        .arg("-")
+        .arg("+")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(skipped.len(), 1, "one skip entry");
+    a.release(&running, &entry("a", &running, "occ-1000"))
+        .await
+        .unwrap();
+    let len: usize = conn.xlen("{test:job}:history").unwrap();
+    assert_eq!(len, 2, "skip + finished run");
+    // A manual run takes the lock with a new fence but leaves the schedule alone.
+    let manual = won(c
+        .claim(
+            "job",
+            &Target::Manual {
+                name: "manual-now".into(),
+            },
+            &new_token(),
+            TTL,
+        )
+        .await
+        .unwrap());
+    assert!(manual.fence > running.fence);
+    c.release(&manual, &entry("c", &manual, "manual-now"))
+        .await
+        .unwrap();
+    let next = won(b
+        .claim("job", &scheduled(3_000), &new_token(), TTL)
+        .await
+        .unwrap());
+    assert!(next.fence > manual.fence);
+}

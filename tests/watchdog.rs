@@ -1,0 +1,153 @@
+//! The watchdog keeps a long run's lease, and stops the run before the lock
+//! could expire in Redis when renewals cannot be confirmed (Redis paused).
+//!
+//! Jobs here are due every minute with `starting_deadline = "1m"`, so a node
+//! catches up the latest occurrence as soon as it starts: the run begins
+//! at once instead of at the next minute.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Node, RedisServer, Workdir, history, is_alive, read_pid, toml_path, wait_until};
+use redis::Commands as _;
+
+const LOCK: &str = "{solocron:long}:lock";
+
+fn config(work: &Workdir, lock_ttl: &str, on_lock_lost: &str, command: &str) {
+    work.write_config(&format!(
+        r#"
+[jobs.long]
+schedule = "* * * * *"
+starting_deadline = "1m"
+lock_ttl = "{lock_ttl}"
+on_lock_lost = "{on_lock_lost}"
+command = '{command}'
+"#
+    ));
+}
+
+/// Waits for a PTTL reading taken just after a renewal, then pauses Redis at
+/// once. Returns the earliest instant the lock could expire in Redis.
+fn pause_right_after_a_renewal(redis: &RedisServer, ttl_ms: i64) -> Instant {
+    let mut conn = redis.conn();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let before = Instant::now();
+        let left: i64 = conn.pttl(LOCK).expect("PTTL");
+        if left > ttl_ms - 60 {
+            redis.pause();
+            return before + Duration::from_millis(left as u64);
+        }
+        assert!(Instant::now() < deadline, "no renewal seen (PTTL {left})");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn a_run_three_times_longer_than_lock_ttl_keeps_the_lock() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let pid_file = toml_path(&work.path("pid"));
+    config(
+        &work,
+        "1s",
+        "kill",
+        &format!("echo $$ > {pid_file}; sleep 3.5"),
+    );
+    let node = Node::start(&work, &redis, "n1", &[]);
+    wait_until(Duration::from_secs(10), "the job started", || {
+        read_pid(&work, "pid").is_some()
+    });
+    let mut conn = redis.conn();
+    let mut samples = 0;
+    let started = Instant::now();
+    wait_until(Duration::from_secs(10), "the run finished", || {
+        let finished = !history(&redis, "long").is_empty();
+        if !finished && started.elapsed() < Duration::from_millis(3300) {
+            let holder: Option<String> = conn.get(LOCK).expect("GET");
+            let holder = holder.expect("the lock must be held for the whole run");
+            assert!(holder.ends_with(" n1"), "{holder}");
+            samples += 1;
+        }
+        finished
+    });
+    assert!(samples > 50, "sampled the lock {samples} times");
+    let entries = history(&redis, "long");
+    assert_eq!(entries[0]["outcome"], "succeeded", "{entries:?}");
+    assert!(!node.log().contains("lock lost"), "{}", node.log());
+    let lock: Option<String> = conn.get(LOCK).expect("GET");
+    assert_eq!(lock, None, "released after the run");
+}
+
+#[test]
+fn redis_paused_longer_than_lock_ttl_kills_the_run_before_the_lock_expires() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let pid_file = toml_path(&work.path("pid"));
+    config(
+        &work,
+        "2s",
+        "kill",
+        &format!("echo $$ > {pid_file}; exec sleep 30"),
+    );
+    let node = Node::start(&work, &redis, "n1", &[]);
+    wait_until(Duration::from_secs(10), "the job started", || {
+        read_pid(&work, "pid").is_some()
+    });
+    let pid = read_pid(&work, "pid").expect("pid");
+    let expires_at = pause_right_after_a_renewal(&redis, 2000);
+    let dead = {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if !is_alive(pid) {
+                break Instant::now();
+            }
+            assert!(Instant::now() < deadline, "the job survived the lost lease");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    redis.resume();
+    assert!(
+        dead < expires_at,
+        "the job must be gone before its lock could expire in redis ({:?} too late)",
+        dead - expires_at
+    );
+    node.wait_for_log(Duration::from_secs(5), "lock lost: stopping the run");
+    wait_until(Duration::from_secs(15), "the outcome is recorded", || {
+        !history(&redis, "long").is_empty()
+    });
+    assert_eq!(history(&redis, "long")[0]["outcome"], "lock_lost");
+}
+
+#[test]
+fn with_on_lock_lost_continue_the_run_goes_on_and_the_loss_is_logged() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let pid_file = toml_path(&work.path("pid"));
+    config(
+        &work,
+        "1s",
+        "continue",
+        &format!("echo $$ > {pid_file}; exec sleep 4"),
+    );
+    let node = Node::start(&work, &redis, "n1", &[]);
+    wait_until(Duration::from_secs(10), "the job started", || {
+        read_pid(&work, "pid").is_some()
+    });
+    let pid = read_pid(&work, "pid").expect("pid");
+    let expires_at = pause_right_after_a_renewal(&redis, 1000);
+    node.wait_for_log(Duration::from_secs(5), "lock lost: the run continues");
+    while Instant::now() < expires_at + Duration::from_millis(300) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        is_alive(pid),
+        "the run must go on with on_lock_lost = continue"
+    );
+    redis.resume();
+    wait_until(Duration::from_secs(15), "the outcome is recorded", || {
+        !history(&redis, "long").is_empty()
+    });
+    assert_eq!(history(&redis, "long")[0]["outcome"], "succeeded");
+}
