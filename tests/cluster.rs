@@ -7,7 +7,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use common::{Node, RedisServer, Workdir, is_alive, records, toml_path, wait_until};
+use common::{
+    Node, RedisServer, Workdir, faketime_env, is_alive, logged_clock_offset, records, toml_path,
+    wait_until,
+};
 
 fn parse(occurrence: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(occurrence)
@@ -17,6 +20,38 @@ fn parse(occurrence: &str) -> DateTime<Utc> {
 
 #[test]
 fn three_nodes_run_every_occurrence_exactly_once() {
+    run_every_second_on_three_nodes(&[None, None, None]);
+}
+
+#[test]
+fn clocks_300_ms_apart_still_run_a_5_ms_job_exactly_once() {
+    // n2's wall clock is 300 ms ahead, n3's 300 ms behind (libfaketime); the
+    // job takes about 5 ms, so the early node has long released the lock
+    // when the late one arrives: only the occurrence record stops it.
+    let logs = run_every_second_on_three_nodes(&[None, Some("+0.3"), Some("-0.3")]);
+    let ahead = logged_clock_offset(&logs[1]).expect("n2 logged its clock offset");
+    let behind = logged_clock_offset(&logs[2]).expect("n3 logged its clock offset");
+    assert!(
+        (200..=400).contains(&ahead),
+        "n2 must really be ~300 ms ahead: {ahead}"
+    );
+    assert!(
+        (-400..=-200).contains(&behind),
+        "n3 must really be ~300 ms behind: {behind}"
+    );
+    let late_refusals = logs[2]
+        .lines()
+        .filter(|line| line.contains("claim lost"))
+        .count();
+    assert!(
+        late_refusals >= 10,
+        "the late node must have been refused, not raced: {late_refusals}"
+    );
+}
+
+/// Three nodes (optional libfaketime offsets), one every-second 5 ms job, a
+/// 15 s window audited occurrence by occurrence. Returns the nodes' logs.
+fn run_every_second_on_three_nodes(offsets: &[Option<&str>; 3]) -> Vec<String> {
     let redis = RedisServer::start();
     let work = Workdir::new();
     let runs = work.path("runs");
@@ -31,7 +66,13 @@ command = 'echo "$SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE" >> {}'
     ));
     let nodes: Vec<Node> = ["n1", "n2", "n3"]
         .iter()
-        .map(|id| Node::start(&work, &redis, id, &[]))
+        .zip(offsets)
+        .map(|(id, offset)| {
+            let env = offset.map(faketime_env).unwrap_or_default();
+            let env: Vec<(&str, &str)> =
+                env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            Node::start(&work, &redis, id, &env)
+        })
         .collect();
     // The window: whole seconds after all three started, for 15 s.
     let start = DateTime::from_timestamp(Utc::now().timestamp() + 2, 0).expect("a valid instant");
@@ -45,8 +86,19 @@ command = 'echo "$SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE" >> {}'
                 .any(|r| parse(&r.occurrence) >= end)
         },
     );
-    // Let losers finish logging the last occurrence.
-    std::thread::sleep(Duration::from_millis(300));
+    // Every node has decided the last occurrence (a node whose clock is
+    // behind gets there later).
+    let last = format!(
+        "occurrence={}",
+        end.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    );
+    for node in &nodes {
+        wait_until(
+            Duration::from_secs(5),
+            "every node decided the window's last occurrence",
+            || node.log().contains(&last),
+        );
+    }
     let all = records(&work.lines("runs"));
     let mut by_occurrence: BTreeMap<DateTime<Utc>, Vec<_>> = BTreeMap::new();
     for record in &all {
@@ -113,6 +165,7 @@ command = 'echo "$SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE" >> {}'
             );
         }
     }
+    nodes.iter().map(Node::log).collect()
 }
 
 #[test]

@@ -160,3 +160,154 @@ fn the_example_jobs_toml_passes_check() {
     let out = solocron(&["check", "--config", example]);
     assert!(out.status.success(), "{out:?}");
 }
+
+/// A node frozen (SIGSTOP) from before an occurrence of a job due every 5 s
+/// until 2 s after it. Jobs record `OCCURRENCE NODE FENCE START_EPOCH_SECONDS`.
+struct Frozen {
+    _redis: RedisServer,
+    work: Workdir,
+    node: Node,
+    name: String,
+    occurrence: chrono::DateTime<chrono::Utc>,
+}
+
+fn freeze_across_an_occurrence(starting_deadline: &str) -> Frozen {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let runs = toml_path(&work.path("runs"));
+    work.write_config(&format!(
+        r#"
+[jobs.five]
+schedule = "*/5 * * * * *"
+starting_deadline = "{starting_deadline}"
+command = 'echo "$SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE $(date +%s.%N)" >> {runs}'
+"#
+    ));
+    let node = Node::start(&work, &redis, "n1", &[]);
+    let next = (chrono::Utc::now().timestamp() + 1) / 5 * 5 + 5;
+    let occurrence = chrono::DateTime::from_timestamp(next, 0).expect("valid instant");
+    node.signal("STOP");
+    // The fault itself: stay frozen until 2 s past the occurrence.
+    let resume_at = occurrence + chrono::TimeDelta::seconds(2);
+    std::thread::sleep(
+        (resume_at - chrono::Utc::now())
+            .to_std()
+            .unwrap_or_default(),
+    );
+    node.signal("CONT");
+    let name = occurrence.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    node.wait_for_log(Duration::from_secs(5), &format!("occurrence={name}"));
+    Frozen {
+        _redis: redis,
+        work,
+        node,
+        name,
+        occurrence,
+    }
+}
+
+#[test]
+fn a_node_that_wakes_late_still_claims_within_starting_deadline() {
+    let frozen = freeze_across_an_occurrence("4s");
+    let name = &frozen.name;
+    frozen.node.wait_for_log(
+        Duration::from_secs(5),
+        &format!("claim won job=five occurrence={name}"),
+    );
+    wait_until(Duration::from_secs(5), "the late run is recorded", || {
+        frozen
+            .work
+            .lines("runs")
+            .iter()
+            .any(|line| line.starts_with(name.as_str()))
+    });
+    let runs = frozen.work.lines("runs");
+    let run = runs
+        .iter()
+        .find(|line| line.starts_with(name.as_str()))
+        .expect("recorded");
+    let started: f64 = run
+        .split_whitespace()
+        .nth(3)
+        .and_then(|s| s.parse().ok())
+        .expect("start time");
+    assert!(
+        started >= frozen.occurrence.timestamp() as f64 + 1.9,
+        "it ran late, after the freeze: {run}"
+    );
+}
+
+#[test]
+fn a_node_that_wakes_after_starting_deadline_logs_the_occurrence_as_missed() {
+    let frozen = freeze_across_an_occurrence("1s");
+    let name = &frozen.name;
+    let log = frozen.node.log();
+    assert!(
+        log.lines().any(
+            |line| line.contains("occurrence missed: past starting_deadline")
+                && line.contains(name.as_str())
+        ),
+        "{log}"
+    );
+    assert!(
+        !log.contains(&format!("claim won job=five occurrence={name}")),
+        "{log}"
+    );
+    let runs = frozen.work.lines("runs");
+    assert!(
+        !runs.iter().any(|line| line.starts_with(name.as_str())),
+        "{runs:?}"
+    );
+}
+
+#[test]
+fn a_node_starting_after_an_unclaimed_occurrence_runs_it_late_once() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let runs = toml_path(&work.path("runs"));
+    work.write_config(&format!(
+        r#"
+[jobs.minutely]
+schedule = "* * * * *"
+starting_deadline = "1m"
+command = 'echo "$SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE" >> {runs}'
+"#
+    ));
+    // Keep clear of a minute boundary while the node starts.
+    wait_until(
+        Duration::from_secs(10),
+        "not near a minute boundary",
+        || chrono::Utc::now().timestamp() % 60 < 55,
+    );
+    let started = chrono::Utc::now();
+    let _first = Node::start(&work, &redis, "n1", &[]);
+    wait_until(Duration::from_secs(10), "the catch-up run", || {
+        !work.lines("runs").is_empty()
+    });
+    let record = common::records(&work.lines("runs"))[0].clone();
+    let expected =
+        chrono::DateTime::from_timestamp(started.timestamp() / 60 * 60, 0).expect("valid instant");
+    assert_eq!(
+        record.occurrence,
+        expected.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    );
+    assert_eq!(record.node, "n1");
+    // A second node starting now finds it claimed and says by whom.
+    let second = Node::start(&work, &redis, "n2", &[]);
+    second.wait_for_log(
+        Duration::from_secs(5),
+        &format!(
+            "claim lost job=minutely occurrence={} node=n2 winner=n1",
+            record.occurrence
+        ),
+    );
+    let again = common::records(&work.lines("runs"));
+    assert_eq!(
+        again
+            .iter()
+            .filter(|r| r.occurrence == record.occurrence)
+            .count(),
+        1,
+        "{again:?}"
+    );
+}

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::lock::Locker;
 
@@ -26,6 +26,7 @@ pub async fn offset_ms(locker: &Locker) -> Result<i64, redis::RedisError> {
 
 /// Checks the offset now and every minute until `cancel`.
 pub async fn check_loop(locker: Locker, cancel: CancellationToken) {
+    let mut first = true;
     loop {
         match offset_ms(&locker).await {
             Ok(offset) if offset.abs() > WARN_ABOVE_MS => warn!(
@@ -33,11 +34,16 @@ pub async fn check_loop(locker: Locker, cancel: CancellationToken) {
                 offset_ms = offset,
                 "clock differs from redis by more than {WARN_ABOVE_MS} ms; check NTP on this server"
             ),
-            Ok(offset) => {
+            // The first good reading is worth a line; later ones only on request.
+            Ok(offset) if first => {
                 info!(node = %locker.node(), offset_ms = offset, "clock checked against redis")
+            }
+            Ok(offset) => {
+                debug!(node = %locker.node(), offset_ms = offset, "clock checked against redis")
             }
             Err(err) => warn!(node = %locker.node(), error = %err, "cannot read redis TIME"),
         }
+        first = false;
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_secs(60)) => {}

@@ -56,12 +56,17 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
                 by,
                 fence,
                 decision,
-            }) => {
-                info!(job = %job.name, occurrence = %name, node = %node, winner = %by, fence, decision = %decision, "claim lost");
+            }) if decision == "skipped" => {
+                info!(job = %job.name, occurrence = %name, node = %node, decided_by = %by, holder_fence = fence,
+                    "occurrence already skipped for overlap by another node");
+                return;
+            }
+            Ok(Claim::Taken { by, fence, .. }) => {
+                info!(job = %job.name, occurrence = %name, node = %node, winner = %by, fence, "claim lost");
                 return;
             }
             Ok(Claim::Busy { holder, fence }) => {
-                info!(job = %job.name, occurrence = %name, node = %node, holder = %holder, fence, outcome = "skipped",
+                info!(job = %job.name, occurrence = %name, node = %node, holder = %holder, fence, outcome = %"skipped",
                     "occurrence skipped: previous run still holds the lock (overlap = skip)");
                 return;
             }
@@ -156,10 +161,10 @@ fn log_finished(job: &Job, name: &str, node: &str, fence: u64, report: &Report) 
     match report.outcome {
         crate::exec::Outcome::Succeeded => {
             info!(job = %job.name, occurrence = %name, node = %node, fence,
-            outcome, exit, http_status = http, duration = %duration, "run finished")
+            outcome = %outcome, exit, http_status = http, duration = %duration, "run finished")
         }
         _ => {
-            warn!(job = %job.name, occurrence = %name, node = %node, fence, outcome, exit, http_status = http,
+            warn!(job = %job.name, occurrence = %name, node = %node, fence, outcome = %outcome, exit, http_status = http,
             duration = %duration, error = report.error.as_deref(), "run finished")
         }
     }

@@ -60,7 +60,7 @@ pub(super) async fn log_lines(
             Ok(n) => line.push(&buf[..n], &mut emit),
             Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(err) => {
-                tracing::warn!(job = %fields.job, stream = stream.as_str(), error = %err,
+                tracing::warn!(job = %fields.job, stream = %stream.as_str(), error = %err,
                     "cannot read job output");
                 break;
             }
@@ -78,9 +78,9 @@ fn emit_line(fields: &LineFields, stream: Stream, line: &str) {
         echo,
     } = fields;
     match stream {
-        Stream::Stdout => tracing::info!(%job, %occurrence, %node, fence, stream = "stdout",
+        Stream::Stdout => tracing::info!(%job, %occurrence, %node, fence, stream = %"stdout",
             line = %line, "job output"),
-        Stream::Stderr => tracing::warn!(%job, %occurrence, %node, fence, stream = "stderr",
+        Stream::Stderr => tracing::warn!(%job, %occurrence, %node, fence, stream = %"stderr",
             line = %line, "job output"),
     }
     if *echo {

@@ -85,6 +85,8 @@ fn build_command(ctx: &RunContext) -> Result<(String, Command), String> {
         .env("SOLOCRON_OCCURRENCE", &ctx.occurrence)
         .env("SOLOCRON_FENCE", ctx.fence.to_string())
         .env("SOLOCRON_NODE", &ctx.node)
+        // The daemon's own settings may hold a Redis password: not for jobs.
+        .env_remove("SOLOCRON_REDIS_URL")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -333,3 +333,32 @@ pub fn read_pid(work: &Workdir, name: &str) -> Option<i32> {
         .first()
         .and_then(|line| line.trim().parse().ok())
 }
+
+/// Environment that shifts a process's wall clock by `offset` seconds
+/// (e.g. `"+0.3"`) with libfaketime, leaving the monotonic clock alone.
+pub fn faketime_env(offset: &str) -> Vec<(String, String)> {
+    let lib = [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib",
+    ]
+    .iter()
+    .map(|dir| PathBuf::from(dir).join("faketime/libfaketimeMT.so.1"))
+    .find(|path| path.exists())
+    .expect("libfaketime must be installed for the clock-skew tests (apt-get install faketime)");
+    vec![
+        ("LD_PRELOAD".to_string(), lib.display().to_string()),
+        ("FAKETIME".to_string(), offset.to_string()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC".to_string(), "1".to_string()),
+        ("FAKETIME_NO_CACHE".to_string(), "1".to_string()),
+    ]
+}
+
+/// The `offset_ms` a node logged at its first clock check against Redis.
+pub fn logged_clock_offset(log: &str) -> Option<i64> {
+    log.lines()
+        .find(|line| line.contains("offset_ms="))
+        .and_then(|line| line.split("offset_ms=").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|value| value.parse().ok())
+}
