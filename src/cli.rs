@@ -59,12 +59,29 @@ pub enum Command {
     Run,
     /// Validate the config and print every job with its next 3 occurrences.
     Check,
+    /// Run JOB now on this node, under its lock with a new fence; exit 0 ok, 1 failed, 3 lock busy.
+    Trigger {
+        /// The job's name in the config.
+        job: String,
+    },
+}
+
+impl Command {
+    /// The log filter when `SOLOCRON_LOG` is unset: `trigger` shows the
+    /// job's output itself, so only warnings go to the log there.
+    pub fn default_log_filter(&self) -> &'static str {
+        match self {
+            Command::Trigger { .. } => "warn",
+            _ => "info",
+        }
+    }
 }
 
 /// Sets up logging to stderr: text (default) or one JSON object per line,
-/// filtered by `SOLOCRON_LOG` (default `info`).
-pub fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_env("SOLOCRON_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+/// filtered by `SOLOCRON_LOG` (default `default_filter`).
+pub fn init_logging(format: LogFormat, default_filter: &str) {
+    let filter =
+        EnvFilter::try_from_env("SOLOCRON_LOG").unwrap_or_else(|_| EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
@@ -86,19 +103,27 @@ pub const EXIT_BAD_CONFIG: u8 = 78;
 /// Runs the chosen subcommand. `Err` is a fatal error for `main` to print;
 /// its exit code comes from [`exit_code_for`].
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    match cli.command {
+    match &cli.command {
         Command::Check => check(&cli),
         Command::Run => {
+            // Before anything slow: a SIGHUP must never find the default action.
+            let reloads =
+                crate::shutdown::reloads().context("cannot install the SIGHUP handler")?;
             let config = load(&cli)?;
-            let node = node_id(&cli)?;
-            crate::daemon::run(config, &node, async {
-                if let Err(err) = crate::shutdown::requested().await {
-                    tracing::error!(error = %err, "cannot install signal handlers; stopping");
-                }
-            })
-            .await?;
+            let options = crate::daemon::Options {
+                node: node_id(&cli)?,
+                redis_override: cli.redis.clone(),
+            };
+            crate::daemon::run(config, options, stop_signal(), reloads).await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Trigger { job } => crate::trigger::run(load(&cli)?, &node_id(&cli)?, job).await,
+    }
+}
+
+async fn stop_signal() {
+    if let Err(err) = crate::shutdown::requested().await {
+        tracing::error!(error = %err, "cannot install signal handlers; stopping");
     }
 }
 
@@ -112,7 +137,8 @@ pub fn exit_code_for(command: &Command, err: &anyhow::Error) -> u8 {
     }
 }
 
-fn load(cli: &Cli) -> anyhow::Result<Config> {
+/// Loads `--config`, with `--redis` applied.
+pub fn load(cli: &Cli) -> anyhow::Result<Config> {
     let mut config = config::load(&cli.config)?;
     if let Some(url) = &cli.redis {
         config.redis.url = url.clone();
@@ -120,7 +146,8 @@ fn load(cli: &Cli) -> anyhow::Result<Config> {
     Ok(config)
 }
 
-fn node_id(cli: &Cli) -> anyhow::Result<String> {
+/// `--node-id`, or the host name.
+pub fn node_id(cli: &Cli) -> anyhow::Result<String> {
     match &cli.node_id {
         Some(id) if !id.trim().is_empty() => Ok(id.trim().to_string()),
         Some(_) => anyhow::bail!(

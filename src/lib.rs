@@ -6,10 +6,13 @@
 //! - [`config`]: `jobs.toml` -> a validated [`config::Config`].
 //! - [`lock`]: the claim / extend / release scripts on Redis, and the watchdog.
 //! - [`history`]: the per-job decision stream (who ran which occurrence).
+//! - [`registry`]: live nodes and their job fingerprints (config drift guard).
 //! - [`exec`]: runs a job's action and classifies its [`exec::Outcome`].
 //! - [`daemon`]: the loop joining schedule, lock, exec and history.
 //! - [`cli`]: command-line types, logging set-up and the subcommands.
-//! - [`shutdown`]: the future that completes on SIGTERM or SIGINT.
+//! - [`shutdown`]: the future that completes on SIGTERM or SIGINT; SIGHUP reloads.
+//! - [`trigger`]: `solocron trigger JOB`, a manual run under the lock.
+//! - [`metrics`], [`notify`]: Prometheus metrics and systemd notifications.
 #![deny(unsafe_code)]
 
 pub mod cli;
@@ -18,5 +21,9 @@ pub mod daemon;
 pub mod exec;
 pub mod history;
 pub mod lock;
+pub mod metrics;
+pub mod notify;
+pub mod registry;
 pub mod schedule;
 pub mod shutdown;
+pub mod trigger;

@@ -1,4 +1,5 @@
-//! The future that completes when the process is asked to stop.
+//! The future that completes when the process is asked to stop, and the
+//! stream of reload requests (SIGHUP).
 //!
 //! `systemctl stop` sends SIGTERM, a terminal sends SIGINT; `ctrl_c()` alone
 //! would miss the first. Once a signal is handled its default action is
@@ -8,6 +9,7 @@
 use std::io;
 
 use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
 use tracing::warn;
 
 /// Completes on the first SIGTERM or SIGINT, then arms the "second signal
@@ -28,4 +30,19 @@ pub async fn requested() -> io::Result<()> {
         std::process::exit(130);
     });
     Ok(())
+}
+
+/// A message per SIGHUP (reload `jobs.toml`). Installs the handler at once;
+/// the forwarding task ends when the receiver is dropped.
+pub fn reloads() -> io::Result<mpsc::UnboundedReceiver<()>> {
+    let mut hup = signal(SignalKind::hangup())?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            if tx.send(()).is_err() {
+                return;
+            }
+        }
+    });
+    Ok(rx)
 }

@@ -164,7 +164,7 @@ fn the_example_jobs_toml_passes_check() {
 /// A node frozen (SIGSTOP) from before an occurrence of a job due every 5 s
 /// until 2 s after it. Jobs record `OCCURRENCE NODE FENCE START_EPOCH_SECONDS`.
 struct Frozen {
-    _redis: RedisServer,
+    redis: RedisServer,
     work: Workdir,
     node: Node,
     name: String,
@@ -183,9 +183,20 @@ starting_deadline = "{starting_deadline}"
 command = 'echo "$SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE $(date +%s.%N)" >> {runs}'
 "#
     ));
-    let node = Node::start(&work, &redis, "n1", &[]);
-    let next = (chrono::Utc::now().timestamp() + 1) / 5 * 5 + 5;
+    // The occurrence to freeze across, at least 2 s away; everything before
+    // it is marked as decided, so the node's start-up catch-up is refused at
+    // once and no run is in progress when the node is frozen.
+    let next = (chrono::Utc::now().timestamp() + 2) / 5 * 5 + 5;
     let occurrence = chrono::DateTime::from_timestamp(next, 0).expect("valid instant");
+    let _: () = redis::cmd("HSET")
+        .arg("{solocron:five}:state")
+        .arg("last_occ")
+        .arg(occurrence.timestamp_millis() - 1)
+        .arg("last_node")
+        .arg("seed")
+        .query(&mut redis.conn())
+        .expect("HSET");
+    let node = Node::start(&work, &redis, "n1", &[]);
     node.signal("STOP");
     // The fault itself: stay frozen until 2 s past the occurrence.
     let resume_at = occurrence + chrono::TimeDelta::seconds(2);
@@ -198,7 +209,7 @@ command = 'echo "$SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE $(date +%s.
     let name = occurrence.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     node.wait_for_log(Duration::from_secs(5), &format!("occurrence={name}"));
     Frozen {
-        _redis: redis,
+        redis,
         work,
         node,
         name,
@@ -258,6 +269,12 @@ fn a_node_that_wakes_after_starting_deadline_logs_the_occurrence_as_missed() {
         !runs.iter().any(|line| line.starts_with(name.as_str())),
         "{runs:?}"
     );
+    // The miss is a decision: recorded once in the history.
+    wait_until(Duration::from_secs(5), "the miss is recorded", || {
+        history(&frozen.redis, "five")
+            .iter()
+            .any(|entry| entry["occurrence"] == *name && entry["outcome"] == "missed")
+    });
 }
 
 #[test]

@@ -13,6 +13,7 @@
 //! types live in `model`.
 
 mod error;
+mod fingerprint;
 mod http;
 mod interpolate;
 mod job;

@@ -1,20 +1,28 @@
-//! Compares this node's wall clock with Redis `TIME`.
+//! Compares this node's wall clock with Redis `TIME`, and tells systemd the
+//! daemon is ready after the first successful round trip.
 //!
 //! Occurrences are named by the schedule, not by "now", so a skewed clock
 //! cannot make an occurrence run twice; it only makes this node fire early
 //! or late. Still, ops want to know: warn above 500 ms, at start and every
-//! minute. The offset is corrected for half the round trip.
+//! minute. The offset is corrected for half the round trip. Until Redis
+//! first answers, the check is retried every second.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::Shared;
 use crate::lock::Locker;
+use crate::{metrics, notify};
 
 /// Offsets above this are logged as warnings.
 pub const WARN_ABOVE_MS: i64 = 500;
+/// Between checks once Redis has answered.
+const PERIOD: Duration = Duration::from_secs(60);
+/// Between attempts until Redis first answers.
+const FIRST_RETRY: Duration = Duration::from_secs(1);
 
 /// This node's clock minus Redis's, in ms (positive: this node is ahead).
 pub async fn offset_ms(locker: &Locker) -> Result<i64, redis::RedisError> {
@@ -24,29 +32,38 @@ pub async fn offset_ms(locker: &Locker) -> Result<i64, redis::RedisError> {
     Ok(local_before + half_rtt - redis_ms)
 }
 
-/// Checks the offset now and every minute until `cancel`.
-pub async fn check_loop(locker: Locker, cancel: CancellationToken) {
-    let mut first = true;
+/// Checks the offset now and every minute until shutdown; READY=1 to
+/// systemd after the first answer.
+pub async fn check_loop(shared: Arc<Shared>) {
+    let locker = &shared.locker;
+    let mut answered = false;
     loop {
-        match offset_ms(&locker).await {
-            Ok(offset) if offset.abs() > WARN_ABOVE_MS => warn!(
-                node = %locker.node(),
-                offset_ms = offset,
-                "clock differs from redis by more than {WARN_ABOVE_MS} ms; check NTP on this server"
-            ),
-            // The first good reading is worth a line; later ones only on request.
-            Ok(offset) if first => {
-                info!(node = %locker.node(), offset_ms = offset, "clock checked against redis")
-            }
+        match offset_ms(locker).await {
             Ok(offset) => {
-                debug!(node = %locker.node(), offset_ms = offset, "clock checked against redis")
+                shared.set_clock_offset(offset);
+                metrics::clock_offset(offset);
+                if offset.abs() > WARN_ABOVE_MS {
+                    warn!(node = %locker.node(), offset_ms = offset,
+                        "clock differs from redis by more than {WARN_ABOVE_MS} ms; check NTP on this server");
+                } else if !answered {
+                    info!(node = %locker.node(), offset_ms = offset, "clock checked against redis");
+                } else {
+                    debug!(node = %locker.node(), offset_ms = offset, "clock checked against redis");
+                }
+                if !answered {
+                    answered = true;
+                    notify::ready();
+                }
             }
-            Err(err) => warn!(node = %locker.node(), error = %err, "cannot read redis TIME"),
+            Err(err) => {
+                metrics::redis_error("time");
+                warn!(node = %locker.node(), error = %err, "cannot read redis TIME");
+            }
         }
-        first = false;
+        let pause = if answered { PERIOD } else { FIRST_RETRY };
         tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_secs(60)) => {}
+            _ = shared.cancel.cancelled() => return,
+            _ = tokio::time::sleep(pause) => {}
         }
     }
 }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::{Shared, occurrence};
@@ -20,8 +21,9 @@ use crate::config::Job;
 /// Longest single sleep before the wall clock is read again.
 const MAX_SLEEP: Duration = Duration::from_secs(60);
 
-/// Runs `job`'s schedule until shutdown.
-pub async fn run(shared: Arc<Shared>, job: Arc<Job>) {
+/// Runs `job`'s schedule until `cancel` (shutdown, or the job was removed or
+/// changed by a reload). Runs already started are not affected.
+pub async fn run(shared: Arc<Shared>, job: Arc<Job>, cancel: CancellationToken) {
     let deadline = chrono_duration(job.starting_deadline);
     let now = Utc::now();
     let mut next = job.schedule.next_after(now);
@@ -29,7 +31,7 @@ pub async fn run(shared: Arc<Shared>, job: Arc<Job>) {
         spawn_attempt(&shared, &job, latest, true);
     }
     while let Some(at) = next {
-        if !sleep_until_wall(&shared, at).await {
+        if !sleep_until_wall(&cancel, at).await {
             return;
         }
         let now = Utc::now();
@@ -41,6 +43,12 @@ pub async fn run(shared: Arc<Shared>, job: Arc<Job>) {
         if now - due > deadline {
             warn!(job = %job.name, occurrence = %rfc3339(due), node = %shared.locker.node(),
                 "occurrence missed: past starting_deadline when this node woke");
+            occurrence::spawn_record_missed(
+                &shared,
+                &job,
+                due,
+                "node woke after starting_deadline",
+            );
         } else {
             spawn_attempt(&shared, &job, due, false);
         }
@@ -81,18 +89,18 @@ fn latest_due(job: &Job, at: DateTime<Utc>, now: DateTime<Utc>) -> (DateTime<Utc
     (due, passed)
 }
 
-/// Sleeps until the wall clock reaches `at`; `false` if shutdown came first.
-async fn sleep_until_wall(shared: &Shared, at: DateTime<Utc>) -> bool {
+/// Sleeps until the wall clock reaches `at`; `false` if cancelled first.
+async fn sleep_until_wall(cancel: &CancellationToken, at: DateTime<Utc>) -> bool {
     loop {
         let left = at - Utc::now();
         let Ok(left) = left.to_std() else {
-            return !shared.cancel.is_cancelled();
+            return !cancel.is_cancelled();
         };
         if left.is_zero() {
-            return !shared.cancel.is_cancelled();
+            return !cancel.is_cancelled();
         }
         tokio::select! {
-            _ = shared.cancel.cancelled() => return false,
+            _ = cancel.cancelled() => return false,
             _ = tokio::time::sleep(left.min(MAX_SLEEP)) => {}
         }
     }

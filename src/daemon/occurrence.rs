@@ -3,26 +3,32 @@
 //! lock and record the outcome.
 //!
 //! Fail closed: a node that cannot reach Redis never runs the job; the
-//! occurrence is logged as missed once its deadline passes.
+//! occurrence is logged as missed once its deadline passes, and recorded as
+//! missed in the history as soon as Redis answers again (unless a newer
+//! occurrence was decided meanwhile).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tokio::time::Instant;
-use tracing::{error, info, warn};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
 
 use super::Shared;
 use super::job_loop::rfc3339;
 use crate::config::{Job, OnLockLost};
-use crate::exec::{Report, RunContext, StopReason};
+use crate::exec::{Executor, Outcome, Report, RunContext, StopReason};
 use crate::history::Entry;
 use crate::lock::watchdog::{self, LeaseLost};
-use crate::lock::{Claim, Lease, Target, new_token};
+use crate::lock::{Claim, Lease, Locker, Target, new_token};
+use crate::metrics::{self, ClaimResult};
 
-/// First and longest pause between claim retries while Redis fails.
+/// First and longest pause between retries while Redis fails.
 const RETRY_FIRST: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(1);
+/// How long a missed occurrence is kept for recording while Redis is away.
+const RECORD_MISSED_FOR: Duration = Duration::from_secs(3600);
 
 /// Claims and, if won, runs the occurrence of `job` at `at`.
 pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catch_up: bool) {
@@ -32,12 +38,12 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
         name: name.clone(),
     };
     let node = shared.locker.node().to_string();
+    let deadline =
+        chrono::TimeDelta::from_std(job.starting_deadline).unwrap_or(chrono::TimeDelta::MAX);
     let give_up = Instant::now()
-        + (at
-            + chrono::TimeDelta::from_std(job.starting_deadline).unwrap_or(chrono::TimeDelta::MAX)
-            - Utc::now())
-        .to_std()
-        .unwrap_or(Duration::ZERO);
+        + (at + deadline - Utc::now())
+            .to_std()
+            .unwrap_or(Duration::ZERO);
     let token = new_token();
     let mut pause = RETRY_FIRST;
     loop {
@@ -48,32 +54,54 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
             .await
         {
             Ok(Claim::Won(lease)) => {
-                info!(job = %job.name, occurrence = %name, node = %node, fence = lease.fence, catch_up = catch_up.then_some(true), "claim won");
-                run(&shared, &job, &lease, &name, sent).await;
+                metrics::claim(&job.name, ClaimResult::Won);
+                info!(job = %job.name, occurrence = %name, node = %node, fence = lease.fence,
+                    catch_up = catch_up.then_some(true), "claim won");
+                let report = run_lease(
+                    &shared.locker,
+                    &shared.executor,
+                    &shared.interrupt,
+                    &job,
+                    &lease,
+                    &name,
+                    sent,
+                )
+                .await;
+                let lag = (report.started_at - at).to_std().unwrap_or(Duration::ZERO);
+                metrics::fire_to_start(&job.name, lag);
                 return;
             }
             Ok(Claim::Taken {
                 by,
                 fence,
                 decision,
-            }) if decision == "skipped" => {
-                info!(job = %job.name, occurrence = %name, node = %node, decided_by = %by, holder_fence = fence,
-                    "occurrence already skipped for overlap by another node");
-                return;
-            }
-            Ok(Claim::Taken { by, fence, .. }) => {
-                info!(job = %job.name, occurrence = %name, node = %node, winner = %by, fence, "claim lost");
+            }) => {
+                metrics::claim(&job.name, ClaimResult::Lost);
+                if decision == "claimed" {
+                    info!(job = %job.name, occurrence = %name, node = %node, winner = %by, fence, "claim lost");
+                } else {
+                    info!(job = %job.name, occurrence = %name, node = %node, decided_by = %by, decision = %decision,
+                        "occurrence already decided by another node");
+                }
                 return;
             }
             Ok(Claim::Busy { holder, fence }) => {
+                metrics::claim(&job.name, ClaimResult::Busy);
                 info!(job = %job.name, occurrence = %name, node = %node, holder = %holder, fence, outcome = %"skipped",
                     "occurrence skipped: previous run still holds the lock (overlap = skip)");
                 return;
             }
             Err(err) => {
+                metrics::redis_error("claim");
                 if Instant::now() + pause > give_up {
                     error!(job = %job.name, occurrence = %name, node = %node, error = %err,
                         "occurrence missed: redis unreachable until starting_deadline (never run without the lock)");
+                    spawn_record_missed(
+                        &shared,
+                        &job,
+                        at,
+                        "redis unreachable until starting_deadline",
+                    );
                     return;
                 }
                 warn!(job = %job.name, occurrence = %name, node = %node, error = %err, retry_in = ?pause, "claim failed, retrying");
@@ -90,26 +118,67 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
     }
 }
 
-/// Runs a won occurrence (or manual run) to its end and releases the lease.
-pub async fn run(
-    shared: &Shared,
+/// Records `at` of `job` as missed in the background, retrying while Redis
+/// is unreachable (up to an hour, or until shutdown).
+pub fn spawn_record_missed(
+    shared: &Arc<Shared>,
+    job: &Job,
+    at: DateTime<Utc>,
+    reason: &'static str,
+) {
+    metrics::missed(&job.name);
+    let shared = Arc::clone(shared);
+    let job = job.name.clone();
+    shared.tracker.clone().spawn(async move {
+        let name = rfc3339(at);
+        let give_up = Instant::now() + RECORD_MISSED_FOR;
+        let mut pause = RETRY_FIRST;
+        loop {
+            match shared.locker.record_missed(&job, at.timestamp_millis(), &name, reason).await {
+                Ok(recorded) => {
+                    debug!(job = %job, occurrence = %name, recorded, "missed occurrence recorded");
+                    return;
+                }
+                Err(err) if Instant::now() + pause < give_up => {
+                    debug!(job = %job, occurrence = %name, error = %err, "cannot record the missed occurrence yet");
+                }
+                Err(_) => return,
+            }
+            tokio::select! {
+                _ = shared.cancel.cancelled() => return,
+                _ = tokio::time::sleep(pause) => {}
+            }
+            pause = (pause * 2).min(Duration::from_secs(30));
+        }
+    });
+}
+
+/// Runs a won occurrence or manual run (`name`) of `job` under `lease` to its
+/// end, keeping the lease alive, then releases it and records the outcome.
+/// `claim_sent` is when the winning claim was sent; `interrupt` stops the run
+/// (shutdown grace over, or Ctrl-C on `trigger`).
+pub async fn run_lease(
+    locker: &Locker,
+    executor: &Executor,
+    interrupt: &CancellationToken,
     job: &Arc<Job>,
     lease: &Lease,
     name: &str,
     claim_sent: Instant,
 ) -> Report {
-    let node = shared.locker.node().to_string();
+    let node = locker.node().to_string();
     let ctx = RunContext {
         job: Arc::clone(job),
         occurrence: name.to_string(),
         fence: lease.fence,
         node: node.clone(),
     };
-    let stop = stop_when(shared, job, lease, name, claim_sent);
-    let report = shared.executor.execute(&ctx, stop).await;
+    let stop = stop_when(locker, interrupt, job, lease, name, claim_sent);
+    let report = executor.execute(&ctx, stop).await;
+    metrics::run_finished(&job.name, report.outcome.as_str(), report.duration);
     log_finished(job, name, &node, lease.fence, &report);
     release(
-        shared,
+        locker,
         lease,
         &Entry::from_report(name, &node, lease.fence, &report),
     )
@@ -118,26 +187,27 @@ pub async fn run(
 }
 
 /// Completes when the run must stop: the lease is lost (with
-/// `on_lock_lost = "kill"`) or the shutdown grace is over. Keeps the lease
-/// alive while pending.
+/// `on_lock_lost = "kill"`) or `interrupt` fires. Keeps the lease alive
+/// while pending.
 async fn stop_when(
-    shared: &Shared,
+    locker: &Locker,
+    interrupt: &CancellationToken,
     job: &Job,
     lease: &Lease,
     name: &str,
     claim_sent: Instant,
 ) -> StopReason {
-    let node = shared.locker.node();
     tokio::select! {
-        lost = watchdog::keep(&shared.locker, lease, claim_sent) => {
-            log_lost(job, name, node, lease.fence, &lost);
+        lost = watchdog::keep(locker, lease, claim_sent) => {
+            metrics::lock_lost(&job.name);
+            log_lost(job, name, locker.node(), lease.fence, &lost);
             if job.on_lock_lost == OnLockLost::Kill {
                 return StopReason::LockLost;
             }
         }
-        _ = shared.interrupt.cancelled() => return StopReason::Interrupted,
+        _ = interrupt.cancelled() => return StopReason::Interrupted,
     }
-    shared.interrupt.cancelled().await;
+    interrupt.cancelled().await;
     StopReason::Interrupted
 }
 
@@ -159,13 +229,11 @@ fn log_finished(job: &Job, name: &str, node: &str, fence: u64, report: &Report) 
     let outcome = report.outcome.as_str();
     let (exit, http) = (report.exit_code, report.http_status);
     match report.outcome {
-        crate::exec::Outcome::Succeeded => {
-            info!(job = %job.name, occurrence = %name, node = %node, fence,
-            outcome = %outcome, exit, http_status = http, duration = %duration, "run finished")
-        }
+        Outcome::Succeeded => info!(job = %job.name, occurrence = %name, node = %node, fence,
+            outcome = %outcome, exit, http_status = http, duration = %duration, "run finished"),
         _ => {
             warn!(job = %job.name, occurrence = %name, node = %node, fence, outcome = %outcome, exit, http_status = http,
-            duration = %duration, error = report.error.as_deref(), "run finished")
+            duration = %duration, error = report.error.as_deref().map(tracing::field::display), "run finished")
         }
     }
 }
@@ -173,11 +241,11 @@ fn log_finished(job: &Job, name: &str, node: &str, fence: u64, report: &Report) 
 /// Releases the lease and records the entry, retrying Redis errors for a
 /// while; if Redis stays away the lock expires by itself and the entry is
 /// only in this node's log.
-async fn release(shared: &Shared, lease: &Lease, entry: &Entry) {
+async fn release(locker: &Locker, lease: &Lease, entry: &Entry) {
     let give_up = Instant::now() + lease.ttl.max(Duration::from_secs(5));
     let mut pause = RETRY_FIRST;
     loop {
-        match shared.locker.release(lease, entry).await {
+        match locker.release(lease, entry).await {
             Ok(true) => return,
             Ok(false) => {
                 warn!(job = %lease.job, occurrence = %entry.occurrence, node = %entry.node, fence = lease.fence,
@@ -185,9 +253,11 @@ async fn release(shared: &Shared, lease: &Lease, entry: &Entry) {
                 return;
             }
             Err(err) if Instant::now() + pause < give_up => {
+                metrics::redis_error("release");
                 warn!(job = %lease.job, occurrence = %entry.occurrence, node = %entry.node, error = %err, "release failed, retrying");
             }
             Err(err) => {
+                metrics::redis_error("release");
                 error!(job = %lease.job, occurrence = %entry.occurrence, node = %entry.node, fence = lease.fence,
                     outcome = %entry.outcome, error = %err, "release failed: the lock will expire by itself, history not recorded");
                 return;

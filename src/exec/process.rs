@@ -93,6 +93,10 @@ fn build_command(ctx: &RunContext) -> Result<(String, Command), String> {
         .process_group(0)
         // We kill the whole group ourselves; `GroupGuard` covers a dropped run.
         .kill_on_drop(false);
+    // systemd's notify socket and watchdog belong to the daemon, not to jobs.
+    for name in crate::notify::ENV_VARS {
+        command.env_remove(name);
+    }
     if let Some(dir) = &job.working_dir {
         command.current_dir(dir);
     }

@@ -134,6 +134,7 @@ pub struct Locker {
     claim: Script,
     extend: Script,
     release: Script,
+    missed: Script,
 }
 
 impl Locker {
@@ -147,6 +148,7 @@ impl Locker {
             claim: Script::new(scripts::CLAIM),
             extend: Script::new(scripts::EXTEND),
             release: Script::new(scripts::RELEASE),
+            missed: Script::new(scripts::MISSED),
         }
     }
 
@@ -254,6 +256,38 @@ impl Locker {
             .await
             .map_err(|source| redis_error("release", &lease.job, source))?;
         Ok(released == 1)
+    }
+
+    /// Records the scheduled occurrence `at_ms` (named `name`) of `job` as
+    /// missed, unless it or a newer one was already decided. `Ok(true)` if
+    /// recorded. Call it only once the occurrence's starting deadline has
+    /// passed: a recorded miss refuses every later claim of it.
+    pub async fn record_missed(
+        &self,
+        job: &str,
+        at_ms: i64,
+        name: &str,
+        reason: &str,
+    ) -> Result<bool, LockError> {
+        let keys = self.keys(job);
+        let recorded: i64 = self
+            .missed
+            .key(&keys.state)
+            .key(&keys.history)
+            .arg(at_ms)
+            .arg(name)
+            .arg(&self.node)
+            .arg(self.history_max)
+            .arg(reason)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|source| redis_error("record missed", job, source))?;
+        Ok(recorded == 1)
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
     }
 
     /// Redis `TIME` as UTC epoch ms, with the round trip it took.

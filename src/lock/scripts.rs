@@ -99,3 +99,21 @@ if redis.call('HGET', KEYS[2], 'recorded_token') ~= ARGV[2] then
 end
 return released
 "#;
+
+/// KEYS: state, history. ARGV: occurrence ms, occurrence string, node,
+/// history max, reason. Records a scheduled occurrence as missed (past its
+/// starting deadline, never claimed) once: only if it is newer than the last
+/// decided occurrence, which it then becomes. Reply 1 if recorded.
+pub const MISSED: &str = r#"
+local last = tonumber(redis.call('HGET', KEYS[1], 'last_occ'))
+if last and tonumber(ARGV[1]) <= last then
+  return 0
+end
+local t = redis.call('TIME')
+local now_ms = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+redis.call('HSET', KEYS[1], 'last_occ', ARGV[1], 'last_node', ARGV[3], 'last_fence', '0', 'last_token', '',
+  'last_decision', 'missed', 'last_outcome', 'missed', 'last_outcome_occ', ARGV[2])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'occurrence', ARGV[2], 'node', ARGV[3],
+  'fence', '0', 'outcome', 'missed', 'started_at', now_ms, 'finished_at', now_ms, 'error', ARGV[5])
+return 1
+"#;

@@ -58,6 +58,7 @@ pub async fn keep(locker: &Locker, lease: &Lease, claim_sent: Instant) -> LeaseL
             Ok(Ok(true)) => {
                 deadline = sent + ttl - margin;
                 next = sent + period;
+                crate::metrics::lock_renewed(&lease.job);
                 debug!(job = %lease.job, fence = lease.fence, "lease extended");
             }
             Ok(Ok(false)) => return LeaseLost::Taken,

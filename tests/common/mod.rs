@@ -2,6 +2,8 @@
 //! real `solocron` daemon processes, and waiting on conditions with deadlines.
 #![allow(dead_code)]
 
+pub mod notify;
+
 use std::fs;
 use std::io::Read as _;
 use std::net::{TcpListener, TcpStream};
@@ -92,13 +94,28 @@ impl Drop for RedisServer {
     }
 }
 
-/// Sends `kill -SIG pid`.
+/// Sends signal `sig` (`"STOP"`, `"CONT"`, `"TERM"`, `"HUP"`, …) to `pid`;
+/// a process that is already gone is not an error.
 pub fn signal(pid: i32, sig: &str) {
-    let _ = Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
-        .stderr(Stdio::null())
-        .status();
+    use nix::sys::signal::{Signal, kill};
+    let signal: Signal = format!("SIG{sig}").parse().expect("a signal name");
+    match kill(nix::unistd::Pid::from_raw(pid), signal) {
+        Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
+        Err(err) => panic!("cannot send SIG{sig} to {pid}: {err}"),
+    }
+}
+
+/// `State:` of a process, for failure messages.
+pub fn process_state(pid: i32) -> String {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("State:"))
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| "gone".to_string())
 }
 
 /// Whether a process with this pid exists (and is not a zombie).
@@ -233,8 +250,9 @@ impl Node {
         while !self.log().contains(needle) {
             assert!(
                 Instant::now() < deadline,
-                "node {} did not log `{needle}` within {limit:?}; log:\n{}",
+                "node {} ({}) did not log `{needle}` within {limit:?}; log:\n{}",
                 self.id,
+                process_state(self.pid()),
                 self.log()
             );
             thread::sleep(Duration::from_millis(20));

@@ -1,0 +1,154 @@
+//! Short hashes of effective job definitions, for the config drift guard.
+//!
+//! Every node publishes the fingerprint of each job as it loaded it (after
+//! `[defaults]` and `${VAR}` interpolation); nodes that disagree on a job are
+//! running different definitions of it. The hash is SHA-256 over a canonical
+//! text (not `Debug`, which may change between releases), cut to 12 hex
+//! digits: enough to tell definitions apart, and the definition (which may
+//! hold interpolated secrets) cannot be read back from it.
+
+use std::fmt::Write as _;
+
+use sha2::{Digest, Sha256};
+
+use super::model::{Action, Config, Job, OnLockLost, Overlap};
+
+/// Hex digits kept from the SHA-256.
+const LEN: usize = 12;
+
+impl Job {
+    /// The fingerprint of this job's effective definition.
+    pub fn fingerprint(&self) -> String {
+        short_hash(&canonical(self))
+    }
+}
+
+impl Config {
+    /// One fingerprint over all jobs (names and definitions, in name order).
+    pub fn fingerprint(&self) -> String {
+        let mut jobs: Vec<(&str, String)> = self
+            .jobs
+            .iter()
+            .map(|job| (job.name.as_str(), job.fingerprint()))
+            .collect();
+        jobs.sort();
+        let mut text = String::new();
+        for (name, fingerprint) in jobs {
+            let _ = writeln!(text, "{name}={fingerprint}");
+        }
+        short_hash(&text)
+    }
+}
+
+fn short_hash(text: &str) -> String {
+    let digest = Sha256::digest(text.as_bytes());
+    let mut hex = String::with_capacity(LEN);
+    for byte in digest.iter().take(LEN / 2) {
+        let _ = write!(hex, "{byte:02x}");
+    }
+    hex
+}
+
+/// One `key=value` line per setting; strings are written with `{:?}` so a
+/// newline inside a value cannot imitate another line.
+fn canonical(job: &Job) -> String {
+    let mut text = String::new();
+    let mut line = |key: &str, value: String| {
+        let _ = writeln!(text, "{key}={value}");
+    };
+    line("name", format!("{:?}", job.name));
+    line(
+        "schedule",
+        format!("{:?}", job.schedule.expression().trim()),
+    );
+    line("timezone", job.schedule.timezone().name().to_string());
+    line("lock_ttl_ms", job.lock_ttl.as_millis().to_string());
+    line(
+        "timeout_ms",
+        format!("{:?}", job.timeout.map(|t| t.as_millis())),
+    );
+    line(
+        "starting_deadline_ms",
+        job.starting_deadline.as_millis().to_string(),
+    );
+    line(
+        "on_lock_lost",
+        match job.on_lock_lost {
+            OnLockLost::Kill => "kill",
+            OnLockLost::Continue => "continue",
+        }
+        .to_string(),
+    );
+    line(
+        "overlap",
+        match job.overlap {
+            Overlap::Skip => "skip",
+        }
+        .to_string(),
+    );
+    match &job.action {
+        Action::Command(command) => line("command", format!("{command:?}")),
+        Action::Argv(argv) => line("argv", format!("{argv:?}")),
+        Action::Http(http) => {
+            line("http.url", format!("{:?}", http.url));
+            line("http.method", http.method.clone());
+            line(
+                "http.timeout_ms",
+                format!("{:?}", http.timeout.map(|t| t.as_millis())),
+            );
+            line("http.headers", format!("{:?}", http.headers));
+            line("http.body", format!("{:?}", http.body));
+        }
+    }
+    line("env", format!("{:?}", job.env));
+    line("working_dir", format!("{:?}", job.working_dir));
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn parse(text: &str) -> Config {
+        super::super::parse(text, Path::new("jobs.toml"), &|_| Some("v".to_string()))
+            .expect("valid config")
+    }
+
+    #[test]
+    fn same_definition_same_fingerprint_any_change_differs() {
+        let base = "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\n";
+        let a1 = parse(base);
+        let a2 = parse(&format!("# a comment\n{base}"));
+        assert_eq!(a1.jobs[0].fingerprint(), a2.jobs[0].fingerprint());
+        assert_eq!(a1.fingerprint(), a2.fingerprint());
+        assert_eq!(a1.jobs[0].fingerprint().len(), LEN);
+        let changes = [
+            "[jobs.a]\nschedule = \"@daily\"\ncommand = \"true\"\n",
+            "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"false\"\n",
+            "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\ntimezone = \"Europe/Berlin\"\n",
+            "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\nlock_ttl = \"31s\"\n",
+            "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\nenv = { X = \"1\" }\n",
+            "[defaults]\ntimeout = \"2h\"\n[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\n",
+        ];
+        for changed in changes {
+            assert_ne!(
+                a1.jobs[0].fingerprint(),
+                parse(changed).jobs[0].fingerprint(),
+                "{changed}"
+            );
+        }
+    }
+
+    #[test]
+    fn interpolated_values_count_but_never_show() {
+        let text = "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"echo ${TOKEN}\"\n";
+        let one = super::super::parse(text, Path::new("j"), &|_| Some("s3cret-one".into()))
+            .expect("valid");
+        let two = super::super::parse(text, Path::new("j"), &|_| Some("s3cret-two".into()))
+            .expect("valid");
+        assert_ne!(one.jobs[0].fingerprint(), two.jobs[0].fingerprint());
+        assert!(!one.jobs[0].fingerprint().contains("s3cret"));
+    }
+}

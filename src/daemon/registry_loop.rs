@@ -1,0 +1,91 @@
+//! Publishes this node to the registry every few seconds and warns when live
+//! nodes disagree on a job's definition (a half-finished `jobs.toml` rollout).
+//!
+//! A warning names the job and the nodes on each side. It is repeated when
+//! the set of divergences changes and every [`REPEAT`] while it lasts, so the
+//! journal of every node shows it without flooding.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use super::Shared;
+use crate::config::Config;
+use crate::metrics;
+use crate::registry::{self, Divergence, NodeInfo};
+
+/// How often a lasting divergence is logged again.
+const REPEAT: Duration = Duration::from_secs(300);
+
+/// Runs until shutdown; publishes at once after every reload.
+pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>>) {
+    let started_at = Utc::now().timestamp_millis();
+    let mut warned: Vec<Divergence> = Vec::new();
+    let mut warned_at = Instant::now();
+    loop {
+        let config = Arc::clone(&config_rx.borrow_and_update());
+        let info = node_info(&shared, &config, started_at);
+        let conn = shared.locker.connection();
+        let prefix = shared.locker.prefix();
+        match registry::publish(&conn, prefix, &info).await {
+            Ok(()) => match registry::live_nodes(&conn, prefix).await {
+                Ok(nodes) => {
+                    let found = registry::divergences(&nodes);
+                    metrics::config_divergence(found.len());
+                    if found != warned || (!found.is_empty() && warned_at.elapsed() >= REPEAT) {
+                        report(&shared, &found, &warned);
+                        warned = found;
+                        warned_at = Instant::now();
+                    }
+                }
+                Err(err) => {
+                    metrics::redis_error("registry");
+                    debug!(node = %shared.locker.node(), error = %err, "cannot read the node registry");
+                }
+            },
+            Err(err) => {
+                metrics::redis_error("registry");
+                debug!(node = %shared.locker.node(), error = %err, "cannot publish to the node registry");
+            }
+        }
+        tokio::select! {
+            _ = shared.cancel.cancelled() => return,
+            _ = tokio::time::sleep(registry::REFRESH) => {}
+            changed = config_rx.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+fn node_info(shared: &Shared, config: &Config, started_at: i64) -> NodeInfo {
+    let jobs: BTreeMap<String, String> = config
+        .jobs
+        .iter()
+        .map(|job| (job.name.clone(), job.fingerprint()))
+        .collect();
+    NodeInfo {
+        node: shared.locker.node().to_string(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        started_at,
+        updated_at: 0,
+        config_path: config.path.display().to_string(),
+        config_hash: config.fingerprint(),
+        clock_offset_ms: shared.clock_offset(),
+        jobs,
+    }
+}
+
+fn report(shared: &Shared, found: &[Divergence], before: &[Divergence]) {
+    let node = shared.locker.node();
+    for divergence in found {
+        warn!(node = %node, job = %divergence.job, sides = %divergence.describe(),
+            "job definition differs between nodes: finish rolling out jobs.toml and reload");
+    }
+    if found.is_empty() && !before.is_empty() {
+        info!(node = %node, "all live nodes agree on every job definition again");
+    }
+}

@@ -1,0 +1,268 @@
+//! Prometheus metrics, served as text at `http://METRICS_LISTEN/metrics`
+//! when `[daemon] metrics_listen` is set.
+//!
+//! The daemon records through plain functions ([`claim`], [`run_finished`],
+//! …) that go to the `metrics` crate's global recorder. Until [`install`]
+//! has run there is no recorder and each call does nothing (a label string
+//! is built and dropped), so call sites need no `if metrics_enabled`.
+//!
+//! Every series is per process: Prometheus scrapes each node, and its
+//! `instance` label tells the nodes apart, so no `node` label is added here.
+//! The listener is bound once per process: a changed `metrics_listen` takes
+//! effect at the next restart, not on reload.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ::metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
+
+const RUNS: &str = "solocron_runs_total";
+const RUN_DURATION: &str = "solocron_run_duration_seconds";
+const LAST_SUCCESS: &str = "solocron_last_success_timestamp_seconds";
+const FIRE_TO_START: &str = "solocron_fire_to_start_seconds";
+const CLAIMS: &str = "solocron_claims_total";
+const LOCK_RENEWALS: &str = "solocron_lock_renewals_total";
+const LOCK_LOSSES: &str = "solocron_lock_losses_total";
+const MISSED: &str = "solocron_missed_total";
+const REDIS_ERRORS: &str = "solocron_redis_errors_total";
+const CLOCK_OFFSET: &str = "solocron_clock_offset_seconds";
+const CONFIG_DIVERGENCE: &str = "solocron_config_divergent_jobs";
+const JOBS: &str = "solocron_jobs";
+
+/// Buckets (seconds) for occurrence-to-process-start lag: 1 ms to 10 s.
+const LAG_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Buckets (seconds) for run durations: 10 ms to 1 h.
+const DURATION_BUCKETS: &[f64] = &[
+    0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0,
+];
+
+/// Set once the exporter is installed; a second [`install`] is refused
+/// before it could bind a second listener.
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+/// Why the metrics endpoint could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// `metrics_listen` is not `IP:PORT`.
+    #[error("metrics_listen `{listen}` is not a socket address (expected e.g. `127.0.0.1:9464`)")]
+    Address {
+        /// The value as configured.
+        listen: String,
+        /// The parse error.
+        #[source]
+        source: std::net::AddrParseError,
+    },
+    /// Binding the HTTP listener failed (port in use, address not local, …).
+    #[error(
+        "cannot serve metrics on `{addr}`; if another process holds the port, \
+         choose a free one in `[daemon] metrics_listen`"
+    )]
+    Listen {
+        /// The address that could not be bound.
+        addr: SocketAddr,
+        /// The exporter's error, with the OS error text.
+        #[source]
+        source: BuildError,
+    },
+    /// A recorder is already installed in this process.
+    #[error("metrics are already being served by this process")]
+    AlreadyInstalled,
+    /// Any other failure of the exporter's set-up.
+    #[error("cannot set up the metrics exporter")]
+    Exporter(#[source] BuildError),
+}
+
+/// Starts serving Prometheus text at `http://LISTEN/metrics` and installs
+/// the global recorder the other functions here report to.
+///
+/// Call it once, inside the daemon's tokio runtime: the HTTP server runs as
+/// a task on that runtime (outside the daemon's task tracker; it ends with
+/// the runtime). The address is bound before this returns, so a port in use
+/// is an `Err` here, not a log line later.
+pub fn install(listen: &str) -> Result<(), MetricsError> {
+    let addr: SocketAddr = listen.parse().map_err(|source| MetricsError::Address {
+        listen: listen.to_string(),
+        source,
+    })?;
+    if INSTALLED.swap(true, Ordering::SeqCst) {
+        return Err(MetricsError::AlreadyInstalled);
+    }
+    let result = builder(addr).and_then(|builder| {
+        builder.install().map_err(|err| match err {
+            BuildError::FailedToCreateHTTPListener(_) => MetricsError::Listen { addr, source: err },
+            BuildError::FailedToSetGlobalRecorder(_) => MetricsError::AlreadyInstalled,
+            other => MetricsError::Exporter(other),
+        })
+    });
+    match result {
+        Ok(()) => {
+            describe();
+            Ok(())
+        }
+        Err(err) => {
+            if !matches!(err, MetricsError::AlreadyInstalled) {
+                INSTALLED.store(false, Ordering::SeqCst);
+            }
+            Err(err)
+        }
+    }
+}
+
+fn builder(addr: SocketAddr) -> Result<PrometheusBuilder, MetricsError> {
+    PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .set_buckets_for_metric(Matcher::Full(FIRE_TO_START.to_string()), LAG_BUCKETS)
+        .and_then(|builder| {
+            builder
+                .set_buckets_for_metric(Matcher::Full(RUN_DURATION.to_string()), DURATION_BUCKETS)
+        })
+        .map_err(MetricsError::Exporter)
+}
+
+/// HELP lines for `/metrics`.
+fn describe() {
+    describe_counter!(RUNS, "Finished runs by job and outcome.");
+    describe_histogram!(RUN_DURATION, "Run duration, start to finish.");
+    describe_gauge!(
+        LAST_SUCCESS,
+        "Unix time of the job's last succeeded run on this node."
+    );
+    describe_histogram!(
+        FIRE_TO_START,
+        "Lag from the scheduled occurrence to the job's start on this node."
+    );
+    describe_counter!(
+        CLAIMS,
+        "Claim attempts by job and result (won, lost, busy)."
+    );
+    describe_counter!(LOCK_RENEWALS, "Successful lock renewals by the watchdog.");
+    describe_counter!(LOCK_LOSSES, "Leases lost while a run held them.");
+    describe_counter!(
+        MISSED,
+        "Occurrences not claimed before their starting_deadline."
+    );
+    describe_counter!(REDIS_ERRORS, "Failed Redis operations by operation.");
+    describe_gauge!(
+        CLOCK_OFFSET,
+        "This node's clock minus Redis TIME at the last check."
+    );
+    describe_gauge!(
+        CONFIG_DIVERGENCE,
+        "Jobs whose definition differs from another live node's."
+    );
+    describe_gauge!(JOBS, "Jobs in the loaded jobs.toml.");
+}
+
+/// The result of one claim attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimResult {
+    /// This node took the occurrence.
+    Won,
+    /// Another node had already claimed the occurrence.
+    Lost,
+    /// The job's lock was held (overlap): the occurrence was skipped.
+    Busy,
+}
+
+impl ClaimResult {
+    /// The `result` label value: `won`, `lost`, `busy`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClaimResult::Won => "won",
+            ClaimResult::Lost => "lost",
+            ClaimResult::Busy => "busy",
+        }
+    }
+}
+
+/// Counts a claim attempt: `solocron_claims_total{job,result}`.
+pub fn claim(job: &str, result: ClaimResult) {
+    counter!(CLAIMS, "job" => job.to_string(), "result" => result.as_str()).increment(1);
+}
+
+/// Records a finished run: `solocron_runs_total{job,outcome}` and
+/// `solocron_run_duration_seconds{job}`; a `succeeded` run also sets
+/// `solocron_last_success_timestamp_seconds{job}` to now.
+pub fn run_finished(job: &str, outcome: &str, duration: Duration) {
+    counter!(RUNS, "job" => job.to_string(), "outcome" => outcome.to_string()).increment(1);
+    histogram!(RUN_DURATION, "job" => job.to_string()).record(duration.as_secs_f64());
+    if outcome == "succeeded" {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        gauge!(LAST_SUCCESS, "job" => job.to_string()).set(now.as_secs_f64());
+    }
+}
+
+/// Records the lag from an occurrence to its process start (or hook
+/// request): `solocron_fire_to_start_seconds{job}`.
+pub fn fire_to_start(job: &str, lag: Duration) {
+    histogram!(FIRE_TO_START, "job" => job.to_string()).record(lag.as_secs_f64());
+}
+
+/// Counts a confirmed lease renewal: `solocron_lock_renewals_total{job}`.
+pub fn lock_renewed(job: &str) {
+    counter!(LOCK_RENEWALS, "job" => job.to_string()).increment(1);
+}
+
+/// Counts a lost lease: `solocron_lock_losses_total{job}`.
+pub fn lock_lost(job: &str) {
+    counter!(LOCK_LOSSES, "job" => job.to_string()).increment(1);
+}
+
+/// Counts an occurrence given up at its starting deadline:
+/// `solocron_missed_total{job}`.
+pub fn missed(job: &str) {
+    counter!(MISSED, "job" => job.to_string()).increment(1);
+}
+
+/// Counts a failed Redis operation (`claim`, `extend`, `release`, `time`,
+/// …): `solocron_redis_errors_total{operation}`.
+pub fn redis_error(operation: &str) {
+    counter!(REDIS_ERRORS, "operation" => operation.to_string()).increment(1);
+}
+
+/// Sets this node's clock minus Redis `TIME`, given in milliseconds:
+/// `solocron_clock_offset_seconds`.
+pub fn clock_offset(ms: i64) {
+    // i64 ms -> f64 is exact up to 2^53 ms, far beyond any real offset.
+    gauge!(CLOCK_OFFSET).set(ms as f64 / 1000.0);
+}
+
+/// Sets how many jobs differ from another live node's definition:
+/// `solocron_config_divergent_jobs`.
+pub fn config_divergence(jobs: usize) {
+    gauge!(CONFIG_DIVERGENCE).set(jobs as f64);
+}
+
+/// Sets the number of jobs loaded from `jobs.toml`: `solocron_jobs`.
+pub fn jobs_loaded(count: usize) {
+    gauge!(JOBS).set(count as f64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_without_a_recorder_do_nothing() {
+        claim("a", ClaimResult::Won);
+        run_finished("a", "succeeded", Duration::from_millis(5));
+        clock_offset(-12);
+    }
+
+    #[test]
+    fn bad_address_is_named() {
+        let err = install("localhost").expect_err("not an address");
+        assert_eq!(
+            err.to_string(),
+            "metrics_listen `localhost` is not a socket address (expected e.g. `127.0.0.1:9464`)"
+        );
+        assert!(!INSTALLED.load(Ordering::SeqCst));
+    }
+}

@@ -1,0 +1,124 @@
+//! `solocron trigger JOB`: run a job now, on this node, under the same lock
+//! as scheduled runs and with a new fence.
+//!
+//! A manual run is named `manual-<start instant>` and never touches the
+//! job's occurrence record, so it neither consumes nor suppresses a scheduled
+//! occurrence. The job's output is shown on the terminal as it runs; Ctrl-C
+//! stops it (recorded as `interrupted`). Exit codes: 0 succeeded, 1 failed
+//! (or Redis unreachable), 3 the lock is held.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use chrono::Utc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::daemon::{connect, run_lease};
+use crate::exec::{Executor, Outcome};
+use crate::lock::{Claim, Locker, Target, new_token};
+
+/// Exit status when the job's lock is held by a run in progress.
+pub const EXIT_BUSY: u8 = 3;
+/// How long to wait for Redis before giving up.
+const CLAIM_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Runs `job_name` of `config` as `node`; see the module doc for exit codes.
+pub async fn run(config: Config, node: &str, job_name: &str) -> anyhow::Result<ExitCode> {
+    let Some(job) = config
+        .jobs
+        .iter()
+        .find(|job| job.name == job_name)
+        .map(Arc::clone)
+    else {
+        let names: Vec<&str> = config.jobs.iter().map(|job| job.name.as_str()).collect();
+        bail!(
+            "no job `{job_name}` in `{}`; its jobs are: {}",
+            config.path.display(),
+            if names.is_empty() {
+                "(none)".to_string()
+            } else {
+                names.join(", ")
+            }
+        );
+    };
+    let conn = connect(&config.redis)?;
+    let locker = Locker::new(
+        conn,
+        &config.redis.key_prefix,
+        node,
+        config.daemon.history_max,
+    );
+    let executor = Executor::new()
+        .context("cannot set up job execution")?
+        .with_output_echo(true);
+    let name = format!(
+        "manual-{}",
+        Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    );
+    let sent = Instant::now();
+    let claim = tokio::time::timeout(
+        CLAIM_TIMEOUT,
+        locker.claim(
+            &job.name,
+            &Target::Manual { name: name.clone() },
+            &new_token(),
+            job.lock_ttl,
+        ),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("no answer within {CLAIM_TIMEOUT:?}"))
+    .and_then(|claim| claim.map_err(anyhow::Error::from))
+    .with_context(|| {
+        format!(
+            "cannot claim job `{job_name}` on redis `{}`",
+            config.redis.redacted_url()
+        )
+    })?;
+    let lease = match claim {
+        Claim::Won(lease) => lease,
+        Claim::Busy { holder, fence } => {
+            eprintln!("job `{job_name}` is running on `{holder}` (fence {fence}); not started");
+            return Ok(ExitCode::from(EXIT_BUSY));
+        }
+        Claim::Taken { by, .. } => {
+            bail!("unexpected answer for a manual run of `{job_name}`: taken by `{by}`")
+        }
+    };
+    eprintln!(
+        "running job `{job_name}` as {name} on {node} (fence {})",
+        lease.fence
+    );
+    let interrupt = CancellationToken::new();
+    let on_signal = interrupt.clone();
+    let signals = tokio::spawn(async move {
+        if crate::shutdown::requested().await.is_ok() {
+            on_signal.cancel();
+        }
+    });
+    let report = run_lease(&locker, &executor, &interrupt, &job, &lease, &name, sent).await;
+    signals.abort();
+    let detail = match (report.exit_code, report.http_status) {
+        (Some(code), _) => format!(" (exit {code})"),
+        (None, Some(status)) => format!(" (HTTP {status})"),
+        (None, None) => String::new(),
+    };
+    let error = report
+        .error
+        .as_deref()
+        .map(|e| format!(": {e}"))
+        .unwrap_or_default();
+    eprintln!(
+        "job `{job_name}` {}{detail} in {:.1}s{error}",
+        report.outcome.as_str(),
+        report.duration.as_secs_f64()
+    );
+    Ok(if report.outcome == Outcome::Succeeded {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

@@ -1,0 +1,66 @@
+//! The config drift guard and the clock check, with real daemon processes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Node, RedisServer, Workdir, faketime_env};
+
+#[test]
+fn two_nodes_with_different_definitions_of_a_job_both_warn() {
+    let redis = RedisServer::start();
+    let old = Workdir::new();
+    let new = Workdir::new();
+    let same = "[jobs.same]\nschedule = \"@hourly\"\ncommand = \"true\"\n";
+    old.write_config(&format!(
+        "{same}[jobs.report]\nschedule = \"0 2 * * *\"\ncommand = \"echo v1\"\n"
+    ));
+    new.write_config(&format!(
+        "{same}[jobs.report]\nschedule = \"0 3 * * *\"\ncommand = \"echo v1\"\n"
+    ));
+    let n1 = Node::start(&old, &redis, "n1", &[]);
+    let n2 = Node::start(&new, &redis, "n2", &[]);
+    for node in [&n1, &n2] {
+        node.wait_for_log(
+            Duration::from_secs(20),
+            "job definition differs between nodes",
+        );
+        let log = node.log();
+        let warnings: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("job definition differs"))
+            .collect();
+        assert!(
+            warnings.iter().all(|l| l.contains("job=report")),
+            "{warnings:?}"
+        );
+        let line = warnings[0];
+        assert!(
+            line.contains("n1") && line.contains("n2"),
+            "names the nodes on each side: {line}"
+        );
+        assert!(
+            !log.contains("job=same sides"),
+            "agreeing jobs are not reported: {log}"
+        );
+    }
+}
+
+#[test]
+fn a_node_whose_clock_is_off_by_2_s_warns_with_its_offset() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    work.write_config("[jobs.x]\nschedule = \"@hourly\"\ncommand = \"true\"\n");
+    let env = faketime_env("+2");
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let node = Node::start(&work, &redis, "skewed", &env);
+    node.wait_for_log(
+        Duration::from_secs(10),
+        "clock differs from redis by more than 500 ms",
+    );
+    let offset = common::logged_clock_offset(&node.log()).expect("offset logged");
+    assert!((1800..=2200).contains(&offset), "offset {offset}");
+    let fine = Node::start(&work, &redis, "fine", &[]);
+    fine.wait_for_log(Duration::from_secs(10), "clock checked against redis");
+    assert!(!fine.log().contains("clock differs"));
+}

@@ -1,0 +1,133 @@
+//! SIGHUP reloads on a running daemon process: a valid change applies, a
+//! broken or missing file changes nothing.
+
+mod common;
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use common::{Node, RedisServer, Workdir, history, toml_path, wait_until};
+
+fn job(name: &str, tag: &str, runs: &str) -> String {
+    format!(
+        "[jobs.{name}]\nschedule = \"* * * * * *\"\nstarting_deadline = \"2s\"\ncommand = 'echo \"$SOLOCRON_OCCURRENCE {tag}\" >> {runs}'\n"
+    )
+}
+
+/// Occurrences (as instants) recorded with `tag`.
+fn runs_tagged(work: &Workdir, tag: &str) -> Vec<DateTime<Utc>> {
+    work.lines("runs")
+        .iter()
+        .filter_map(|line| line.split_once(' '))
+        .filter(|(_, t)| *t == tag)
+        .filter_map(|(occ, _)| DateTime::parse_from_rfc3339(occ).ok())
+        .map(|at| at.with_timezone(&Utc))
+        .collect()
+}
+
+#[test]
+fn reload_adds_removes_and_changes_jobs_and_lets_a_removed_run_finish() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let runs = toml_path(&work.path("runs"));
+    let long =
+        "[jobs.long]\nschedule = \"* * * * *\"\nstarting_deadline = \"1m\"\ncommand = 'sleep 3'\n";
+    work.write_config(&format!(
+        "{}{}{long}",
+        job("a", "a1", &runs),
+        job("b", "b", &runs)
+    ));
+    let node = Node::start(&work, &redis, "n1", &[]);
+    wait_until(Duration::from_secs(10), "a and b run", || {
+        !runs_tagged(&work, "a1").is_empty() && !runs_tagged(&work, "b").is_empty()
+    });
+    node.wait_for_log(Duration::from_secs(5), "claim won job=long");
+    // a changes, b and long go, c comes.
+    work.write_config(&format!(
+        "{}{}",
+        job("a", "a2", &runs),
+        job("c", "c", &runs)
+    ));
+    node.signal("HUP");
+    node.wait_for_log(Duration::from_secs(5), "config reloaded");
+    let reloaded = Utc::now();
+    let log = node.log();
+    let line = log
+        .lines()
+        .find(|line| line.contains("config reloaded"))
+        .expect("summary line");
+    assert!(line.contains(r#"added=["c"]"#), "{line}");
+    assert!(line.contains(r#"removed=["b", "long"]"#), "{line}");
+    assert!(line.contains(r#"changed=["a"]"#), "{line}");
+    assert!(line.contains("unchanged=0"), "{line}");
+    wait_until(Duration::from_secs(10), "c and the new a run", || {
+        runs_tagged(&work, "c").len() >= 3 && runs_tagged(&work, "a2").len() >= 3
+    });
+    let settled = reloaded + chrono::TimeDelta::seconds(1);
+    assert!(
+        runs_tagged(&work, "b").iter().all(|at| *at <= settled),
+        "b still scheduled after the reload"
+    );
+    assert!(
+        runs_tagged(&work, "a1").iter().all(|at| *at <= settled),
+        "old a still scheduled after the reload"
+    );
+    // The removed long job's run went on to its end.
+    wait_until(
+        Duration::from_secs(10),
+        "the removed job's run finished",
+        || !history(&redis, "long").is_empty(),
+    );
+    assert_eq!(history(&redis, "long")[0]["outcome"], "succeeded");
+}
+
+#[test]
+fn a_broken_or_missing_file_on_reload_keeps_the_old_schedule_and_names_the_position() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let runs = toml_path(&work.path("runs"));
+    let config = work.write_config(&job("a", "a", &runs));
+    let node = Node::start(&work, &redis, "n1", &[]);
+    wait_until(Duration::from_secs(10), "a runs", || {
+        !runs_tagged(&work, "a").is_empty()
+    });
+    std::fs::write(
+        &config,
+        "[jobs.a]\nschedule = \"* * * * * *\"\ncommand = \"true\"\ntimeout = \"soon\"\n",
+    )
+    .expect("write");
+    node.signal("HUP");
+    node.wait_for_log(Duration::from_secs(5), "reload failed");
+    let log = node.log();
+    let failure = log
+        .lines()
+        .find(|line| line.contains("reload failed"))
+        .expect("failure line");
+    assert!(
+        failure.contains(&format!("{}:4:", config.display())),
+        "file:line:col: {failure}"
+    );
+    assert!(failure.contains("timeout"), "{failure}");
+    let failed_at = Utc::now();
+    wait_until(
+        Duration::from_secs(10),
+        "the old schedule keeps running",
+        || {
+            runs_tagged(&work, "a")
+                .iter()
+                .any(|at| *at > failed_at + chrono::TimeDelta::seconds(1))
+        },
+    );
+    // A file that disappeared is the same: an error, the schedule stays.
+    std::fs::remove_file(&config).expect("remove");
+    node.signal("HUP");
+    wait_until(Duration::from_secs(5), "a second failure is logged", || {
+        node.log().matches("reload failed").count() == 2
+    });
+    let gone_at = Utc::now();
+    wait_until(Duration::from_secs(10), "still running", || {
+        runs_tagged(&work, "a")
+            .iter()
+            .any(|at| *at > gone_at + chrono::TimeDelta::seconds(1))
+    });
+}

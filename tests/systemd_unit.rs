@@ -1,0 +1,102 @@
+//! `systemd/solocron.service` keeps the settings SPEC §8 and the daemon's
+//! shutdown rely on.
+
+use std::path::Path;
+use std::time::Duration;
+
+/// `(section, key, value)` for every assignment, in file order.
+fn settings() -> Vec<(String, String, String)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/solocron.service");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|err| panic!("read {}: {err}", path.display()));
+    let mut section = String::new();
+    let mut out = Vec::new();
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = name.to_string();
+            continue;
+        }
+        let (key, value) = line
+            .split_once('=')
+            .unwrap_or_else(|| panic!("not `Key=value`: {line:?}"));
+        out.push((
+            section.clone(),
+            key.trim().to_string(),
+            value.trim().to_string(),
+        ));
+    }
+    out
+}
+
+/// The last value of `[Service] key` (later assignments win in systemd).
+fn service(key: &str) -> String {
+    settings()
+        .into_iter()
+        .rev()
+        .find(|(section, name, _)| section == "Service" && name == key)
+        .map(|(_, _, value)| value)
+        .unwrap_or_else(|| panic!("[Service] has no {key}="))
+}
+
+#[test]
+fn unit_is_a_notify_service_reloaded_by_sighup() {
+    assert_eq!(service("Type"), "notify");
+    assert_eq!(service("NotifyAccess"), "main");
+    assert_eq!(service("ExecReload"), "/bin/kill -HUP $MAINPID");
+    assert_eq!(service("ExecStart"), "/usr/local/bin/solocron run");
+    let watchdog = humantime::parse_duration(&service("WatchdogSec")).expect("WatchdogSec");
+    assert!(watchdog >= Duration::from_secs(10), "{watchdog:?}");
+}
+
+#[test]
+fn unit_does_not_restart_a_bad_config_and_stops_gracefully() {
+    assert_eq!(service("RestartPreventExitStatus"), "78");
+    assert_eq!(service("Restart"), "on-failure");
+    assert_eq!(service("KillMode"), "mixed");
+
+    let config = solocron::config::parse("", Path::new("jobs.toml"), &|_| None)
+        .expect("an empty jobs.toml is valid");
+    // SPEC §5: the job's group gets SIGKILL 10 s after SIGTERM.
+    let needed = config.daemon.shutdown_grace + Duration::from_secs(10);
+    let stop = humantime::parse_duration(&service("TimeoutStopSec")).expect("TimeoutStopSec");
+    assert!(
+        stop > needed,
+        "TimeoutStopSec {stop:?} must exceed the default shutdown_grace + kill grace {needed:?}"
+    );
+}
+
+#[test]
+fn unit_runs_hardened_as_a_dedicated_user() {
+    assert_eq!(service("User"), "solocron");
+    assert_eq!(service("Group"), "solocron");
+    for (key, value) in [
+        ("NoNewPrivileges", "yes"),
+        ("ProtectSystem", "strict"),
+        ("PrivateTmp", "yes"),
+        ("ProtectHome", "yes"),
+        ("ProtectKernelTunables", "yes"),
+        ("ProtectKernelModules", "yes"),
+        ("ProtectControlGroups", "yes"),
+        ("RestrictSUIDSGID", "yes"),
+        ("LockPersonality", "yes"),
+        ("RestrictRealtime", "yes"),
+        ("RestrictNamespaces", "yes"),
+        ("SystemCallArchitectures", "native"),
+        ("CapabilityBoundingSet", ""),
+        ("UMask", "0027"),
+        ("EnvironmentFile", "-/etc/solocron/env"),
+    ] {
+        assert_eq!(service(key), value, "[Service] {key}");
+    }
+    assert!(
+        settings()
+            .iter()
+            .any(|(section, key, _)| section == "Service" && key == "ReadWritePaths")
+    );
+    assert!(settings().iter().any(|(section, key, value)| {
+        section == "Install" && key == "WantedBy" && value == "multi-user.target"
+    }));
+}

@@ -1,0 +1,135 @@
+//! `solocron trigger JOB`: a manual run under the lock, exit codes, and no
+//! effect on the schedule.
+
+mod common;
+
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{Node, RedisServer, Workdir, history, records, toml_path, wait_until};
+use redis::Commands as _;
+
+fn trigger(work: &Workdir, redis: &RedisServer, job: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_solocron"));
+    command
+        .arg("trigger")
+        .arg(job)
+        .arg("--config")
+        .arg(work.path("jobs.toml"))
+        .args(["--node-id", "cli", "--redis", &redis.url()])
+        .env_remove("SOLOCRON_LOG");
+    command
+}
+
+fn output(command: &mut Command) -> Output {
+    command.output().expect("run solocron trigger")
+}
+
+#[test]
+fn trigger_runs_under_the_lock_shows_output_and_returns_3_while_held() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    work.write_config(
+        "[jobs.slow]\nschedule = \"0 0 1 1 *\"\ncommand = 'echo \"started $SOLOCRON_OCCURRENCE fence $SOLOCRON_FENCE\"; sleep 2; echo done'\n\
+         [jobs.fails]\nschedule = \"0 0 1 1 *\"\ncommand = 'echo bad >&2; exit 4'\n",
+    );
+    let first = trigger(&work, &redis, "slow")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start trigger");
+    let mut conn = redis.conn();
+    wait_until(
+        Duration::from_secs(10),
+        "the manual run holds the lock",
+        || {
+            conn.get::<_, Option<String>>("{solocron:slow}:lock")
+                .ok()
+                .flatten()
+                .is_some_and(|value| value.ends_with(" cli"))
+        },
+    );
+    let busy = output(&mut trigger(&work, &redis, "slow"));
+    assert_eq!(busy.status.code(), Some(3), "{busy:?}");
+    assert!(
+        String::from_utf8_lossy(&busy.stderr).contains("is running on `cli`"),
+        "{busy:?}"
+    );
+    let done = first.wait_with_output().expect("first trigger");
+    assert_eq!(done.status.code(), Some(0), "{done:?}");
+    let stdout = String::from_utf8_lossy(&done.stdout);
+    assert!(
+        stdout.contains("started manual-") && stdout.contains("done"),
+        "job output on the terminal: {stdout}"
+    );
+    assert!(
+        String::from_utf8_lossy(&done.stderr).contains("succeeded (exit 0)"),
+        "{done:?}"
+    );
+    let entries = history(&redis, "slow");
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert!(entries[0]["occurrence"].starts_with("manual-"));
+    assert_eq!(entries[0]["node"], "cli");
+    let lock: Option<String> = conn.get("{solocron:slow}:lock").expect("GET");
+    assert_eq!(lock, None, "released");
+    // A failing job exits 1; an unknown job exits 1 naming the jobs there are.
+    let failed = output(&mut trigger(&work, &redis, "fails"));
+    assert_eq!(failed.status.code(), Some(1), "{failed:?}");
+    assert!(
+        String::from_utf8_lossy(&failed.stderr).contains("bad"),
+        "{failed:?}"
+    );
+    let unknown = output(&mut trigger(&work, &redis, "nope"));
+    assert_eq!(unknown.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&unknown.stderr);
+    assert!(
+        stderr.contains("no job `nope`") && stderr.contains("slow, fails"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn trigger_does_not_suppress_the_next_scheduled_occurrence() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let runs = toml_path(&work.path("runs"));
+    work.write_config(&format!(
+        "[jobs.tick]\nschedule = \"*/2 * * * * *\"\nstarting_deadline = \"1s\"\ncommand = 'echo \"$SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE\" >> {runs}'\n"
+    ));
+    let _node = Node::start(&work, &redis, "n1", &[]);
+    wait_until(Duration::from_secs(10), "a scheduled run", || {
+        !work.lines("runs").is_empty()
+    });
+    let manual = output(&mut trigger(&work, &redis, "tick"));
+    assert_eq!(manual.status.code(), Some(0), "{manual:?}");
+    let after_manual = records(&work.lines("runs"));
+    let manual_run = after_manual
+        .iter()
+        .find(|r| r.occurrence.starts_with("manual-"))
+        .expect("the manual run is recorded")
+        .clone();
+    assert_eq!(manual_run.node, "cli");
+    let scheduled_before = after_manual.iter().filter(|r| r.node == "n1").count();
+    wait_until(
+        Duration::from_secs(10),
+        "the next scheduled occurrences run",
+        || {
+            records(&work.lines("runs"))
+                .iter()
+                .filter(|r| r.node == "n1")
+                .count()
+                >= scheduled_before + 2
+        },
+    );
+    let all = records(&work.lines("runs"));
+    let next = all
+        .iter()
+        .find(|r| r.node == "n1" && r.fence > manual_run.fence)
+        .expect("a scheduled run after the manual one");
+    assert!(!next.occurrence.starts_with("manual-"));
+    let skipped = history(&redis, "tick")
+        .iter()
+        .filter(|e| e["outcome"] == "skipped")
+        .count();
+    assert_eq!(skipped, 0, "the manual run consumed or blocked nothing");
+}
