@@ -59,6 +59,26 @@ pub enum Command {
     Run,
     /// Validate the config and print every job with its next 3 occurrences.
     Check,
+    /// Per job: lock holder, last decided occurrence, next occurrence; live nodes and config drift.
+    Status {
+        /// One JSON object (`jobs`, `nodes`, `divergences`) instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Recent decisions (ran, failed, skipped, ...), newest first.
+    History {
+        /// Only this job (default: every job in the config).
+        job: Option<String>,
+        /// Show at most this many entries.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// Only entries that finished within this long, e.g. `90s`, `2h`, `1d`.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        since: Option<std::time::Duration>,
+        /// One JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run JOB now on this node, under its lock with a new fence; exit 0 ok, 1 failed, 3 lock busy.
     Trigger {
         /// The job's name in the config.
@@ -115,6 +135,25 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 redis_override: cli.redis.clone(),
             };
             crate::daemon::run(config, options, stop_signal(), reloads).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Status { json } => {
+            crate::inspect::status(&load(&cli)?, *json).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::History {
+            job,
+            limit,
+            since,
+            json,
+        } => {
+            let args = crate::inspect::HistoryArgs {
+                job: job.clone(),
+                limit: *limit,
+                since: *since,
+                json: *json,
+            };
+            crate::inspect::history(&load(&cli)?, &args).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Trigger { job } => crate::trigger::run(load(&cli)?, &node_id(&cli)?, job).await,

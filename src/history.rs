@@ -4,10 +4,20 @@
 //! Entries are written inside the release script (run finished) and the
 //! claim script (skipped for overlap), so a decision and its record are one
 //! atomic step. Times are stored as UTC epoch milliseconds; readers format them.
+//!
+//! [`read`] fetches the newest entries of many jobs in one pipelined round
+//! trip, each stream read backwards from its end (`XREVRANGE ... COUNT`), so
+//! a stream capped at 10,000 entries is never read whole. The job name is
+//! not stored in the entry: it is the stream's job, carried by [`Recorded`].
+
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
+use redis::aio::ConnectionManager;
+use redis::streams::StreamRangeReply;
 
 use crate::exec::Report;
+use crate::lock::JobKeys;
 
 /// One decision about one occurrence.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,13 +26,16 @@ pub struct Entry {
     pub occurrence: String,
     pub node: String,
     pub fence: u64,
-    /// `succeeded`, `failed`, `timed_out`, `lock_lost`, `interrupted`, `skipped`.
+    /// `succeeded`, `failed`, `timed_out`, `lock_lost`, `interrupted`,
+    /// `skipped`, `missed`.
     pub outcome: String,
     pub exit_code: Option<i32>,
     pub http_status: Option<u16>,
     pub started_at: DateTime<Utc>,
     pub finished_at: DateTime<Utc>,
-    pub duration_ms: u64,
+    /// How long the run took; `None` for decisions that ran nothing
+    /// (`skipped`, `missed`).
+    pub duration_ms: Option<u64>,
     /// Why it failed to start, etc. Never holds secrets.
     pub error: Option<String>,
 }
@@ -39,7 +52,7 @@ impl Entry {
             http_status: report.http_status,
             started_at: report.started_at,
             finished_at: report.finished_at,
-            duration_ms: u64::try_from(report.duration.as_millis()).unwrap_or(u64::MAX),
+            duration_ms: Some(u64::try_from(report.duration.as_millis()).unwrap_or(u64::MAX)),
             error: report.error.clone(),
         }
     }
@@ -56,8 +69,10 @@ impl Entry {
                 "finished_at",
                 self.finished_at.timestamp_millis().to_string(),
             ),
-            ("duration_ms", self.duration_ms.to_string()),
         ];
+        if let Some(duration) = self.duration_ms {
+            fields.push(("duration_ms", duration.to_string()));
+        }
         if let Some(code) = self.exit_code {
             fields.push(("exit_code", code.to_string()));
         }
@@ -68,5 +83,160 @@ impl Entry {
             fields.push(("error", error.clone()));
         }
         fields
+    }
+
+    /// The entry stored as stream `fields`; `appended_ms` (the stream id's
+    /// time) stands in for missing times. `None` if `occurrence` or
+    /// `outcome` is missing: not an entry this program wrote.
+    pub fn from_fields(fields: &HashMap<String, String>, appended_ms: i64) -> Option<Entry> {
+        let text = |key: &str| fields.get(key).filter(|value| !value.is_empty()).cloned();
+        let time = |key: &str| {
+            fields
+                .get(key)
+                .and_then(|value| value.parse::<i64>().ok())
+                .and_then(DateTime::from_timestamp_millis)
+                .or_else(|| DateTime::from_timestamp_millis(appended_ms))
+                .unwrap_or_default()
+        };
+        Some(Entry {
+            occurrence: text("occurrence")?,
+            node: text("node").unwrap_or_default(),
+            fence: fields
+                .get("fence")
+                .and_then(|f| f.parse().ok())
+                .unwrap_or(0),
+            outcome: text("outcome")?,
+            exit_code: fields.get("exit_code").and_then(|c| c.parse().ok()),
+            http_status: fields.get("http_status").and_then(|s| s.parse().ok()),
+            started_at: time("started_at"),
+            finished_at: time("finished_at"),
+            duration_ms: fields.get("duration_ms").and_then(|d| d.parse().ok()),
+            error: text("error"),
+        })
+    }
+}
+
+/// An entry read back from the stream of `job`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    /// The job whose stream holds it.
+    pub job: String,
+    /// The stream id (`MS-SEQ`, Redis time of the append).
+    pub id: String,
+    pub entry: Entry,
+}
+
+impl Recorded {
+    /// Redis time of the append, UTC epoch ms (the stream id's first part).
+    pub fn appended_ms(&self) -> i64 {
+        stream_id_ms(&self.id)
+    }
+}
+
+fn stream_id_ms(id: &str) -> i64 {
+    id.split('-')
+        .next()
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The newest entries of `jobs` (keys under `prefix`), newest first by
+/// `finished_at` (ties by stream id), at most `limit` in all. With
+/// `appended_since` (UTC epoch ms), each stream is read only back to that
+/// Redis time; callers filter on `finished_at` themselves. One round trip;
+/// unparsable entries are skipped.
+pub async fn read(
+    conn: &ConnectionManager,
+    prefix: &str,
+    jobs: &[&str],
+    appended_since: Option<i64>,
+    limit: usize,
+) -> redis::RedisResult<Vec<Recorded>> {
+    if jobs.is_empty() || limit == 0 {
+        return Ok(Vec::new());
+    }
+    let start = appended_since.map_or_else(|| "-".to_string(), |ms| format!("{}-0", ms.max(0)));
+    let mut pipe = redis::pipe();
+    for job in jobs {
+        pipe.cmd("XREVRANGE")
+            .arg(JobKeys::new(prefix, job).history)
+            .arg("+")
+            .arg(&start)
+            .arg("COUNT")
+            .arg(limit);
+    }
+    let replies: Vec<StreamRangeReply> = pipe.query_async(&mut conn.clone()).await?;
+    let mut all: Vec<Recorded> = jobs
+        .iter()
+        .zip(replies)
+        .flat_map(|(job, reply)| {
+            reply.ids.into_iter().filter_map(move |stream_id| {
+                let fields: HashMap<String, String> = stream_id
+                    .map
+                    .into_iter()
+                    .filter_map(|(key, value)| Some((key, redis::from_redis_value(value).ok()?)))
+                    .collect();
+                let entry = Entry::from_fields(&fields, stream_id_ms(&stream_id.id))?;
+                Some(Recorded {
+                    job: job.to_string(),
+                    id: stream_id.id,
+                    entry,
+                })
+            })
+        })
+        .collect();
+    all.sort_by(|a, b| {
+        (b.entry.finished_at, b.appended_ms(), &b.id).cmp(&(
+            a.entry.finished_at,
+            a.appended_ms(),
+            &a.id,
+        ))
+    });
+    all.truncate(limit);
+    Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_fields_read_back_as_the_same_entry() {
+        let at = DateTime::from_timestamp_millis(1_796_072_400_250).expect("valid");
+        let entry = Entry {
+            occurrence: "2026-11-30T21:00:00Z".into(),
+            node: "web-2".into(),
+            fence: 1_796_072_400_000_123,
+            outcome: "failed".into(),
+            exit_code: Some(3),
+            http_status: None,
+            started_at: at,
+            finished_at: at + chrono::TimeDelta::milliseconds(41),
+            duration_ms: Some(41),
+            error: None,
+        };
+        let fields: HashMap<String, String> = entry
+            .to_fields()
+            .into_iter()
+            .map(|(key, value)| (key.to_string(), value))
+            .collect();
+        assert_eq!(Entry::from_fields(&fields, 0), Some(entry));
+    }
+
+    #[test]
+    fn a_skip_has_no_duration_and_missing_times_come_from_the_stream_id() {
+        let fields: HashMap<String, String> = [
+            ("occurrence", "2026-11-30T21:00:00Z"),
+            ("node", "web-1"),
+            ("fence", "17"),
+            ("outcome", "skipped"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let entry = Entry::from_fields(&fields, 1_796_072_400_250).expect("an entry");
+        assert_eq!(entry.duration_ms, None);
+        assert_eq!(entry.finished_at.timestamp_millis(), 1_796_072_400_250);
+        assert_eq!(Entry::from_fields(&HashMap::new(), 0), None);
     }
 }

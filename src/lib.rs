@@ -6,6 +6,7 @@
 //! - [`config`]: `jobs.toml` -> a validated [`config::Config`].
 //! - [`lock`]: the claim / extend / release scripts on Redis, and the watchdog.
 //! - [`history`]: the per-job decision stream (who ran which occurrence).
+//! - [`inspect`]: read-only `status` and `history` views for operators.
 //! - [`registry`]: live nodes and their job fingerprints (config drift guard).
 //! - [`exec`]: runs a job's action and classifies its [`exec::Outcome`].
 //! - [`daemon`]: the loop joining schedule, lock, exec and history.
@@ -20,6 +21,7 @@ pub mod config;
 pub mod daemon;
 pub mod exec;
 pub mod history;
+pub mod inspect;
 pub mod lock;
 pub mod metrics;
 pub mod notify;

@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Node, RedisServer, Workdir, faketime_env};
+use common::{Node, RedisServer, Workdir, faketime_env, wait_until};
 
 #[test]
 fn two_nodes_with_different_definitions_of_a_job_both_warn() {
@@ -63,4 +63,65 @@ fn a_node_whose_clock_is_off_by_2_s_warns_with_its_offset() {
     let fine = Node::start(&work, &redis, "fine", &[]);
     fine.wait_for_log(Duration::from_secs(10), "clock checked against redis");
     assert!(!fine.log().contains("clock differs"));
+}
+
+#[test]
+fn status_shows_every_live_node_its_clock_offset_and_the_drift() {
+    let redis = RedisServer::start();
+    let old = Workdir::new();
+    let new = Workdir::new();
+    old.write_config("[jobs.report]\nschedule = \"0 2 * * *\"\ncommand = \"echo v1\"\n");
+    new.write_config("[jobs.report]\nschedule = \"0 2 * * *\"\ncommand = \"echo v2\"\n");
+    let env = faketime_env("+3");
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let n1 = Node::start(&old, &redis, "n1", &[]);
+    let n2 = Node::start(&new, &redis, "n2", &env);
+    // Each node publishes once its clock was checked; n2 sees n1 at start.
+    n2.wait_for_log(
+        Duration::from_secs(20),
+        "job definition differs between nodes",
+    );
+    let status = || -> serde_json::Value {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_solocron"))
+            .args(["status", "--json", "--config"])
+            .arg(old.path("jobs.toml"))
+            .args(["--redis", &redis.url()])
+            .output()
+            .expect("run status");
+        assert!(out.status.success(), "{out:?}");
+        serde_json::from_slice(&out.stdout).expect("status --json is JSON")
+    };
+    let offset = |status: &serde_json::Value, id: &str| {
+        status["nodes"]
+            .as_array()
+            .and_then(|nodes| nodes.iter().find(|node| node["node"] == id))
+            .and_then(|node| node["clock_offset_ms"].as_i64())
+    };
+    // Both nodes publish their offset as soon as they measured it.
+    wait_until(
+        Duration::from_secs(10),
+        "status lists both nodes with offsets",
+        || {
+            let now = status();
+            offset(&now, "n1").is_some() && offset(&now, "n2").is_some()
+        },
+    );
+    let status = status();
+    assert!(
+        offset(&status, "n1").is_some_and(|ms| ms.abs() < 500),
+        "{status}"
+    );
+    assert!(
+        offset(&status, "n2").is_some_and(|ms| (2700..=3300).contains(&ms)),
+        "{status}"
+    );
+    let drift = status["divergences"].as_array().expect("divergences");
+    assert_eq!(drift.len(), 1, "{status}");
+    assert_eq!(drift[0]["job"], "report");
+    let description = drift[0]["description"].as_str().expect("description");
+    assert!(
+        description.contains("n1") && description.contains("n2"),
+        "{description}"
+    );
+    drop(n1);
 }

@@ -52,6 +52,7 @@ pub async fn check_loop(shared: Arc<Shared>) {
                 }
                 if !answered {
                     answered = true;
+                    shared.clock_measured.notify_one();
                     notify::ready();
                 }
             }

@@ -54,6 +54,8 @@ pub(crate) struct Shared {
     pub interrupt: CancellationToken,
     /// Last measured clock offset against Redis, ms; `i64::MIN` = unknown.
     clock_offset: AtomicI64,
+    /// Woken when the clock offset is first measured, to publish it at once.
+    pub clock_measured: tokio::sync::Notify,
 }
 
 impl Shared {
@@ -95,6 +97,7 @@ pub async fn run(
         cancel: CancellationToken::new(),
         interrupt: CancellationToken::new(),
         clock_offset: AtomicI64::new(i64::MIN),
+        clock_measured: tokio::sync::Notify::new(),
     });
     info!(
         node = %options.node,

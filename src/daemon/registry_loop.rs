@@ -56,6 +56,7 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
         tokio::select! {
             _ = shared.cancel.cancelled() => return,
             _ = tokio::time::sleep(registry::REFRESH) => {}
+            _ = shared.clock_measured.notified() => {}
             changed = config_rx.changed() => if changed.is_err() { return },
         }
     }

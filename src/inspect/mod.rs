@@ -1,0 +1,70 @@
+//! Read-only views for operators: `solocron status` and `solocron history`.
+//!
+//! Both only read what the daemons write (each job's lock, state hash and
+//! history stream, and the node registry); they never take a lock or write
+//! a key, so they are safe to run anywhere, any time. "Now" is Redis `TIME`,
+//! not this machine's clock, so "held for" and `--since` mean the same on
+//! every server, however skewed the one you type on.
+//!
+//! The connection is the daemon's lazy manager; [`open`] sends the first
+//! command under a short deadline, so an unreachable Redis is a clear error
+//! naming the redacted URL within seconds, never a hang. Per-job reads are
+//! pipelined: `status` on a thousand jobs is a few round trips.
+
+mod format;
+mod history;
+mod status;
+
+use std::io::Write as _;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+
+use crate::config::RedisConfig;
+
+pub use history::{HistoryArgs, history};
+pub use status::status;
+
+/// How long the first command may take before Redis counts as unreachable.
+const REACH_LIMIT: Duration = Duration::from_secs(5);
+
+/// Connects to the configured Redis and reads its `TIME` (UTC epoch ms).
+/// `Err` names the redacted URL: Redis is unreachable, refused us, or did
+/// not answer within [`REACH_LIMIT`].
+async fn open(config: &RedisConfig) -> anyhow::Result<(ConnectionManager, i64)> {
+    let redacted = config.redacted_url();
+    let conn = crate::daemon::connect(config)?;
+    match tokio::time::timeout(REACH_LIMIT, redis_time_ms(&conn)).await {
+        Ok(Ok(now_ms)) => Ok((conn, now_ms)),
+        Ok(Err(err)) => Err(redis_failed("cannot reach", config, &err)),
+        Err(_) => anyhow::bail!(
+            "cannot reach redis at `{redacted}`: no answer within {}",
+            humantime::format_duration(REACH_LIMIT)
+        ),
+    }
+}
+
+/// "`what` redis at `URL`: error", with the URL redacted. The error is
+/// formatted, not chained: its `Display` already includes its source, which
+/// `{:#}` would print a second time.
+fn redis_failed(what: &str, config: &RedisConfig, err: &redis::RedisError) -> anyhow::Error {
+    anyhow::anyhow!("{what} redis at `{}`: {err}", config.redacted_url())
+}
+
+/// Redis `TIME` as UTC epoch ms.
+async fn redis_time_ms(conn: &ConnectionManager) -> redis::RedisResult<i64> {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn.clone()).await?;
+    Ok(secs * 1000 + micros / 1000)
+}
+
+/// Writes `text` to stdout. A closed pipe (`| head`) is not an error: the
+/// reader has what it wanted.
+fn print(text: &str) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(anyhow::Error::new(err).context("cannot write to stdout"))
+        }
+        _ => Ok(()),
+    }
+}

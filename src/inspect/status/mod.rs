@@ -1,0 +1,205 @@
+//! `solocron status`: per job, who holds the lock, the last decided
+//! occurrence and the next one; then the live nodes and config drift.
+//!
+//! The per-job reads (`GET` and `PTTL` of the lock, `HGETALL` of the state)
+//! go out as one pipeline, so a thousand jobs cost one round trip, not three
+//! thousand. "Held" means the lock key exists: the state hash keeps the
+//! `holder_*` fields after a release, so they only describe a held lock when
+//! the lock names the same node.
+
+mod render;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use redis::Value as RedisValue;
+
+use super::format;
+use crate::config::{Config, Job};
+use crate::lock::JobKeys;
+use crate::registry;
+
+/// The lock of a job while someone holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    pub node: String,
+    /// `None` if the state hash does not describe this holder.
+    pub fence: Option<u64>,
+    /// The occurrence (or `manual-…`) the holder runs.
+    pub occurrence: Option<String>,
+    /// Redis time the lock was taken, UTC epoch ms.
+    pub since_ms: Option<i64>,
+    /// `PTTL`: ms until the lock expires unless extended (`None`: no TTL).
+    pub ttl_ms: Option<i64>,
+}
+
+/// The last decided scheduled occurrence of a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Last {
+    /// RFC 3339 UTC, as the run saw it.
+    pub occurrence: String,
+    pub node: String,
+    pub fence: Option<u64>,
+    /// `claimed`, `skipped` or `missed`.
+    pub decision: String,
+    /// `running`, then how it ended.
+    pub outcome: Option<String>,
+}
+
+/// What `status` knows about one job.
+#[derive(Debug, Clone)]
+pub struct JobStatus {
+    pub job: Arc<Job>,
+    /// `None`: the lock is free.
+    pub held: Option<Held>,
+    /// `None`: no scheduled occurrence decided yet (or the state was lost).
+    pub last: Option<Last>,
+    /// Computed locally from the schedule; `None` if it never fires again.
+    pub next: Option<DateTime<Utc>>,
+}
+
+/// Prints the status of every job in `config` and the live nodes.
+/// `Err`: Redis is unreachable or failed, or stdout is gone.
+pub async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
+    let (conn, now_ms) = super::open(&config.redis).await?;
+    let failed = |err| super::redis_failed("cannot read the status from", &config.redis, &err);
+    let jobs = read_jobs(&conn, config, Utc::now()).await.map_err(failed)?;
+    let nodes = registry::live_nodes(&conn, &config.redis.key_prefix)
+        .await
+        .map_err(failed)?;
+    let drift = registry::divergences(&nodes);
+    if json {
+        let value = render::to_json(&jobs, &nodes, &drift, now_ms);
+        return super::print(&format!("{value:#}\n"));
+    }
+    super::print(&render::text(&jobs, &nodes, &drift, now_ms))
+}
+
+/// Reads the lock and state of every job in one pipeline; `next` is
+/// computed from `now` (this machine's clock, like the daemons do).
+pub async fn read_jobs(
+    conn: &redis::aio::ConnectionManager,
+    config: &Config,
+    now: DateTime<Utc>,
+) -> redis::RedisResult<Vec<JobStatus>> {
+    if config.jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut pipe = redis::pipe();
+    for job in &config.jobs {
+        let keys = JobKeys::new(&config.redis.key_prefix, &job.name);
+        pipe.get(&keys.lock).pttl(&keys.lock).hgetall(&keys.state);
+    }
+    let replies: Vec<RedisValue> = pipe.query_async(&mut conn.clone()).await?;
+    let mut replies = replies.into_iter();
+    let mut statuses = Vec::with_capacity(config.jobs.len());
+    for job in &config.jobs {
+        let (Some(lock), Some(pttl), Some(state)) =
+            (replies.next(), replies.next(), replies.next())
+        else {
+            break;
+        };
+        let lock: Option<String> = redis::from_redis_value(lock)?;
+        let pttl: i64 = redis::from_redis_value(pttl)?;
+        let state: HashMap<String, String> = redis::from_redis_value(state)?;
+        statuses.push(JobStatus {
+            job: Arc::clone(job),
+            held: lock.map(|value| held(&value, pttl, &state)),
+            last: last(&state),
+            next: job.schedule.next_after(now),
+        });
+    }
+    Ok(statuses)
+}
+
+fn held(lock_value: &str, pttl: i64, state: &HashMap<String, String>) -> Held {
+    // The value is `TOKEN NODE`; node ids may not contain spaces, tokens never do.
+    let node = lock_value
+        .split_once(' ')
+        .map_or(lock_value, |(_, node)| node)
+        .to_string();
+    let ours = state.get("holder_node") == Some(&node);
+    let field = |key: &str| state.get(key).filter(|_| ours);
+    Held {
+        fence: field("holder_fence").and_then(|f| fence(f)),
+        occurrence: field("holder_occ").cloned(),
+        since_ms: field("holder_since").and_then(|s| s.parse().ok()),
+        ttl_ms: (pttl >= 0).then_some(pttl),
+        node,
+    }
+}
+
+fn last(state: &HashMap<String, String>) -> Option<Last> {
+    let at_ms: i64 = state.get("last_occ")?.parse().ok()?;
+    let occurrence = format::from_ms(at_ms).map(format::secs)?;
+    // `last_outcome` belongs to `last_outcome_occ`; older state has no such field.
+    let outcome = match state.get("last_outcome_occ") {
+        Some(name) if name != &occurrence => None,
+        _ => state.get("last_outcome").cloned(),
+    };
+    Some(Last {
+        occurrence,
+        node: state.get("last_node").cloned().unwrap_or_default(),
+        fence: state.get("last_fence").and_then(|f| fence(f)),
+        decision: state
+            .get("last_decision")
+            .cloned()
+            .unwrap_or_else(|| "claimed".to_string()),
+        outcome,
+    })
+}
+
+/// A fence field; `0` (a `missed` decision) means none.
+fn fence(text: &str) -> Option<u64> {
+    text.parse().ok().filter(|fence| *fence > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_held_lock_takes_the_holder_fields_only_if_they_name_its_node() {
+        let fields = state(&[
+            ("holder_node", "web-2"),
+            ("holder_fence", "1796072400000123"),
+            ("holder_since", "1796072400001"),
+            ("holder_occ", "2026-11-30T21:00:00Z"),
+        ]);
+        let held = held("0123abcd web-2", 1500, &fields);
+        assert_eq!(held.node, "web-2");
+        assert_eq!(held.fence, Some(1_796_072_400_000_123));
+        assert_eq!(held.since_ms, Some(1_796_072_400_001));
+        assert_eq!(held.ttl_ms, Some(1500));
+        let other = super::held("0123abcd web-3", -1, &fields);
+        assert_eq!(
+            (other.node.as_str(), other.fence, other.ttl_ms),
+            ("web-3", None, None)
+        );
+    }
+
+    #[test]
+    fn the_last_decision_is_named_like_the_run_saw_it() {
+        let fields = state(&[
+            ("last_occ", "1796072400000"),
+            ("last_node", "web-1"),
+            ("last_fence", "0"),
+            ("last_decision", "missed"),
+            ("last_outcome", "missed"),
+            ("last_outcome_occ", "2026-11-30T21:00:00Z"),
+        ]);
+        let last = last(&fields).expect("a decision");
+        assert_eq!(last.occurrence, "2026-11-30T21:00:00Z");
+        assert_eq!(last.fence, None);
+        assert_eq!(last.outcome.as_deref(), Some("missed"));
+        assert_eq!(super::last(&state(&[("fence", "7")])), None);
+    }
+}
