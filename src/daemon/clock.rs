@@ -37,6 +37,7 @@ pub async fn offset_ms(locker: &Locker) -> Result<i64, redis::RedisError> {
 pub async fn check_loop(shared: Arc<Shared>) {
     let locker = &shared.locker;
     let mut answered = false;
+    let mut failures: u64 = 0;
     loop {
         match offset_ms(locker).await {
             Ok(offset) => {
@@ -50,6 +51,7 @@ pub async fn check_loop(shared: Arc<Shared>) {
                 } else {
                     debug!(node = %locker.node(), offset_ms = offset, "clock checked against redis");
                 }
+                failures = 0;
                 if !answered {
                     answered = true;
                     shared.clock_measured.notify_one();
@@ -58,7 +60,11 @@ pub async fn check_loop(shared: Arc<Shared>) {
             }
             Err(err) => {
                 metrics::redis_error("time");
-                warn!(node = %locker.node(), error = %err, "cannot read redis TIME");
+                failures += 1;
+                // Every second until Redis first answers: say so now and then, not every time.
+                if failures % 30 == 1 {
+                    warn!(node = %locker.node(), error = %err, failures, "cannot read redis TIME");
+                }
             }
         }
         let pause = if answered { PERIOD } else { FIRST_RETRY };

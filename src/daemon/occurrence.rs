@@ -104,7 +104,12 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
                     );
                     return;
                 }
-                warn!(job = %job.name, occurrence = %name, node = %node, error = %err, retry_in = ?pause, "claim failed, retrying");
+                // The first failure is news; the retries until the deadline are not.
+                if pause == RETRY_FIRST {
+                    warn!(job = %job.name, occurrence = %name, node = %node, error = %err, "claim failed, retrying until starting_deadline");
+                } else {
+                    debug!(job = %job.name, occurrence = %name, node = %node, error = %err, retry_in = ?pause, "claim failed, retrying");
+                }
             }
         }
         tokio::select! {
