@@ -98,6 +98,7 @@ fn publish(redis: &RedisServer, nodes: &[NodeInfo]) {
             url: redis.url(),
             password: None,
             key_prefix: "solocron".to_string(),
+            tls: Default::default(),
         };
         let conn = solocron::daemon::connect(&config).expect("connection manager");
         for node in nodes {

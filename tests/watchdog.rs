@@ -72,7 +72,8 @@ fn a_run_three_times_longer_than_lock_ttl_keeps_the_lock() {
         }
         finished
     });
-    assert!(samples > 50, "sampled the lock {samples} times");
+    // Enough samples to cover every renewal period (1 s TTL, renewed every 333 ms).
+    assert!(samples >= 20, "sampled the lock {samples} times");
     let entries = history(&redis, "long");
     assert_eq!(entries[0]["outcome"], "succeeded", "{entries:?}");
     assert!(!node.log().contains("lock lost"), "{}", node.log());

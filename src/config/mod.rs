@@ -9,7 +9,8 @@
 //!
 //! Files: `error` (the error type and span -> line/column/snippet),
 //! `table` (reading one TOML table), `sections` (`[redis]`, `[daemon]`),
-//! `job` (`[defaults]`, `[jobs.NAME]`), `http`, `interpolate`; the validated
+//! `tls` (the `[redis]` certificate files), `job` (`[defaults]`,
+//! `[jobs.NAME]`), `http`, `interpolate`; the validated
 //! types live in `model`.
 
 mod error;
@@ -20,6 +21,7 @@ mod job;
 mod model;
 mod sections;
 mod table;
+mod tls;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -35,6 +35,33 @@ pub struct RedisConfig {
     pub password: Option<String>,
     /// Namespace for every key (`{PREFIX:JOB}:...`).
     pub key_prefix: String,
+    /// Certificates for a `rediss://` connection, read at load.
+    pub tls: RedisTls,
+}
+
+/// `tls_ca_file`, `tls_cert_file`, `tls_key_file` of `[redis]`, as PEM
+/// bytes read (and parsed once) when the file loads. All `None`: a
+/// `rediss://` server must present a certificate from the system's roots.
+#[derive(Clone, Default)]
+pub struct RedisTls {
+    /// Trusted CA certificates; replaces the system roots when set.
+    pub ca: Option<Vec<u8>>,
+    /// Client certificate chain and private key, for mutual TLS.
+    pub client: Option<ClientIdentity>,
+}
+
+impl RedisTls {
+    /// Whether any TLS setting was given (then the URL must be `rediss://`).
+    pub fn is_configured(&self) -> bool {
+        self.ca.is_some() || self.client.is_some()
+    }
+}
+
+/// A client certificate chain and its private key (PEM); never printed.
+#[derive(Clone)]
+pub struct ClientIdentity {
+    pub cert: Vec<u8>,
+    pub key: Vec<u8>,
 }
 
 impl RedisConfig {
@@ -44,25 +71,47 @@ impl RedisConfig {
     }
 }
 
-/// Replaces the password in `scheme://user:password@host` with `***`.
+/// Replaces the password in `scheme://user:password@host` with `***`, and
+/// the value of a `pass=` / `password=` query parameter (unix socket URLs
+/// carry the password there). Masks too much rather than too little: the
+/// user info runs to the *last* `@`, so a password with an unencoded `/`,
+/// `?` or `@` is still hidden.
 pub fn redact_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return url.to_string();
     };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    match authority.rfind('@') {
+    let (head, rest) = url.split_at(scheme_end + 3);
+    let rest = match rest.rfind('@') {
         Some(at) => {
-            let userinfo = &authority[..at];
-            let user = match userinfo.find(':') {
-                Some(colon) => format!("{}:***", &userinfo[..colon]),
+            let user = match rest[..at].find(':') {
+                Some(colon) => format!("{}:***", &rest[..colon]),
                 None => "***".to_string(),
             };
-            format!("{}{}{}", &url[..scheme_end + 3], user, &rest[at..])
+            format!("{user}{}", &rest[at..])
         }
-        None => url.to_string(),
-    }
+        None => rest.to_string(),
+    };
+    format!("{head}{}", mask_query_passwords(&rest))
+}
+
+/// `?db=1&pass=x` -> `?db=1&pass=***`.
+fn mask_query_passwords(rest: &str) -> String {
+    let Some(question) = rest.find('?') else {
+        return rest.to_string();
+    };
+    let (before, query) = rest.split_at(question + 1);
+    let (query, fragment) = match query.find('#') {
+        Some(hash) => query.split_at(hash),
+        None => (query, ""),
+    };
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((key, _)) if matches!(key, "pass" | "password") => format!("{key}=***"),
+            _ => pair.to_string(),
+        })
+        .collect();
+    format!("{before}{}{fragment}", pairs.join("&"))
 }
 
 impl fmt::Debug for RedisConfig {
@@ -71,6 +120,8 @@ impl fmt::Debug for RedisConfig {
             .field("url", &self.redacted_url())
             .field("password", &self.password.as_ref().map(|_| "***"))
             .field("key_prefix", &self.key_prefix)
+            .field("tls_ca", &self.tls.ca.is_some())
+            .field("tls_client", &self.tls.client.is_some())
             .finish()
     }
 }

@@ -9,20 +9,29 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::error::ConfigError;
-use super::model::{DaemonConfig, RedisConfig, redact_url};
+use super::model::{DaemonConfig, RedisConfig, RedisTls, redact_url};
 use super::table::Table;
+use super::tls;
 
 /// The URL used when `[redis]` or its `url` is absent.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 /// The key namespace used when `key_prefix` is absent.
 pub const DEFAULT_KEY_PREFIX: &str = "solocron";
 
-const REDIS_KEYS: &[&str] = &["url", "password_file", "key_prefix"];
+const REDIS_KEYS: &[&str] = &[
+    "url",
+    "password_file",
+    "key_prefix",
+    "tls_ca_file",
+    "tls_cert_file",
+    "tls_key_file",
+];
 const DAEMON_KEYS: &[&str] = &["shutdown_grace", "history_max", "metrics_listen"];
 const REDIS_SCHEMES: &[&str] = &["redis", "rediss", "redis+unix", "unix"];
 
 /// Reads `[redis]` (`None` = the section is absent). A relative
-/// `password_file` is taken relative to the directory of `config_path`.
+/// `password_file` or `tls_*_file` is taken relative to the directory of
+/// `config_path`.
 pub(super) fn redis(
     table: Option<&Table<'_, '_>>,
     config_path: &Path,
@@ -31,22 +40,22 @@ pub(super) fn redis(
         url: DEFAULT_REDIS_URL.to_string(),
         password: None,
         key_prefix: DEFAULT_KEY_PREFIX.to_string(),
+        tls: RedisTls::default(),
     };
     let Some(table) = table else {
         return Ok(redis);
     };
     table.check_keys(REDIS_KEYS)?;
+    let mut url_is_tls = None;
     if let Some(url) = table.string("url")? {
         check_redis_url(url.get_ref())
             .map_err(|message| table.error(url.span(), "url", message))?;
         redis.url = url.get_ref().to_string();
+        url_is_tls = Some(url.get_ref().starts_with("rediss://"));
     }
+    redis.tls = tls::read(table, config_path, url_is_tls)?;
     if let Some(file) = table.string("password_file")? {
-        let written = Path::new(*file.get_ref());
-        let full = match config_path.parent() {
-            Some(dir) if written.is_relative() => dir.join(written),
-            _ => written.to_path_buf(),
-        };
+        let full = tls::beside(config_path, file.get_ref());
         let content = std::fs::read_to_string(&full).map_err(|err| {
             let message = format!("cannot read password file `{}`: {err}", full.display());
             table.error(file.span(), "password_file", message)
@@ -87,6 +96,12 @@ fn check_redis_url(written: &str) -> Result<(), String> {
     let needs_host = matches!(url.scheme(), "redis" | "rediss");
     if needs_host && url.host_str().is_none_or(str::is_empty) {
         return Err(format!("no host in Redis URL `{shown}`; {hint}"));
+    }
+    if let Some(fragment) = url.fragment() {
+        return Err(format!(
+            "`#{fragment}` in `{shown}` is not supported: certificate checks stay on; \
+             trust a private CA with `tls_ca_file`"
+        ));
     }
     Ok(())
 }
@@ -176,6 +191,19 @@ mod tests {
         assert!(!format!("{err}").contains("hunter2"));
         let config = config("[redis]\nurl = \"redis://u:hunter2@db\"\n");
         assert!(!format!("{config:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn redact_url_masks_odd_passwords_and_query_passwords() {
+        use crate::config::redact_url;
+        assert_eq!(redact_url("redis://u:hun/ter2@db/0"), "redis://u:***@db/0");
+        assert_eq!(redact_url("redis://u:a@b?c@db"), "redis://u:***@db");
+        assert_eq!(redact_url("redis://:pw@db:6379"), "redis://:***@db:6379");
+        assert_eq!(
+            redact_url("redis+unix:///run/redis.sock?db=1&pass=hunter2#x"),
+            "redis+unix:///run/redis.sock?db=1&pass=***#x"
+        );
+        assert_eq!(redact_url("redis://db:6379/0"), "redis://db:6379/0");
     }
 
     #[test]

@@ -7,8 +7,8 @@
 //!
 //! Errors are shown without secrets: reqwest errors lose their URL
 //! (`without_url`), configured header values are marked sensitive, and any
-//! header value or URL password that still shows up in a message is
-//! replaced by `***`.
+//! header value, URL password or URL query value that still shows up in a
+//! message is replaced by `***`.
 
 use std::future::Future;
 use std::time::Duration;
@@ -76,16 +76,23 @@ fn describe(err: reqwest::Error, ctx: &RunContext, action: &HttpAction) -> Strin
     scrub(text, action)
 }
 
-/// Replaces configured secrets (header values, URL password) by `***`.
+/// Replaces configured secrets (header values, URL password and query
+/// values, e.g. `?token=${TOKEN}`) by `***`.
 fn scrub(mut text: String, action: &HttpAction) -> String {
-    let password = Url::parse(&action.url)
-        .ok()
+    let url = Url::parse(&action.url).ok();
+    let password = url
+        .as_ref()
         .and_then(|url| url.password().map(str::to_string));
+    let query_values: Vec<String> = url
+        .iter()
+        .flat_map(|url| url.query_pairs().map(|(_, value)| value.into_owned()))
+        .collect();
     let secrets = action
         .headers
         .iter()
         .map(|(_, value)| value.clone())
-        .chain(password);
+        .chain(password)
+        .chain(query_values);
     for secret in secrets {
         // Very short values are not secrets and would mangle the message.
         if secret.len() >= 4 {
@@ -167,13 +174,13 @@ mod tests {
     #[test]
     fn scrub_removes_header_values_and_url_password() {
         let action = HttpAction {
-            url: "http://user:hunter22@example.invalid/x".to_string(),
+            url: "http://user:hunter22@example.invalid/x?token=s3cr3t".to_string(),
             method: "POST".to_string(),
             timeout: None,
             headers: vec![("Authorization".to_string(), "Bearer t0ken".to_string())],
             body: None,
         };
-        let text = scrub("a Bearer t0ken b hunter22 c".to_string(), &action);
-        assert_eq!(text, "a *** b *** c");
+        let text = scrub("a Bearer t0ken b hunter22 c s3cr3t".to_string(), &action);
+        assert_eq!(text, "a *** b *** c ***");
     }
 }

@@ -29,12 +29,13 @@ use crate::history::Entry;
 /// Redis failed (unreachable, timed out, or replied with something unexpected).
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
-    #[error("redis {step} failed for job `{job}`")]
+    // The cause is part of the message, not a `#[source]`: these errors are
+    // logged with `%err`, which would otherwise drop why Redis failed.
+    #[error("redis {step} failed for job `{job}`: {cause}")]
     Redis {
         step: &'static str,
         job: String,
-        #[source]
-        source: redis::RedisError,
+        cause: redis::RedisError,
     },
     #[error("unexpected reply to {step} for job `{job}`: {reply}")]
     Reply {
@@ -304,10 +305,10 @@ fn ttl_ms(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
-fn redis_error(step: &'static str, job: &str, source: redis::RedisError) -> LockError {
+fn redis_error(step: &'static str, job: &str, cause: redis::RedisError) -> LockError {
     LockError::Redis {
         step,
         job: job.to_string(),
-        source,
+        cause,
     }
 }

@@ -147,6 +147,7 @@ pub async fn locker(redis: &RedisServer, node: &str) -> Locker {
         url: redis.url(),
         password: None,
         key_prefix: "test".to_string(),
+        tls: Default::default(),
     };
     let conn = solocron::daemon::connect(&config).expect("connection manager");
     Locker::new(conn, "test", node, 1000)
@@ -205,18 +206,33 @@ impl Node {
 
     /// Like [`Node::start`], with any Redis URL (e.g. a port nobody listens on).
     pub fn start_with_url(work: &Workdir, url: &str, id: &str, extra_env: &[(&str, &str)]) -> Node {
+        let config = work.path("jobs.toml");
+        let args = ["--config", &toml_path(&config), "--redis", url];
+        Node::start_with_args(work, id, &args, extra_env)
+    }
+
+    /// `solocron run --node-id ID ARGS` (no `--config` or `--redis` added:
+    /// the caller passes what it wants), stdout and stderr to `ID.log`.
+    pub fn start_with_args(
+        work: &Workdir,
+        id: &str,
+        args: &[&str],
+        extra_env: &[(&str, &str)],
+    ) -> Node {
         let log = work.path(&format!("{id}.log"));
         let log_file = fs::File::create(&log).expect("create log file");
+        let out_file = log_file.try_clone().expect("clone log file");
         let mut command = Command::new(env!("CARGO_BIN_EXE_solocron"));
         command
             .arg("run")
-            .arg("--config")
-            .arg(work.path("jobs.toml"))
-            .args(["--node-id", id, "--redis", url])
+            .args(["--node-id", id])
+            .args(args)
+            .env_remove("SOLOCRON_REDIS_URL")
+            .env_remove("SOLOCRON_CONFIG")
             .env("SOLOCRON_LOG", "info")
             .env_remove("SOLOCRON_LOG_FORMAT")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(out_file)
             .stderr(log_file);
         for (key, value) in extra_env {
             command.env(key, value);

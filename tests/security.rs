@@ -1,0 +1,900 @@
+//! Security basics (issue #4 item 5), against real `redis-server` and
+//! `solocron` processes:
+//!
+//! - planted secrets (the Redis password in the URL, on the command line, in
+//!   `SOLOCRON_REDIS_URL`, in a `password_file`; a `${TOKEN}` in a command,
+//!   an env value, an HTTP header, URL query and body) appear nowhere in
+//!   stdout, stderr, logs or the Redis keyspace, through runs, failures,
+//!   reloads, broken reloads, every subcommand, a wrong password and Redis
+//!   down; and a job's environment does not carry the Redis password;
+//! - `rediss://` against a server with a certificate from the test's own CA
+//!   (made with `openssl`): works with `tls_ca_file`, fails closed without
+//!   it or with another CA; mutual TLS with `tls_cert_file`/`tls_key_file`;
+//! - the README's ACL line is enough for two daemons, `status`, `history`
+//!   and `trigger` (the server's `ACL LOG` stays empty), and refuses
+//!   anything else.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use common::{Node, Workdir, free_port, records, toml_path, wait_until};
+use redis::Value;
+
+const PASSWORD: &str = "PLANTED-PW-1";
+const TOKEN: &str = "PLANTED-TOKEN-2";
+const WRONG_PASSWORD: &str = "PLANTED-WRONG-3";
+const PLANTED: [&str; 3] = [PASSWORD, TOKEN, WRONG_PASSWORD];
+const ADMIN: &str = "redis://admin:admin-pw@127.0.0.1";
+
+/// A `redis-server` with extra arguments (ACL users, TLS), killed on drop.
+/// Its default user is off; `admin` (password `admin-pw`) may do anything.
+struct Server {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start(args: &[String]) -> Server {
+        Server::start_on(free_port(), args, false)
+    }
+
+    /// `tls`: `port` is the TLS port and plain TCP is off.
+    fn start_on(port: u16, args: &[String], tls: bool) -> Server {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut command = Command::new("redis-server");
+        command.args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]);
+        if tls {
+            command.args(["--port", "0", "--tls-port", &port.to_string()]);
+        } else {
+            command.args(["--port", &port.to_string()]);
+        }
+        let child = command
+            .args(["--user", "default", "off"])
+            .args(["--user", "admin", "on", ">admin-pw", "~*", "&*", "+@all"])
+            .args(args)
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("`redis-server` must be on PATH (apt-get install redis-server)");
+        wait_until(Duration::from_secs(10), "redis-server listens", || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        Server {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+
+    /// A connection as `admin` (plain TCP servers only).
+    fn admin(&self) -> redis::Connection {
+        redis::Client::open(format!("{ADMIN}:{}/", self.port))
+            .and_then(|client| client.get_connection())
+            .expect("connect as admin")
+    }
+
+    /// `redis://solocron:PASSWORD@127.0.0.1:PORT/`.
+    fn url_with(&self, password: &str) -> String {
+        format!("redis://solocron:{password}@127.0.0.1:{}/", self.port)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `solocron ARGS` to completion with `env` (and nothing from the
+/// test's own `SOLOCRON_*` environment).
+fn solocron(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_solocron"));
+    command
+        .args(args)
+        .env_remove("SOLOCRON_REDIS_URL")
+        .env_remove("SOLOCRON_CONFIG")
+        .env_remove("SOLOCRON_LOG_FORMAT")
+        .env_remove("SOLOCRON_NODE_ID")
+        .env("SOLOCRON_LOG", "debug");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.output().expect("run solocron")
+}
+
+/// Everything a run printed, for the record.
+fn text(output: &Output) -> String {
+    format!(
+        "exit: {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Every key and every value in the server, as text.
+fn dump_keyspace(conn: &mut redis::Connection) -> String {
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(conn).expect("KEYS");
+    let mut out = String::new();
+    for key in keys {
+        let kind: String = redis::cmd("TYPE").arg(&key).query(conn).expect("TYPE");
+        let value: Value = match kind.as_str() {
+            "string" => redis::cmd("GET").arg(&key).query(conn),
+            "hash" => redis::cmd("HGETALL").arg(&key).query(conn),
+            "stream" => redis::cmd("XRANGE").arg(&key).arg("-").arg("+").query(conn),
+            "zset" => redis::cmd("ZRANGE")
+                .arg(&key)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .query(conn),
+            "set" => redis::cmd("SMEMBERS").arg(&key).query(conn),
+            "list" => redis::cmd("LRANGE").arg(&key).arg(0).arg(-1).query(conn),
+            other => panic!("unexpected key type {other} for {key}"),
+        }
+        .expect("read a key");
+        out.push_str(&format!("{key} ({kind}):"));
+        flatten(&value, &mut out);
+        out.push('\n');
+    }
+    out
+}
+
+fn flatten(value: &Value, out: &mut String) {
+    match value {
+        Value::BulkString(bytes) => {
+            out.push(' ');
+            out.push_str(&String::from_utf8_lossy(bytes));
+        }
+        Value::SimpleString(text) => {
+            out.push(' ');
+            out.push_str(text);
+        }
+        Value::Int(number) => out.push_str(&format!(" {number}")),
+        Value::Array(items) | Value::Set(items) => items.iter().for_each(|v| flatten(v, out)),
+        Value::Map(pairs) => pairs.iter().for_each(|(k, v)| {
+            flatten(k, out);
+            flatten(v, out);
+        }),
+        other => out.push_str(&format!(" {other:?}")),
+    }
+}
+
+/// Panics naming every source (and line) that contains a planted value.
+fn assert_no_planted(sources: &[(String, String)]) {
+    let mut leaks = Vec::new();
+    for (label, text) in sources {
+        for line in text.lines() {
+            if let Some(secret) = PLANTED.iter().find(|secret| line.contains(*secret)) {
+                leaks.push(format!("{label}: `{secret}` in: {line}"));
+            }
+        }
+    }
+    assert!(leaks.is_empty(), "secrets leaked:\n{}", leaks.join("\n"));
+}
+
+/// A one-shot-per-connection HTTP server answering 200; keeps each request.
+fn http_sink() -> (u16, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind http sink");
+    let port = listener.local_addr().expect("addr").port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let keep = Arc::clone(&seen);
+    thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut stream = stream;
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut buf = [0u8; 8192];
+            let n = stream.read(&mut buf).unwrap_or(0);
+            keep.lock()
+                .expect("lock")
+                .push(String::from_utf8_lossy(&buf[..n]).into_owned());
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        }
+    });
+    (port, seen)
+}
+
+/// The jobs of the planted-secrets test, after a `[redis]` section.
+fn planted_jobs(work: &Workdir, sink: u16, closed: u16) -> String {
+    let dir = toml_path(work.dir.path());
+    format!(
+        r#"
+[defaults]
+lock_ttl = "5s"
+starting_deadline = "3s"
+
+[jobs.envdump]
+schedule = "* * * * * *"
+command = "test \"$SECRET_ENV\" = '${{TOKEN}}' && echo ok >> {dir}/token-ok; env > {dir}/jobenv-$SOLOCRON_NODE-$SOLOCRON_FENCE.txt; echo plain job output"
+env = {{ SECRET_ENV = "${{TOKEN}}" }}
+
+[jobs.fails]
+schedule = "* * * * * *"
+command = "echo ${{TOKEN}} > /dev/null; echo failing on purpose >&2; exit 3"
+
+[jobs.hook-ok]
+schedule = "*/2 * * * * *"
+http = {{ url = "http://127.0.0.1:{sink}/hook?token=${{TOKEN}}", headers = {{ Authorization = "Bearer ${{TOKEN}}" }}, body = "${{TOKEN}}" }}
+
+[jobs.hook-closed]
+schedule = "* * * * * *"
+http = {{ url = "http://127.0.0.1:{closed}/hook?token=${{TOKEN}}", timeout = "2s", headers = {{ Authorization = "Bearer ${{TOKEN}}" }}, body = "${{TOKEN}}" }}
+"#
+    )
+}
+
+#[test]
+fn planted_secrets_appear_in_no_output_and_no_key() {
+    let server = Server::start(&[
+        "--user".into(),
+        "solocron".into(),
+        "on".into(),
+        format!(">{PASSWORD}"),
+        "~*".into(),
+        "&*".into(),
+        "+@all".into(),
+    ]);
+    let work = Workdir::new();
+    let (sink, requests) = http_sink();
+    let closed = free_port();
+    let jobs = planted_jobs(&work, sink, closed);
+    let url = server.url_with(PASSWORD);
+    let in_url = work.path("in-url.toml");
+    let with_url = format!("[redis]\nurl = \"{url}\"\n{jobs}");
+    fs::write(&in_url, &with_url).expect("write config");
+    fs::write(work.path("redis.pass"), format!("{PASSWORD}\n")).expect("write password");
+    let in_file = work.path("in-file.toml");
+    let with_file = format!(
+        "[redis]\nurl = \"redis://solocron@127.0.0.1:{}/\"\npassword_file = \"redis.pass\"\n{jobs}",
+        server.port
+    );
+    fs::write(&in_file, with_file).expect("write config");
+    let wrong = work.path("wrong.toml");
+    let wrong_url = server.url_with(WRONG_PASSWORD);
+    fs::write(&wrong, format!("[redis]\nurl = \"{wrong_url}\"\n{jobs}")).expect("write config");
+    let down_url = format!("redis://solocron:{PASSWORD}@127.0.0.1:{}/", free_port());
+    let (url_path, file_path, wrong_path) =
+        (toml_path(&in_url), toml_path(&in_file), toml_path(&wrong));
+    let token = [("TOKEN", TOKEN)];
+    let debug = [("TOKEN", TOKEN), ("SOLOCRON_LOG", "debug")];
+    let env_url = [("TOKEN", TOKEN), ("SOLOCRON_REDIS_URL", url.as_str())];
+
+    // Four ways to give the password, text and JSON logs, debug level.
+    let mut nodes = vec![
+        Node::start_with_args(&work, "in-url", &["--config", &url_path], &debug),
+        Node::start_with_args(
+            &work,
+            "cli-flag",
+            &[
+                "--config",
+                &file_path,
+                "--redis",
+                &url,
+                "--log-format",
+                "json",
+            ],
+            &debug,
+        ),
+        Node::start_with_args(&work, "pw-file", &["--config", &file_path], &debug),
+        Node::start_with_args(&work, "env-url", &["--config", &file_path], &env_url),
+    ];
+    let mut sources: Vec<(String, String)> = Vec::new();
+    let mut conn = server.admin();
+    wait_until(Duration::from_secs(20), "every kind of job ran", || {
+        let failed_hooks = common_history(&mut conn, "hook-closed")
+            .iter()
+            .filter(|entry| entry.get("outcome").map(String::as_str) == Some("failed"))
+            .count();
+        failed_hooks >= 2
+            && !requests.lock().expect("lock").is_empty()
+            && !work.lines("token-ok").is_empty()
+            && common_history(&mut conn, "fails").len() >= 2
+    });
+
+    // Reload, a broken reload (a syntax error on the line holding the
+    // password, so the snippet shows that line), and back.
+    nodes[0].signal("HUP");
+    nodes[0].wait_for_log(Duration::from_secs(10), "reload");
+    let broken = with_url.replacen(
+        &format!("url = \"{url}\""),
+        &format!("url = \"{url}\" oops"),
+        1,
+    );
+    assert_ne!(broken, with_url);
+    fs::write(&in_url, &broken).expect("write broken config");
+    nodes[0].signal("HUP");
+    wait_until(
+        Duration::from_secs(10),
+        "the broken reload is logged",
+        || nodes[0].log().matches("in-url.toml:").count() >= 1,
+    );
+    let check_broken = solocron(&["check", "--config", &url_path], &token);
+    assert_eq!(
+        check_broken.status.code(),
+        Some(1),
+        "{}",
+        text(&check_broken)
+    );
+    sources.push(("check (broken file)".into(), text(&check_broken)));
+    let bad_url = with_url.replacen(
+        &format!("url = \"{url}\""),
+        &format!("url = \"redis://solocron:{PASSWORD}@127.0.0.1:notaport/\""),
+        1,
+    );
+    fs::write(&in_url, &bad_url).expect("write config with a bad url");
+    nodes[0].signal("HUP");
+    let check_bad_url = solocron(&["check", "--config", &url_path], &token);
+    assert_eq!(
+        check_bad_url.status.code(),
+        Some(1),
+        "{}",
+        text(&check_bad_url)
+    );
+    sources.push(("check (bad url)".into(), text(&check_bad_url)));
+    fs::write(&in_url, &with_url).expect("restore config");
+    nodes[0].signal("HUP");
+
+    // Every subcommand, with the password in the file, on the command line,
+    // in the environment and in a password file.
+    let mut run = |label: &str, args: &[&str], env: &[(&str, &str)], code: i32| {
+        let output = solocron(args, env);
+        assert_eq!(
+            output.status.code(),
+            Some(code),
+            "{label}: {}",
+            text(&output)
+        );
+        sources.push((label.to_string(), text(&output)));
+    };
+    for (label, config, env) in [
+        ("in url", url_path.as_str(), &token[..]),
+        ("password file", file_path.as_str(), &token[..]),
+        ("SOLOCRON_REDIS_URL", file_path.as_str(), &env_url[..]),
+    ] {
+        let c = ["--config", config];
+        run(
+            &format!("check, {label}"),
+            &[&["check"], &c[..]].concat(),
+            env,
+            0,
+        );
+        run(
+            &format!("status, {label}"),
+            &[&["status"], &c[..]].concat(),
+            env,
+            0,
+        );
+        let status_json = [&["status", "--json"], &c[..]].concat();
+        run(&format!("status --json, {label}"), &status_json, env, 0);
+        run(
+            &format!("history, {label}"),
+            &[&["history"], &c[..]].concat(),
+            env,
+            0,
+        );
+        let history_json = [&["history", "--json", "--limit", "500"], &c[..]].concat();
+        run(&format!("history --json, {label}"), &history_json, env, 0);
+    }
+    let flag = [
+        "--config",
+        file_path.as_str(),
+        "--redis",
+        url.as_str(),
+        "--node-id",
+        "t",
+    ];
+    run(
+        "status --redis",
+        &[&["status"], &flag[..]].concat(),
+        &token,
+        0,
+    );
+    run(
+        "trigger envdump",
+        &[&["trigger", "envdump"], &flag[..]].concat(),
+        &debug,
+        0,
+    );
+    run(
+        "trigger fails",
+        &[&["trigger", "fails"], &flag[..]].concat(),
+        &debug,
+        1,
+    );
+    run(
+        "trigger hook-closed",
+        &[&["trigger", "hook-closed"], &flag[..]].concat(),
+        &debug,
+        1,
+    );
+    let env_trigger = [
+        "trigger",
+        "envdump",
+        "--config",
+        &file_path,
+        "--node-id",
+        "env-trigger",
+    ];
+    run(
+        "trigger envdump, SOLOCRON_REDIS_URL",
+        &env_trigger,
+        &env_url,
+        0,
+    );
+    let slash = format!("redis://solocron:{PASSWORD}/x@127.0.0.1:{}/", server.port);
+    run(
+        "status, `/` in the password",
+        &["status", "--config", &file_path, "--redis", &slash],
+        &token,
+        1,
+    );
+
+    // A wrong password and Redis down: the error paths.
+    let wrong_status = ["status", "--config", wrong_path.as_str()];
+    run("status, wrong password", &wrong_status, &token, 1);
+    run(
+        "history, wrong password",
+        &["history", "--config", &wrong_path],
+        &token,
+        1,
+    );
+    run(
+        "trigger, wrong password",
+        &[
+            "trigger",
+            "fails",
+            "--config",
+            &wrong_path,
+            "--node-id",
+            "t",
+        ],
+        &token,
+        1,
+    );
+    run(
+        "status, redis down",
+        &["status", "--config", &file_path, "--redis", &down_url],
+        &token,
+        1,
+    );
+    run(
+        "trigger, redis down",
+        &[
+            "trigger",
+            "fails",
+            "--config",
+            &file_path,
+            "--redis",
+            &down_url,
+            "--node-id",
+            "t",
+        ],
+        &token,
+        1,
+    );
+    let wrong_node = Node::start_with_args(&work, "wrong-pw", &["--config", &wrong_path], &debug);
+    let down_node = Node::start_with_args(
+        &work,
+        "redis-down",
+        &["--config", &file_path, "--redis", &down_url],
+        &debug,
+    );
+    wrong_node.wait_for_log(Duration::from_secs(15), "claim failed");
+    down_node.wait_for_log(Duration::from_secs(15), "claim failed");
+    nodes.extend([wrong_node, down_node]);
+
+    for node in &mut nodes {
+        node.signal("TERM");
+        node.wait_exit(Duration::from_secs(30));
+        sources.push((format!("log of {}", node.id), node.log()));
+    }
+    sources.push(("redis keyspace".into(), dump_keyspace(&mut conn)));
+
+    // The planted values were really in play: the job got the token, the
+    // hook sent it, the wrong password was refused, the secrets were masked.
+    let sent = requests.lock().expect("lock").join("\n");
+    assert!(sent.contains(&format!("Bearer {TOKEN}")) && sent.contains(&format!("token={TOKEN}")));
+    let all: String = sources.iter().map(|(_, text)| text.as_str()).collect();
+    assert!(all.contains("authentication failed"), "no auth error seen");
+    assert!(all.contains("solocron:***@127.0.0.1"), "no masked url seen");
+    assert!(all.contains("oops"), "the broken line was never shown");
+    assert!(
+        all.contains("http hook of job `hook-closed` failed"),
+        "no hook error seen"
+    );
+    assert_no_planted(&sources);
+
+    // Jobs see neither the Redis password nor SOLOCRON_REDIS_URL.
+    let mut dumps = BTreeMap::new();
+    for entry in fs::read_dir(work.dir.path()).expect("read work dir") {
+        let path = entry.expect("dir entry").path();
+        let name = path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        if name.starts_with("jobenv-") {
+            dumps.insert(name, fs::read_to_string(&path).unwrap_or_default());
+        }
+    }
+    let from_env_url = |name: &String| name.starts_with("jobenv-env-trigger-");
+    assert!(dumps.keys().any(from_env_url), "{:?}", dumps.keys());
+    assert!(
+        dumps.values().all(|env| env.contains(TOKEN)),
+        "the job got the token"
+    );
+    for (name, env) in &dumps {
+        assert!(
+            !env.contains(PASSWORD),
+            "{name} holds the redis password:\n{env}"
+        );
+        assert!(!env.contains("SOLOCRON_REDIS_URL"), "{name}:\n{env}");
+    }
+}
+
+/// The history stream of `job` (prefix `solocron`), via a given connection.
+fn common_history(conn: &mut redis::Connection, job: &str) -> Vec<BTreeMap<String, String>> {
+    let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+        .arg(format!("{{solocron:{job}}}:history"))
+        .arg("-")
+        .arg("+")
+        .query(conn)
+        .expect("XRANGE");
+    reply
+        .ids
+        .into_iter()
+        .map(|id| {
+            id.map
+                .into_iter()
+                .map(|(k, v)| (k, redis::from_redis_value::<String>(v).unwrap_or_default()))
+                .collect()
+        })
+        .collect()
+}
+
+/// Files of a private CA and certificates it signed, made with `openssl`.
+struct Pki {
+    dir: tempfile::TempDir,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        Pki {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn openssl(&self, args: &[&str]) {
+        let output = Command::new("openssl")
+            .args(args)
+            .current_dir(self.dir.path())
+            .output()
+            .expect("`openssl` must be on PATH (apt-get install openssl)");
+        assert!(output.status.success(), "openssl {args:?}: {output:?}");
+    }
+
+    /// `NAME.pem` / `NAME.key`: a self-signed CA.
+    fn ca(&self, name: &str) {
+        self.openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            &format!("/CN={name}"),
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.pem"),
+        ]);
+    }
+
+    /// `NAME.pem` / `NAME.key` signed by `ca`, valid for 127.0.0.1.
+    fn leaf(&self, ca: &str, name: &str) {
+        fs::write(
+            self.path("san.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+        )
+        .expect("write san");
+        self.openssl(&[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-subj",
+            &format!("/CN={name}"),
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+        ]);
+        self.openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            &format!("{ca}.pem"),
+            "-CAkey",
+            &format!("{ca}.key"),
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            "-out",
+            &format!("{name}.pem"),
+        ]);
+    }
+}
+
+/// A TLS-only server with `pki`'s `server` certificate, trusting `ca` for
+/// client certificates; `auth_clients`: `yes` or `no`.
+fn tls_server(pki: &Pki, auth_clients: &str) -> Server {
+    let arg = |name: &str| toml_path(&pki.path(name));
+    Server::start_on(
+        free_port(),
+        &[
+            "--tls-cert-file".into(),
+            arg("server.pem"),
+            "--tls-key-file".into(),
+            arg("server.key"),
+            "--tls-ca-cert-file".into(),
+            arg("ca.pem"),
+            "--tls-auth-clients".into(),
+            auth_clients.into(),
+            "--user".into(),
+            "solocron".into(),
+            "on".into(),
+            format!(">{PASSWORD}"),
+            "~*".into(),
+            "&*".into(),
+            "+@all".into(),
+        ],
+        true,
+    )
+}
+
+/// A `jobs.toml` for `rediss://` on `port` with extra `[redis]` lines and a
+/// job appending `OCCURRENCE NODE FENCE` to `runs`.
+fn tls_config(work: &Workdir, port: u16, redis_lines: &str) -> PathBuf {
+    let runs = toml_path(&work.path("runs"));
+    work.write_config(&format!(
+        "[redis]\nurl = \"rediss://solocron:{PASSWORD}@127.0.0.1:{port}/\"\n{redis_lines}\n\
+         [jobs.tick]\nschedule = \"* * * * * *\"\n\
+         command = \"echo $SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE >> {runs}\"\n"
+    ))
+}
+
+fn cli_with(config: &Path, args: &[&str]) -> Output {
+    let config = toml_path(config);
+    solocron(&[args, &["--config", &config]].concat(), &[])
+}
+
+#[test]
+fn rediss_with_the_test_ca_runs_jobs_and_fails_closed_without_it() {
+    let pki = Pki::new();
+    pki.ca("ca");
+    pki.ca("other-ca");
+    pki.leaf("ca", "server");
+    let server = tls_server(&pki, "no");
+    let ca_line = |ca: &str| format!("tls_ca_file = \"{}\"", toml_path(&pki.path(ca)));
+
+    let work = Workdir::new();
+    let config = tls_config(&work, server.port, &ca_line("ca.pem"));
+    let node = Node::start_with_args(&work, "tls-a", &["--config", &toml_path(&config)], &[]);
+    wait_until(Duration::from_secs(15), "a job ran over TLS", || {
+        records(&work.lines("runs")).len() >= 2
+    });
+    let history = cli_with(&config, &["history", "--json", "tick"]);
+    assert!(history.status.success(), "{}", text(&history));
+    let entries: serde_json::Value = serde_json::from_slice(&history.stdout).expect("json");
+    let ran = records(&work.lines("runs"));
+    let recorded = entries.as_array().expect("array");
+    assert!(
+        recorded
+            .iter()
+            .any(|e| e["occurrence"] == ran[0].occurrence.as_str()
+                && e["node"] == "tls-a"
+                && e["outcome"] == "succeeded"),
+        "{recorded:?} vs {ran:?}"
+    );
+    drop(node);
+
+    // No CA (the system roots do not know the test CA), or another CA:
+    // nothing runs, and the error says why.
+    for (case, lines) in [
+        ("no-ca", String::new()),
+        ("other-ca", ca_line("other-ca.pem")),
+    ] {
+        let work = Workdir::new();
+        let config = tls_config(&work, server.port, &lines);
+        let status = cli_with(&config, &["status"]);
+        assert_eq!(status.status.code(), Some(1), "{case}: {}", text(&status));
+        let message = String::from_utf8_lossy(&status.stderr).to_lowercase();
+        assert!(message.contains("certificate"), "{case}: {message}");
+        let node = Node::start_with_args(&work, case, &["--config", &toml_path(&config)], &[]);
+        wait_until(Duration::from_secs(15), "claims fail twice", || {
+            node.log().matches("claim failed").count() >= 2
+        });
+        assert!(
+            node.log().to_lowercase().contains("certificate"),
+            "{}",
+            node.log()
+        );
+        assert!(
+            work.lines("runs").is_empty(),
+            "{case}: ran without a trusted server"
+        );
+        assert!(!node.log().contains(PASSWORD));
+    }
+}
+
+#[test]
+fn mutual_tls_needs_the_client_certificate() {
+    let pki = Pki::new();
+    pki.ca("ca");
+    pki.leaf("ca", "server");
+    pki.leaf("ca", "client");
+    let server = tls_server(&pki, "yes");
+    let file = |name: &str| toml_path(&pki.path(name));
+    let work = Workdir::new();
+    let without = tls_config(
+        &work,
+        server.port,
+        &format!("tls_ca_file = \"{}\"", file("ca.pem")),
+    );
+    let refused = cli_with(&without, &["status"]);
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    let with = tls_config(
+        &work,
+        server.port,
+        &format!(
+            "tls_ca_file = \"{}\"\ntls_cert_file = \"{}\"\ntls_key_file = \"{}\"",
+            file("ca.pem"),
+            file("client.pem"),
+            file("client.key")
+        ),
+    );
+    let status = cli_with(&with, &["status"]);
+    assert!(status.status.success(), "{}", text(&status));
+    let node = Node::start_with_args(&work, "mtls", &["--config", &toml_path(&with)], &[]);
+    wait_until(Duration::from_secs(15), "a job ran over mutual TLS", || {
+        !records(&work.lines("runs")).is_empty()
+    });
+    drop(node);
+}
+
+/// The `ACL SETUSER` line of the README, split into arguments, with
+/// `PASSWORD` filled in.
+fn readme_acl(password: &str) -> Vec<String> {
+    let readme = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("read README.md");
+    let line = readme
+        .lines()
+        .map(str::trim)
+        .find(|line| line.starts_with("ACL SETUSER solocron "))
+        .expect("README.md has an `ACL SETUSER solocron ...` line");
+    line.split_whitespace()
+        .skip(2)
+        .map(|word| word.replace(">PASSWORD", &format!(">{password}")))
+        .collect()
+}
+
+#[test]
+fn the_readme_acl_user_is_enough_and_restrictive() {
+    let server = Server::start(&[]);
+    let mut admin = server.admin();
+    let mut setuser = redis::cmd("ACL");
+    setuser.arg("SETUSER").arg(readme_acl(PASSWORD));
+    let () = setuser
+        .query(&mut admin)
+        .expect("ACL SETUSER from the README");
+    let () = redis::cmd("ACL")
+        .arg("LOG")
+        .arg("RESET")
+        .query(&mut admin)
+        .expect("reset");
+
+    let work = Workdir::new();
+    let runs = toml_path(&work.path("runs"));
+    let url = server.url_with(PASSWORD);
+    let config = work.write_config(&format!(
+        "[redis]\nurl = \"{url}\"\n[defaults]\nlock_ttl = \"3s\"\n\
+         [jobs.tick]\nschedule = \"* * * * * *\"\n\
+         command = \"echo $SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE >> {runs}\"\n\
+         [jobs.slow]\nschedule = \"* * * * * *\"\ncommand = \"sleep 1.5\"\n"
+    ));
+    let config = toml_path(&config);
+    let mut nodes: Vec<Node> = ["acl-a", "acl-b"]
+        .iter()
+        .map(|id| Node::start_with_args(&work, id, &["--config", &config], &[]))
+        .collect();
+    wait_until(
+        Duration::from_secs(20),
+        "both nodes publish, jobs run and skip",
+        || {
+            let history = common_history(&mut admin, "slow");
+            records(&work.lines("runs")).len() >= 4
+                && history
+                    .iter()
+                    .any(|e| e.get("outcome").map(String::as_str) == Some("skipped"))
+                && nodes.iter().all(|node| node.log().contains("claim"))
+        },
+    );
+    let flags = ["--config", config.as_str(), "--node-id", "acl-cli"];
+    for args in [
+        &["status"][..],
+        &["status", "--json"],
+        &["history"],
+        &["history", "--json", "tick"],
+        &["trigger", "tick"],
+    ] {
+        let output = solocron(&[args, &flags[..]].concat(), &[]);
+        assert!(output.status.success(), "{args:?}: {}", text(&output));
+    }
+    for node in &mut nodes {
+        node.signal("TERM");
+        assert!(node.wait_exit(Duration::from_secs(20)).success());
+        let log = node.log().to_lowercase();
+        assert!(
+            !log.contains("noperm") && !log.contains("no permissions"),
+            "{log}"
+        );
+    }
+    let ran = records(&work.lines("runs"));
+    let mut occurrences: Vec<&str> = ran.iter().map(|r| r.occurrence.as_str()).collect();
+    occurrences.dedup();
+    assert_eq!(
+        occurrences.len(),
+        ran.len(),
+        "an occurrence ran twice: {ran:?}"
+    );
+    // Redis logs every command (and key) an ACL refused: there were none.
+    let denied: Value = redis::cmd("ACL")
+        .arg("LOG")
+        .query(&mut admin)
+        .expect("ACL LOG");
+    let mut log = String::new();
+    flatten(&denied, &mut log);
+    assert!(log.trim().is_empty(), "commands refused by the ACL: {log}");
+
+    // The user can do nothing else.
+    let mut user = redis::Client::open(url.as_str())
+        .and_then(|client| client.get_connection())
+        .expect("connect as solocron");
+    for command in [
+        redis::cmd("FLUSHALL"),
+        redis::cmd("KEYS").arg("*").clone(),
+        redis::cmd("CONFIG").arg("GET").arg("*").clone(),
+        redis::cmd("GET").arg("other-app:secret").clone(),
+        redis::cmd("EVAL").arg("return 1").arg(0).clone(),
+    ] {
+        let refused = command.query::<Value>(&mut user).expect_err("refused");
+        assert!(refused.to_string().contains("no permissions"), "{refused}");
+    }
+}
