@@ -81,7 +81,11 @@ pub fn locate(text: &str, span: Range<usize>) -> Position {
     let line_text = text[line_start..line_end].trim_end_matches('\r');
     let line = text[..start].matches('\n').count() + 1;
     let column = text[line_start..start].chars().count() + 1;
-    let marked = text[start..end.min(line_end).max(start)].chars().count();
+    // Carets go under the line as shown, where a masked password may have
+    // made it shorter than the file's line.
+    let shown_width = |upto: usize| mask_passwords(&text[line_start..upto]).chars().count();
+    let caret_column = shown_width(start);
+    let marked = shown_width(end.min(line_end).max(start)).saturating_sub(caret_column);
     let gutter = " ".repeat(line.to_string().len());
     let mut snippet = String::new();
     let _ = writeln!(snippet, "{gutter} |");
@@ -89,7 +93,7 @@ pub fn locate(text: &str, span: Range<usize>) -> Position {
     let _ = write!(
         snippet,
         "{gutter} | {}{}",
-        " ".repeat(column - 1),
+        " ".repeat(caret_column),
         "^".repeat(marked.max(1))
     );
     Position {
@@ -209,5 +213,35 @@ mod tests {
         let snippet = locate(text, 0..3).snippet;
         assert!(!snippet.contains("hunter2"), "{snippet}");
         assert!(snippet.contains("redis://app:***@db:6379/0"), "{snippet}");
+    }
+
+    #[test]
+    fn carets_line_up_with_a_masked_line() {
+        let text = "url = \"redis://app:hunter2@db\" x = 1";
+        let url = text.find('"').expect("present");
+        let snippet = locate(text, url..url + 24).snippet;
+        assert_eq!(
+            snippet,
+            "  |\n1 | url = \"redis://app:***@db\" x = 1\n  |       ^^^^^^^^^^^^^^^^^^^^"
+        );
+        let after = text.find(" x").expect("present") + 1;
+        let position = locate(text, after..after + 1);
+        assert_eq!(position.column, 32);
+        assert!(
+            position
+                .snippet
+                .ends_with(&format!("|{}^", " ".repeat(1 + 27)))
+        );
+    }
+
+    /// Found by tests/bad-configs: a `/` in the password ended the user info
+    /// early, so `redis://app:p/s3cret@db` was shown unmasked.
+    #[test]
+    fn a_slash_in_the_password_is_masked_too() {
+        let url = "redis://app:p/s3cret@db.internal:6379/0";
+        assert_eq!(redact_url(url), "redis://app:***@db.internal:6379/0");
+        let snippet = locate(&format!("url = \"{url}\""), 0..3).snippet;
+        assert!(!snippet.contains("s3cret"), "{snippet}");
+        assert_eq!(redact_url("redis://db:6379/0"), "redis://db:6379/0");
     }
 }

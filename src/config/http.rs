@@ -59,9 +59,15 @@ pub(super) fn http_action(
 }
 
 /// `Err` completes "`URL` ..." (the URL as written).
+///
+/// The `//` is required as written: the URL standard reads `http:80/x` as
+/// `http://80/x` (host `0.0.0.80`), which is a typo to refuse at load time,
+/// not a host to call at 2 a.m. (found by tests/prop_config.rs, #4).
 fn check_url(resolved: &str) -> Result<(), &'static str> {
     let url = url::Url::parse(resolved).map_err(|_| "is not a valid URL")?;
-    if !matches!(url.scheme(), "http" | "https") {
+    let written_scheme = resolved.trim_start().split("//").next().unwrap_or_default();
+    let has_slashes = written_scheme.eq_ignore_ascii_case(&format!("{}:", url.scheme()));
+    if !matches!(url.scheme(), "http" | "https") || !has_slashes {
         return Err("is not an `http://` or `https://` URL");
     }
     if url.host_str().is_none_or(str::is_empty) {
@@ -153,6 +159,16 @@ http = { url = "https://${HOST}/hooks/warm", method = "put", timeout = "500ms", 
             "/etc/solocron/jobs.toml:3:16: [jobs.x] `http.url`: `ftp://h/x` is not an `http://` or `https://` URL"
         );
         assert!(error(&with("url = \"not a url\"")).ends_with("`not a url` is not a valid URL"));
+        // Found by tests/prop_config.rs: the URL standard reads `http:80/x`
+        // as `http://80/x` (host 0.0.0.80), and the loader took it.
+        for typo in ["http:80/hooks/warm", "http:/127.0.0.1/x", "https:h/x"] {
+            assert!(
+                error(&with(&format!("url = \"{typo}\"")))
+                    .ends_with(&format!("`{typo}` is not an `http://` or `https://` URL")),
+                "{typo}"
+            );
+        }
+        assert!(job(&with("url = \"HTTPS://h/x\"")).name == "x");
         assert_eq!(
             error(&with("url = \"http://h/\", method = \"GE T\"")),
             "/etc/solocron/jobs.toml:3:38: [jobs.x] `http.method`: `GE T` is not an HTTP method"

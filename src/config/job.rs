@@ -124,6 +124,14 @@ impl JobFields {
             }
             let resolved = interpolate(command.get_ref(), env)
                 .map_err(|err| table.error(command.span(), "command", err.describe()))?;
+            if resolved.trim().is_empty() {
+                // `sh -c ""` would "succeed" every time, hiding an unset value.
+                let message = format!(
+                    "`{}` is empty once its variables are filled in",
+                    command.get_ref()
+                );
+                return Err(table.error(command.span(), "command", message));
+            }
             self.command = Some(resolved);
         }
         if let Some(value) = table.get("argv") {

@@ -15,6 +15,12 @@ use toml::de::{DeString, DeTable, DeValue};
 
 use super::error::{ConfigError, Source};
 
+/// The longest duration any key accepts: 100 years. The daemon adds and
+/// subtracts durations to and from dates and clocks; `starting_deadline =
+/// "300000y"` used to pass `check` and then panic the job's loop on
+/// `DateTime - TimeDelta` overflow, so the job silently never ran (#4).
+pub(super) const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600);
+
 /// A value as the document holds it.
 pub(super) type Value<'i> = Spanned<DeValue<'i>>;
 
@@ -153,7 +159,8 @@ impl<'a, 'i> Table<'a, 'i> {
         }
     }
 
-    /// A duration written like `30s` or `1h30m`, at least `min`.
+    /// A duration written like `30s` or `1h30m`, at least `min` and at most
+    /// [`MAX_DURATION`].
     pub fn duration(&self, key: &str, min: Duration) -> Result<Option<Duration>, ConfigError> {
         let what = "a duration string like `30s`";
         let Some(text) = self.string_like(key, what)? else {
@@ -169,6 +176,11 @@ impl<'a, 'i> Table<'a, 'i> {
         if duration < min {
             let min = humantime::format_duration(min);
             let message = format!("must be at least {min}, found `{written}`");
+            return Err(self.error(text.span(), key, message));
+        }
+        if duration > MAX_DURATION {
+            let max = humantime::format_duration(MAX_DURATION);
+            let message = format!("must be at most {max}, found `{written}`");
             return Err(self.error(text.span(), key, message));
         }
         Ok(Some(duration))

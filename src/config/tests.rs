@@ -13,6 +13,7 @@ pub(super) fn env(name: &str) -> Option<String> {
     match name {
         "WARM_TOKEN" => Some(SECRET.to_string()),
         "HOST" => Some("hooks.internal".to_string()),
+        "EMPTY" => Some(String::new()),
         _ => None,
     }
 }
@@ -263,6 +264,16 @@ fn durations_and_their_limits() {
         error(&with("timeout = \"0s\"")).ends_with("`timeout`: must be at least 1s, found `0s`")
     );
     assert!(error(&with("starting_deadline = \"0s\"")).contains("must be at least 1ms"));
+    // Found for issue #4: accepted, then the daemon's job loop
+    // panicked computing `now - starting_deadline`.
+    assert_eq!(
+        error(&with("starting_deadline = \"300000y\"")),
+        "/etc/solocron/jobs.toml:4:21: [jobs.x] `starting_deadline`: must be at most 100years, found `300000y`"
+    );
+    assert_eq!(
+        job(&with("starting_deadline = \"100y\"")).starting_deadline,
+        Duration::from_secs(100 * 31_557_600)
+    );
     assert_eq!(
         error(&with("lock_ttl = 30")),
         "/etc/solocron/jobs.toml:4:12: [jobs.x] `lock_ttl`: expected a duration string like `30s`, found integer"
@@ -336,6 +347,12 @@ fn a_missing_variable_names_variable_job_and_key() {
         error(&with(env)).contains("[jobs.x] `env.TOKEN`: environment variable `NOPE` is not set")
     );
     assert!(error(&with("command = \"${oops\"")).contains("`${` without a closing `}`"));
+    // Found by tests/prop_config.rs: a command that is only a variable set
+    // to "" loaded, and `sh -c ""` then "succeeded" at every occurrence.
+    assert_eq!(
+        error(&with("command = \" ${EMPTY} \"")),
+        "/etc/solocron/jobs.toml:3:11: [jobs.x] `command`: ` ${EMPTY} ` is empty once its variables are filled in"
+    );
 }
 
 #[test]

@@ -27,7 +27,11 @@ pub async fn run(shared: Arc<Shared>, job: Arc<Job>, cancel: CancellationToken) 
     let deadline = chrono_duration(job.starting_deadline);
     let now = Utc::now();
     let mut next = job.schedule.next_after(now);
-    if let Some(latest) = latest_in(&job, now - deadline, now) {
+    // Checked: a deadline reaching before year 1 just means "all of the past".
+    let window_start = now
+        .checked_sub_signed(deadline)
+        .unwrap_or(DateTime::<Utc>::MIN_UTC);
+    if let Some(latest) = latest_in(&job, window_start, now) {
         spawn_attempt(&shared, &job, latest, true);
     }
     while let Some(at) = next {

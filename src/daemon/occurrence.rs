@@ -40,8 +40,11 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
     let node = shared.locker.node().to_string();
     let deadline =
         chrono::TimeDelta::from_std(job.starting_deadline).unwrap_or(chrono::TimeDelta::MAX);
+    let deadline_at = at
+        .checked_add_signed(deadline)
+        .unwrap_or(DateTime::<Utc>::MAX_UTC);
     let give_up = Instant::now()
-        + (at + deadline - Utc::now())
+        + (deadline_at - Utc::now())
             .to_std()
             .unwrap_or(Duration::ZERO);
     let token = new_token();

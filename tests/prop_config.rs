@@ -1,0 +1,587 @@
+//! Property tests for the config loader ([`config::parse`]).
+//!
+//! Three sources of input: arbitrary strings; the example `jobs.toml` with
+//! random edits (a range deleted, text inserted, a line duplicated); and
+//! generated near-valid documents: the real sections and keys (the key lists
+//! below mirror the loader's) plus typos and keys of other sections, each
+//! with a plausible value for that key (durations, zones, cron expressions,
+//! URLs, `${VAR}` templates, ...) or a value of any TOML type.
+//!
+//! For every input `parse` returns without panicking, and:
+//! - `Err` is `Syntax` or `Invalid` (never `Read`, which `parse` cannot
+//!   cause) and its message starts with `PATH:LINE:COL: `, LINE and COL
+//!   inside the text, with the line shown under it;
+//! - no message contains the value of `${SECRET}`;
+//! - `Ok` holds only what SPEC §4 allows: valid job names, `lock_ttl` and
+//!   `timeout` at least 1 s, exactly one action (by construction), a schedule
+//!   that fires, `history_max` at least 1, a non-empty key prefix without
+//!   braces.
+
+use std::path::Path;
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+use solocron::config::{self, Action, Config, ConfigError};
+
+const PATH: &str = "/etc/solocron/jobs.toml";
+const SECRET: &str = "s3cret-from-env";
+const CASES: u32 = 2048;
+const EXAMPLE: &str = include_str!("../jobs.toml");
+
+const TOP_KEYS: &[&str] = &["redis", "daemon", "defaults", "jobs"];
+const REDIS_KEYS: &[&str] = &[
+    "url",
+    "password_file",
+    "key_prefix",
+    "tls_ca_file",
+    "tls_cert_file",
+    "tls_key_file",
+];
+const DAEMON_KEYS: &[&str] = &["shutdown_grace", "history_max", "metrics_listen"];
+const JOB_KEYS: &[&str] = &[
+    "schedule",
+    "timezone",
+    "command",
+    "argv",
+    "http",
+    "env",
+    "working_dir",
+    "lock_ttl",
+    "timeout",
+    "starting_deadline",
+    "on_lock_lost",
+    "overlap",
+];
+const HTTP_KEYS: &[&str] = &["url", "method", "timeout", "headers", "body"];
+
+fn env(name: &str) -> Option<String> {
+    match name {
+        "SECRET" => Some(SECRET.to_string()),
+        "HOST" => Some("hooks.internal".to_string()),
+        "EMPTY" => Some(String::new()),
+        _ => None,
+    }
+}
+
+/// A TOML basic string holding `text`.
+fn quoted(text: &str) -> String {
+    let mut out = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn one_of(items: &'static [&'static str]) -> BoxedStrategy<String> {
+    prop::sample::select(items).prop_map(str::to_string).boxed()
+}
+
+fn text() -> BoxedStrategy<String> {
+    prop_oneof![
+        "[a-zA-Z0-9 _./:@${}*,-]{0,24}",
+        any::<String>().prop_map(|s| s.chars().take(24).collect()),
+    ]
+    .boxed()
+}
+
+fn duration() -> BoxedStrategy<String> {
+    prop_oneof![
+        one_of(&[
+            "500ms",
+            "1s",
+            "30s",
+            "5m",
+            "1h30m",
+            "0s",
+            "999ms",
+            "-1s",
+            "1 h",
+            "abc",
+            "",
+            "100y",
+            "101y",
+            "300000y",
+            "1000000000000h",
+            "99999999999999999999s",
+            "1.5s",
+            "1e3s",
+            " 2s ",
+        ]),
+        (
+            0u64..100_000,
+            prop::sample::select(&["ns", "ms", "s", "m", "h", "d", "w", "y", ""][..])
+        )
+            .prop_map(|(n, unit)| format!("{n}{unit}")),
+    ]
+    .boxed()
+}
+
+fn zone() -> BoxedStrategy<String> {
+    one_of(&[
+        "UTC",
+        "Asia/Tashkent",
+        "Europe/Berlin",
+        "America/New_York",
+        "Australia/Lord_Howe",
+        "Europe/Berln",
+        "Mars/Olympus",
+        "",
+        "utc",
+        "Etc/GMT+5",
+        "EST5EDT",
+        "../../etc/passwd",
+    ])
+}
+
+fn cron_field() -> BoxedStrategy<String> {
+    prop_oneof![
+        one_of(&[
+            "*", "*/5", "0", "59", "60", "1-5", "5-1", "MON", "mon-fri", "L", "5L", "15W", "1#2",
+            "?", "1,2", "*/0", "0-59/61", "JAN", "31", "30", "29", "2", "-1", "", "**", "1/5",
+        ]),
+        (0u32..100).prop_map(|n| n.to_string()),
+    ]
+    .boxed()
+}
+
+fn cron() -> BoxedStrategy<String> {
+    let plain = one_of(&["*", "*/5", "0", "1-5", "1,2", "30", "*/15"]);
+    prop_oneof![
+        3 => prop::collection::vec(plain, 5..=6).prop_map(|fields| fields.join(" ")),
+        3 => prop::collection::vec(cron_field(), 4..=7).prop_map(|fields| fields.join(" ")),
+        1 => one_of(&[
+            "@hourly", "@daily", "@midnight", "@weekly", "@monthly", "@yearly", "@annually",
+            "@reboot", "@every 5m", "@DAILY", "", "0 0 30 2 *", "0 0 31 4 *", "0 0 29 2 *",
+            "0 0 0 31 11 *", "0 0 29 2 1",
+        ]),
+    ]
+    .boxed()
+}
+
+fn template() -> BoxedStrategy<String> {
+    one_of(&[
+        "echo ${HOST}",
+        "Bearer ${SECRET}",
+        "${SECRET}",
+        "${MISSING}",
+        "${",
+        "${1X}",
+        "$${SECRET}",
+        "$${",
+        "a$b",
+        "${EMPTY}",
+        "${SECRET",
+        "x\r\ny",
+        "",
+        "   ",
+    ])
+}
+
+fn url() -> BoxedStrategy<String> {
+    one_of(&[
+        "redis://127.0.0.1:6379",
+        "rediss://u:pw@db:6380/0",
+        "redis://u:p/w@db",
+        "redis://",
+        "redis+unix:///run/redis.sock",
+        "unix:///run/redis.sock",
+        "http://127.0.0.1:8080/hooks",
+        "https://${HOST}/x",
+        "http://${SECRET}/",
+        "${SECRET}",
+        "ftp://x/",
+        "http://:80/",
+        "not a url",
+        "",
+        "redis://db:notaport",
+    ])
+}
+
+/// A TOML value of any type.
+fn any_value() -> BoxedStrategy<String> {
+    let leaf = prop_oneof![
+        text().prop_map(|t| quoted(&t)),
+        any::<i64>().prop_map(|n| n.to_string()),
+        Just("99999999999999999999".to_string()),
+        any::<f64>().prop_map(|f| {
+            if f.is_finite() {
+                format!("{f:?}")
+            } else {
+                "nan".to_string()
+            }
+        }),
+        any::<bool>().prop_map(|b| b.to_string()),
+        Just("1979-05-27T07:32:00Z".to_string()),
+        Just("'literal ${SECRET}'".to_string()),
+    ];
+    leaf.prop_recursive(2, 8, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(|v| format!("[{}]", v.join(", "))),
+            prop::collection::vec(("[a-zA-Z_-]{1,8}", inner), 0..3).prop_map(|kv| {
+                let body: Vec<String> = kv.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+                format!("{{ {} }}", body.join(", "))
+            }),
+        ]
+    })
+    .boxed()
+}
+
+fn env_table() -> BoxedStrategy<String> {
+    let name = prop_oneof![
+        one_of(&[
+            "A",
+            "REPORT_TO",
+            "_x1",
+            "SOLOCRON_JOB",
+            "\"1BAD\"",
+            "\"A-B\"",
+            "\"\""
+        ]),
+        "[A-Z_]{1,6}",
+    ];
+    let value = prop_oneof![3 => template().prop_map(|t| quoted(&t)), 1 => any_value()];
+    prop::collection::vec((name, value), 0..3)
+        .prop_map(inline)
+        .boxed()
+}
+
+fn http_url() -> BoxedStrategy<String> {
+    prop_oneof![
+        3 => one_of(&["http://127.0.0.1:8080/hooks", "https://${HOST}/x", "http://h/?a=b@c"]),
+        1 => url(),
+    ]
+    .boxed()
+}
+
+/// An inline table of `key = value` pairs, each key once.
+fn inline(entries: Vec<(String, String)>) -> String {
+    let mut seen = std::collections::HashSet::new();
+    let body: Vec<String> = entries
+        .into_iter()
+        .filter(|(k, _)| seen.insert(k.clone()))
+        .map(|(k, v)| format!("{k} = {v}"))
+        .collect();
+    format!("{{ {} }}", body.join(", "))
+}
+
+fn http_table() -> BoxedStrategy<String> {
+    let headers = prop::collection::vec(
+        (
+            one_of(&[
+                "Authorization",
+                "X-A",
+                "\"Bad Name\"",
+                "\"\"",
+                "Content-Type",
+            ]),
+            template().prop_map(|t| quoted(&t)),
+        ),
+        0..3,
+    )
+    .prop_map(inline);
+    let pair = |k: &'static str, v: BoxedStrategy<String>| v.prop_map(move |v| (k.to_string(), v));
+    let entry = prop_oneof![
+        1 => pair("method", one_of(&["GET", "post", "GE T", "", "DELETE"]).prop_map(|m| quoted(&m)).boxed()),
+        1 => pair("timeout", duration().prop_map(|d| quoted(&d)).boxed()),
+        1 => pair("headers", headers.boxed()),
+        1 => pair("body", template().prop_map(|t| quoted(&t)).boxed()),
+        1 => (key(HTTP_KEYS), any_value()),
+    ];
+    let url = prop::option::weighted(
+        0.9,
+        http_url().prop_map(|u| ("url".to_string(), quoted(&u))),
+    );
+    (url, prop::collection::vec(entry, 0..3))
+        .prop_map(|(url, more)| inline(url.into_iter().chain(more).collect()))
+        .boxed()
+}
+
+/// A value that suits `key` (often valid), or any value.
+fn value_for(key: &str) -> BoxedStrategy<String> {
+    let suited: BoxedStrategy<String> = match key {
+        "schedule" => cron().prop_map(|c| quoted(&c)).boxed(),
+        "timezone" => zone().prop_map(|z| quoted(&z)).boxed(),
+        "lock_ttl" | "timeout" | "starting_deadline" | "shutdown_grace" => {
+            duration().prop_map(|d| quoted(&d)).boxed()
+        }
+        "command" | "working_dir" | "key_prefix" => template().prop_map(|t| quoted(&t)).boxed(),
+        "argv" => prop::collection::vec(template().prop_map(|t| quoted(&t)), 0..3)
+            .prop_map(|v| format!("[{}]", v.join(", ")))
+            .boxed(),
+        "http" => http_table(),
+        "env" => env_table(),
+        "on_lock_lost" => one_of(&["kill", "continue", "ignore", ""])
+            .prop_map(|v| quoted(&v))
+            .boxed(),
+        "overlap" => one_of(&["skip", "queue"]).prop_map(|v| quoted(&v)).boxed(),
+        "url" => url().prop_map(|u| quoted(&u)).boxed(),
+        "password_file" => one_of(&["/dev/null", "/", "/nonexistent/pass", "relative.pass", ""])
+            .prop_map(|v| quoted(&v))
+            .boxed(),
+        "history_max" => prop_oneof![
+            (-3i64..20_000).prop_map(|n| n.to_string()),
+            Just("9223372036854775807".to_string()),
+        ]
+        .boxed(),
+        "metrics_listen" => one_of(&["127.0.0.1:9464", "[::1]:9464", "localhost", ":9464", ""])
+            .prop_map(|v| quoted(&v))
+            .boxed(),
+        _ => any_value(),
+    };
+    prop_oneof![6 => suited, 1 => any_value()].boxed()
+}
+
+/// `keys` with one character dropped, doubled or changed.
+fn typo(keys: &'static [&'static str]) -> BoxedStrategy<String> {
+    (
+        prop::sample::select(keys),
+        any::<prop::sample::Index>(),
+        0..3u8,
+        "[a-z_]",
+    )
+        .prop_map(|(key, at, how, c)| {
+            let mut chars: Vec<char> = key.chars().collect();
+            let i = at.index(chars.len());
+            match how {
+                0 => {
+                    chars.remove(i);
+                }
+                1 => chars.insert(i, chars[i]),
+                _ => chars[i] = c.chars().next().unwrap_or('x'),
+            }
+            chars.into_iter().collect()
+        })
+        .boxed()
+}
+
+/// A key for a table whose real keys are `keys`.
+fn key(keys: &'static [&'static str]) -> BoxedStrategy<String> {
+    prop_oneof![
+        12 => prop::sample::select(keys).prop_map(str::to_string),
+        1 => typo(keys),
+        1 => prop::sample::select([JOB_KEYS, REDIS_KEYS, DAEMON_KEYS, HTTP_KEYS].concat())
+            .prop_map(str::to_string),
+        1 => "[a-z_]{1,10}",
+    ]
+    .boxed()
+}
+
+/// `key = value` for a key of `keys`.
+fn entry(keys: &'static [&'static str]) -> BoxedStrategy<(String, String)> {
+    key(keys)
+        .prop_flat_map(|k| value_for(&k).prop_map(move |v| (k.clone(), v)))
+        .boxed()
+}
+
+/// A table body: the entries, each key once (a repeated key is a TOML
+/// syntax error, which the other properties already produce plenty of).
+fn table(entries: Vec<(String, String)>) -> String {
+    let mut seen = std::collections::HashSet::new();
+    let lines: Vec<String> = entries
+        .into_iter()
+        .filter(|(k, _)| seen.insert(k.clone()))
+        .map(|(k, v)| format!("{k} = {v}"))
+        .collect();
+    lines.join("\n")
+}
+
+fn job_name() -> BoxedStrategy<String> {
+    prop_oneof![
+        8 => "[a-z][a-z0-9_-]{0,12}",
+        1 => "[a-z][a-z0-9_.-]{0,12}".prop_map(|n| quoted(&n)),
+        1 => one_of(&["\"a b\"", "\"\"", "a.b", "\"ä\""]),
+        1 => Just("a".repeat(65)),
+    ]
+    .boxed()
+}
+
+/// A job: usually a schedule and an action, then a few more keys.
+fn job() -> BoxedStrategy<String> {
+    let schedule = value_for("schedule").prop_map(|v| ("schedule".to_string(), v));
+    let action = prop::sample::select(&["command", "argv", "http"][..])
+        .prop_flat_map(|k| value_for(k).prop_map(move |v| (k.to_string(), v)));
+    (
+        job_name(),
+        prop::option::weighted(0.9, schedule),
+        prop::option::weighted(0.85, action),
+        prop::collection::vec(entry(JOB_KEYS), 0..3),
+    )
+        .prop_map(|(name, schedule, action, more)| {
+            let entries = schedule.into_iter().chain(action).chain(more).collect();
+            format!("[jobs.{name}]\n{}\n", table(entries))
+        })
+        .boxed()
+}
+
+/// A near-valid document: a few top-level keys (rarely), the sections in
+/// their usual order (each present or not), and one to three jobs.
+fn document() -> BoxedStrategy<String> {
+    let section = |name: &'static str, keys: &'static [&'static str], most: usize| {
+        prop::option::of(prop::collection::vec(entry(keys), 0..most)).prop_map(move |entries| {
+            match entries {
+                Some(entries) => format!("[{name}]\n{}\n", table(entries)),
+                None => String::new(),
+            }
+        })
+    };
+    (
+        prop::option::weighted(0.1, (key(TOP_KEYS), any_value())),
+        section("redis", REDIS_KEYS, 3),
+        section("daemon", DAEMON_KEYS, 3),
+        section("defaults", JOB_KEYS, 4),
+        prop::collection::vec(job(), 1..4),
+    )
+        .prop_map(|(top, redis, daemon, defaults, jobs)| {
+            let top = top.map(|(k, v)| format!("{k} = {v}\n")).unwrap_or_default();
+            format!("{top}{redis}{daemon}{defaults}{}", jobs.join("\n"))
+        })
+        .boxed()
+}
+
+/// The example file with a few random edits.
+fn mutated_example() -> BoxedStrategy<String> {
+    let edit = (
+        0..3u8,
+        any::<prop::sample::Index>(),
+        0..40usize,
+        "[ -~\n]{0,6}",
+    );
+    prop::collection::vec(edit, 1..4)
+        .prop_map(|edits| {
+            let mut text = EXAMPLE.to_string();
+            for (how, at, len, insert) in edits {
+                let start = floor_boundary(&text, at.index(text.len() + 1));
+                let end = floor_boundary(&text, (start + len).min(text.len()));
+                match how {
+                    0 => text.replace_range(start..end, ""),
+                    1 => text.insert_str(start, &insert),
+                    _ => {
+                        let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+                        let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+                        let line = format!("{}\n", &text[line_start..line_end]);
+                        text.insert_str(line_start, &line);
+                    }
+                }
+            }
+            text
+        })
+        .boxed()
+}
+
+fn floor_boundary(text: &str, mut index: usize) -> usize {
+    while !text.is_char_boundary(index) {
+        index -= 1;
+    }
+    index
+}
+
+fn check(text: &str) -> Result<(), TestCaseError> {
+    match config::parse(text, Path::new(PATH), &env) {
+        Ok(config) => check_config(&config),
+        Err(err) => check_error(text, &err),
+    }
+}
+
+fn check_error(text: &str, err: &ConfigError) -> Result<(), TestCaseError> {
+    let message = err.to_string();
+    prop_assert!(!matches!(err, ConfigError::Read { .. }), "{}", message);
+    prop_assert!(!message.contains(SECRET), "secret in: {}", message);
+    let Some((line, column)) = err.position() else {
+        return Err(TestCaseError::fail(format!("no position: {message}")));
+    };
+    let head = format!("{PATH}:{line}:{column}: ");
+    prop_assert!(
+        message.starts_with(&head),
+        "{} does not start with {}",
+        message,
+        head
+    );
+    let lines = text.split('\n').count();
+    prop_assert!(
+        line >= 1 && line <= lines,
+        "line {} of {}: {}",
+        line,
+        lines,
+        message
+    );
+    let line_text = text.split('\n').nth(line - 1).unwrap_or_default();
+    prop_assert!(
+        column >= 1 && column <= line_text.chars().count() + 1,
+        "column {} of {:?}: {}",
+        column,
+        line_text,
+        message
+    );
+    prop_assert!(
+        message.contains(&format!("\n{line} | ")),
+        "no snippet: {}",
+        message
+    );
+    Ok(())
+}
+
+fn check_config(config: &Config) -> Result<(), TestCaseError> {
+    let from = Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).unwrap();
+    prop_assert!(config.daemon.history_max >= 1);
+    let prefix = &config.redis.key_prefix;
+    let braces = prefix.contains(['{', '}']);
+    prop_assert!(!prefix.is_empty() && !braces, "key prefix {:?}", prefix);
+    for job in &config.jobs {
+        let name_ok = (1..=64).contains(&job.name.len())
+            && job
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+        prop_assert!(name_ok, "job name {:?}", job.name);
+        prop_assert!(job.lock_ttl >= Duration::from_secs(1));
+        prop_assert!(job.timeout.is_none_or(|t| t >= Duration::from_secs(1)));
+        prop_assert!(
+            job.schedule.next_after(from).is_some(),
+            "{:?}",
+            job.schedule
+        );
+        match &job.action {
+            Action::Command(command) => prop_assert!(!command.trim().is_empty()),
+            Action::Argv(argv) => prop_assert!(argv.first().is_some_and(|p| !p.is_empty())),
+            Action::Http(http) => {
+                prop_assert!(http.url.starts_with("http://") || http.url.starts_with("https://"));
+                for (_, value) in &http.headers {
+                    prop_assert!(!value.contains(['\r', '\n', '\0']));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: CASES, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_text_never_panics(text in any::<String>()) {
+        check(&text)?;
+    }
+
+    #[test]
+    fn toml_looking_text_never_panics(text in "([\\[\\]a-z_.=\" {}0-9#@*/,:${}\\n-]|jobs|schedule|command){0,80}") {
+        check(&text)?;
+    }
+
+    #[test]
+    fn edited_example_never_panics(text in mutated_example()) {
+        check(&text)?;
+    }
+
+    #[test]
+    fn near_valid_documents_load_or_point_at_the_problem(text in document()) {
+        check(&text)?;
+    }
+}
