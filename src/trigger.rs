@@ -84,8 +84,8 @@ pub async fn run(config: Config, node: &str, job_name: &str) -> anyhow::Result<E
             eprintln!("job `{job_name}` is running on `{holder}` (fence {fence}); not started");
             return Ok(ExitCode::from(EXIT_BUSY));
         }
-        Claim::Taken { by, .. } => {
-            bail!("unexpected answer for a manual run of `{job_name}`: taken by `{by}`")
+        Claim::Taken { .. } | Claim::TooLate | Claim::Superseded { .. } => {
+            bail!("unexpected answer to the claim of a manual run of `{job_name}`: {claim:?}")
         }
     };
     eprintln!(

@@ -17,6 +17,7 @@ fn scheduled(at_ms: i64) -> Target {
     Target::Scheduled {
         at_ms,
         name: format!("occ-{at_ms}"),
+        deadline_ms: i64::MAX,
     }
 }
 
@@ -67,7 +68,7 @@ async fn ten_concurrent_claimers_one_winner_nine_told_who_won() {
         match claim {
             Claim::Won(lease) => winners.push((node, lease.fence)),
             Claim::Taken { by, fence, .. } => told.push((by, fence)),
-            Claim::Busy { .. } => {
+            Claim::Busy { .. } | Claim::TooLate | Claim::Superseded { .. } => {
                 panic!("a claimer of the same occurrence must be told it was taken")
             }
         }
@@ -117,7 +118,7 @@ async fn late_claimer_is_refused_after_release() {
         .claim("tick", &scheduled(4_000), &new_token(), TTL)
         .await
         .unwrap();
-    assert!(matches!(older, Claim::Taken { .. }), "{older:?}");
+    assert_eq!(older, Claim::Superseded { last_ms: 5_000 });
     won(late
         .claim("tick", &scheduled(6_000), &new_token(), TTL)
         .await
@@ -305,4 +306,81 @@ async fn busy_lock_skips_the_occurrence_once_and_manual_runs_consume_nothing() {
         .await
         .unwrap());
     assert!(next.fence > manual.fence);
+}
+
+#[tokio::test]
+async fn a_claim_reaching_redis_after_the_deadline_takes_nothing() {
+    let redis = RedisServer::start();
+    let node = locker(&redis, "a").await;
+    let now_ms = Utc::now().timestamp_millis();
+    let late = Target::Scheduled {
+        at_ms: now_ms - 10_000,
+        name: "late".into(),
+        deadline_ms: now_ms - 5_000,
+    };
+    assert_eq!(
+        node.claim("job", &late, &new_token(), TTL).await.unwrap(),
+        Claim::TooLate
+    );
+    let mut conn = redis.conn();
+    let lock: Option<String> = conn.get("{test:job}:lock").unwrap();
+    assert_eq!(lock, None);
+    let state: std::collections::HashMap<String, String> =
+        conn.hgetall("{test:job}:state").unwrap();
+    assert!(
+        !state.contains_key("last_occ"),
+        "nothing recorded: {state:?}"
+    );
+    // The miss is recorded once; a second record is refused.
+    assert!(
+        node.record_missed("job", now_ms - 10_000, "late", "test", "")
+            .await
+            .unwrap()
+    );
+    assert!(
+        !node
+            .record_missed("job", now_ms - 10_000, "late", "test", "")
+            .await
+            .unwrap()
+    );
+    let len: usize = conn.xlen("{test:job}:history").unwrap();
+    assert_eq!(len, 1);
+}
+
+#[tokio::test]
+async fn a_late_win_of_a_node_that_gave_up_is_undone_by_its_miss_record() {
+    // The claim sat in a paused Redis's socket and won after its node had
+    // given up: the node's record of the miss, with the same token, deletes
+    // the lock no run holds and turns the decision into `missed`.
+    let redis = RedisServer::start();
+    let gave_up = locker(&redis, "a").await;
+    let other = locker(&redis, "b").await;
+    let token = new_token();
+    won(gave_up
+        .claim("job", &scheduled(1_000), &token, TTL)
+        .await
+        .unwrap());
+    // Another node's token cannot undo it.
+    assert!(
+        !other
+            .record_missed("job", 1_000, "occ-1000", "test", &new_token())
+            .await
+            .unwrap()
+    );
+    assert!(
+        gave_up
+            .record_missed("job", 1_000, "occ-1000", "test", &token)
+            .await
+            .unwrap()
+    );
+    let mut conn = redis.conn();
+    let lock: Option<String> = conn.get("{test:job}:lock").unwrap();
+    assert_eq!(lock, None, "the orphaned lock is gone");
+    let decision: String = conn.hget("{test:job}:state", "last_decision").unwrap();
+    assert_eq!(decision, "missed");
+    // The next occurrence is free at once, not skipped for an empty lock.
+    won(other
+        .claim("job", &scheduled(2_000), &new_token(), TTL)
+        .await
+        .unwrap());
 }

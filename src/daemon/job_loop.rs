@@ -52,6 +52,7 @@ pub async fn run(shared: Arc<Shared>, job: Arc<Job>, cancel: CancellationToken) 
                 &job,
                 due,
                 "node woke after starting_deadline",
+                "",
             );
         } else {
             spawn_attempt(&shared, &job, due, false);

@@ -33,16 +33,17 @@ const RECORD_MISSED_FOR: Duration = Duration::from_secs(3600);
 /// Claims and, if won, runs the occurrence of `job` at `at`.
 pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catch_up: bool) {
     let name = rfc3339(at);
-    let target = Target::Scheduled {
-        at_ms: at.timestamp_millis(),
-        name: name.clone(),
-    };
     let node = shared.locker.node().to_string();
     let deadline =
         chrono::TimeDelta::from_std(job.starting_deadline).unwrap_or(chrono::TimeDelta::MAX);
     let deadline_at = at
         .checked_add_signed(deadline)
         .unwrap_or(DateTime::<Utc>::MAX_UTC);
+    let target = Target::Scheduled {
+        at_ms: at.timestamp_millis(),
+        name: name.clone(),
+        deadline_ms: deadline_at.timestamp_millis(),
+    };
     let give_up = Instant::now()
         + (deadline_at - Utc::now())
             .to_std()
@@ -94,16 +95,40 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
                     "occurrence skipped: previous run still holds the lock (overlap = skip)");
                 return;
             }
+            Ok(Claim::Superseded { last_ms }) => {
+                let last = DateTime::from_timestamp_millis(last_ms)
+                    .map(rfc3339)
+                    .unwrap_or_default();
+                warn!(job = %job.name, occurrence = %name, node = %node, newer = %last,
+                    "occurrence not run here: a newer occurrence was decided before this claim reached redis (run elsewhere, or missed)");
+                return;
+            }
+            Ok(Claim::TooLate) => {
+                error!(job = %job.name, occurrence = %name, node = %node,
+                    "occurrence missed: redis received the claim after starting_deadline");
+                spawn_record_missed(
+                    &shared,
+                    &job,
+                    at,
+                    "claim reached redis after starting_deadline",
+                    &token,
+                );
+                return;
+            }
             Err(err) => {
                 metrics::redis_error("claim");
                 if Instant::now() + pause > give_up {
                     error!(job = %job.name, occurrence = %name, node = %node, error = %err,
                         "occurrence missed: redis unreachable until starting_deadline (never run without the lock)");
+                    // Claims sent meanwhile may still reach Redis (a paused
+                    // server runs its queue on resume): the token lets the
+                    // record undo such a late win.
                     spawn_record_missed(
                         &shared,
                         &job,
                         at,
                         "redis unreachable until starting_deadline",
+                        &token,
                     );
                     return;
                 }
@@ -127,22 +152,29 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
 }
 
 /// Records `at` of `job` as missed in the background, retrying while Redis
-/// is unreachable (up to an hour, or until shutdown).
+/// is unreachable (up to an hour, or until shutdown). `token` is the one this
+/// node's claims of `at` used, empty if it sent none.
 pub fn spawn_record_missed(
     shared: &Arc<Shared>,
     job: &Job,
     at: DateTime<Utc>,
     reason: &'static str,
+    token: &str,
 ) {
     metrics::missed(&job.name);
     let shared = Arc::clone(shared);
     let job = job.name.clone();
+    let token = token.to_string();
     shared.tracker.clone().spawn(async move {
         let name = rfc3339(at);
         let give_up = Instant::now() + RECORD_MISSED_FOR;
         let mut pause = RETRY_FIRST;
         loop {
-            match shared.locker.record_missed(&job, at.timestamp_millis(), &name, reason).await {
+            match shared
+                .locker
+                .record_missed(&job, at.timestamp_millis(), &name, reason, &token)
+                .await
+            {
                 Ok(recorded) => {
                     debug!(job = %job, occurrence = %name, recorded, "missed occurrence recorded");
                     return;

@@ -71,8 +71,13 @@ impl JobKeys {
 /// What is being claimed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
-    /// A scheduled occurrence: UTC epoch ms and its RFC 3339 name.
-    Scheduled { at_ms: i64, name: String },
+    /// A scheduled occurrence: UTC epoch ms, its RFC 3339 name, and the
+    /// last instant (epoch ms, Redis time) it may still be claimed.
+    Scheduled {
+        at_ms: i64,
+        name: String,
+        deadline_ms: i64,
+    },
     /// A manual run (`manual-…`): never recorded as an occurrence.
     Manual { name: String },
 }
@@ -101,6 +106,12 @@ pub enum Claim {
     /// The lock is held by `holder` (a run overlaps); a scheduled
     /// occurrence was recorded as skipped.
     Busy { holder: String, fence: u64 },
+    /// Redis received the claim after the occurrence's deadline: nothing was
+    /// taken or recorded.
+    TooLate,
+    /// A newer occurrence (UTC epoch ms) was decided before this claim
+    /// arrived: this one was run elsewhere or missed, it is too old to say.
+    Superseded { last_ms: i64 },
 }
 
 /// A held lock: what extend and release need to prove ownership.
@@ -178,9 +189,11 @@ impl Locker {
         ttl: Duration,
     ) -> Result<Claim, LockError> {
         let keys = self.keys(job);
-        let (mode, at_ms) = match target {
-            Target::Scheduled { at_ms, .. } => ("scheduled", *at_ms),
-            Target::Manual { .. } => ("manual", 0),
+        let (mode, at_ms, deadline_ms) = match target {
+            Target::Scheduled {
+                at_ms, deadline_ms, ..
+            } => ("scheduled", *at_ms, *deadline_ms),
+            Target::Manual { .. } => ("manual", 0, 0),
         };
         let reply: Vec<String> = self
             .claim
@@ -194,6 +207,7 @@ impl Locker {
             .arg(ttl_ms(ttl))
             .arg(target.name())
             .arg(self.history_max)
+            .arg(deadline_ms)
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|source| redis_error("claim", job, source))?;
@@ -215,6 +229,13 @@ impl Locker {
                 by: reply.get(1).cloned().ok_or_else(bad)?,
                 fence: fence_at(2).unwrap_or(0),
                 decision: reply.get(3).cloned().unwrap_or_default(),
+            }),
+            Some("late") => Ok(Claim::TooLate),
+            Some("superseded") => Ok(Claim::Superseded {
+                last_ms: reply
+                    .get(1)
+                    .and_then(|ms| ms.parse().ok())
+                    .ok_or_else(bad)?,
             }),
             Some("busy") => Ok(Claim::Busy {
                 holder: reply.get(1).cloned().ok_or_else(bad)?,
@@ -260,26 +281,32 @@ impl Locker {
     }
 
     /// Records the scheduled occurrence `at_ms` (named `name`) of `job` as
-    /// missed, unless it or a newer one was already decided. `Ok(true)` if
-    /// recorded. Call it only once the occurrence's starting deadline has
-    /// passed: a recorded miss refuses every later claim of it.
+    /// missed, unless it or a newer one was already decided by someone else.
+    /// `token` is the one this node's claims of it used (empty if it never
+    /// sent one): if such a claim reached Redis after the node gave up and
+    /// won, its lock is deleted and the decision becomes `missed`. `Ok(true)`
+    /// if recorded. Call it only once the starting deadline has passed: a
+    /// recorded miss refuses every later claim of the occurrence.
     pub async fn record_missed(
         &self,
         job: &str,
         at_ms: i64,
         name: &str,
         reason: &str,
+        token: &str,
     ) -> Result<bool, LockError> {
         let keys = self.keys(job);
         let recorded: i64 = self
             .missed
             .key(&keys.state)
             .key(&keys.history)
+            .key(&keys.lock)
             .arg(at_ms)
             .arg(name)
             .arg(&self.node)
             .arg(self.history_max)
             .arg(reason)
+            .arg(token)
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|source| redis_error("record missed", job, source))?;

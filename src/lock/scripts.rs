@@ -6,13 +6,19 @@
 //! are microsecond timestamps) are formatted with `%.0f` before Redis sees them.
 
 /// KEYS: lock, state, history. ARGV: mode (`scheduled`|`manual`), occurrence
-/// ms (scheduled only), token, node, ttl ms, occurrence string, history max.
+/// ms (scheduled only), token, node, ttl ms, occurrence string, history max,
+/// deadline ms (scheduled only: occurrence + starting_deadline).
 ///
 /// Replies:
 /// - `{"won", fence}`: the lock is ours; a retry with the same token gets the
 ///   same fence back.
-/// - `{"claimed", node, fence, decision}`: a scheduled occurrence not newer
-///   than the last decided one; `decision` is `claimed` or `skipped`.
+/// - `{"claimed", node, fence, decision}`: this scheduled occurrence is the
+///   last decided one; `decision` is `claimed`, `skipped` or `missed`.
+/// - `{"superseded", last}`: a newer occurrence (epoch ms `last`) was decided
+///   before this claim arrived; who decided this one is not known any more.
+/// - `{"late", now}`: Redis `TIME` is past the deadline. A claim can reach
+///   Redis long after it was sent (it sat in a paused server's socket), when
+///   its node has already given up: it must not take the lock then.
 /// - `{"busy", holder, fence}`: the lock is held (overlap). For a scheduled
 ///   occurrence the skip is recorded once, in state and history.
 pub const CLAIM: &str = r#"
@@ -31,11 +37,17 @@ if mode == 'scheduled' then
       redis.call('SET', KEYS[1], value, 'PX', ttl)
       return {'won', st[3]}
     end
+    if occ < last then
+      return {'superseded', st[1]}
+    end
     return {'claimed', st[2] or '', st[3] or '0', st[5] or 'claimed'}
   end
 end
 local t = redis.call('TIME')
 local now_ms = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+if mode == 'scheduled' and tonumber(now_ms) > tonumber(ARGV[8]) then
+  return {'late', now_ms}
+end
 if current then
   local sp = string.find(current, ' ', 1, true)
   local holder = sp and string.sub(current, sp + 1) or current
@@ -100,14 +112,26 @@ end
 return released
 "#;
 
-/// KEYS: state, history. ARGV: occurrence ms, occurrence string, node,
-/// history max, reason. Records a scheduled occurrence as missed (past its
-/// starting deadline, never claimed) once: only if it is newer than the last
-/// decided occurrence, which it then becomes. Reply 1 if recorded.
+/// KEYS: state, history, lock. ARGV: occurrence ms, occurrence string, node,
+/// history max, reason, token (of this node's claims of it, or empty).
+/// Records a scheduled occurrence as missed (past its starting deadline) once:
+/// if it is newer than the last decided occurrence, or if the last decision
+/// is this node's own claim of it with `token`, which then won only after the
+/// node had given up (its lock is deleted: no run holds it). Reply 1 if
+/// recorded.
 pub const MISSED: &str = r#"
-local last = tonumber(redis.call('HGET', KEYS[1], 'last_occ'))
-if last and tonumber(ARGV[1]) <= last then
+local st = redis.call('HMGET', KEYS[1], 'last_occ', 'last_token')
+local last, occ = tonumber(st[1]), tonumber(ARGV[1])
+if last and occ < last then
   return 0
+end
+if last and occ == last then
+  if ARGV[6] == '' or st[2] ~= ARGV[6] then
+    return 0
+  end
+  if redis.call('GET', KEYS[3]) == ARGV[6] .. ' ' .. ARGV[3] then
+    redis.call('DEL', KEYS[3])
+  end
 end
 local t = redis.call('TIME')
 local now_ms = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))

@@ -2,7 +2,10 @@
 //! real `solocron` daemon processes, and waiting on conditions with deadlines.
 #![allow(dead_code)]
 
+pub mod audit;
+pub mod cluster;
 pub mod notify;
+pub mod proxy;
 
 use std::fs;
 use std::io::Read as _;
@@ -22,6 +25,16 @@ pub struct RedisServer {
     child: Child,
     pub port: u16,
     dir: TempDir,
+    persistence: Persistence,
+}
+
+/// What a [`RedisServer`] keeps across a [`RedisServer::restart`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persistence {
+    /// `--save "" --appendonly no`: a restart loses everything.
+    None,
+    /// `--appendonly yes --appendfsync always`: every acknowledged write survives.
+    AppendOnly,
 }
 
 /// A free loopback port (bound then released).
@@ -40,24 +53,55 @@ impl RedisServer {
 
     /// Starts a server on `port` (e.g. one a daemon is already retrying).
     pub fn start_on(port: u16) -> RedisServer {
+        RedisServer::start_with(port, Persistence::None)
+    }
+
+    /// Starts a server on a free port that persists with `persistence`.
+    pub fn start_persistent(persistence: Persistence) -> RedisServer {
+        RedisServer::start_with(free_port(), persistence)
+    }
+
+    fn start_with(port: u16, persistence: Persistence) -> RedisServer {
         let dir = tempfile::tempdir().expect("create temp dir");
-        let child = Command::new("redis-server")
-            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect(
-                "`redis-server` must be on PATH to run these tests (apt-get install redis-server)",
-            );
-        let server = RedisServer { child, port, dir };
+        let child = spawn_redis(port, dir.path(), persistence);
+        let server = RedisServer {
+            child,
+            port,
+            dir,
+            persistence,
+        };
+        server.wait_accepting();
+        server
+    }
+
+    /// SIGKILLs the server, then starts it again on the same port with the
+    /// same directory and persistence (without persistence: empty).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.child = spawn_redis(self.port, self.dir.path(), self.persistence);
+        self.wait_accepting();
+    }
+
+    /// SIGKILLs the server (it stays down until [`RedisServer::start_again`]).
+    pub fn kill(&mut self) {
+        signal(self.pid(), "CONT");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts a killed server again on the same port and directory.
+    pub fn start_again(&mut self) {
+        self.child = spawn_redis(self.port, self.dir.path(), self.persistence);
+        self.wait_accepting();
+    }
+
+    fn wait_accepting(&self) {
+        let port = self.port;
         wait_until(
             Duration::from_secs(10),
             "redis-server accepts connections",
             || TcpStream::connect(("127.0.0.1", port)).is_ok(),
         );
-        server
     }
 
     pub fn url(&self) -> String {
@@ -84,6 +128,23 @@ impl RedisServer {
     pub fn resume(&self) {
         signal(self.pid(), "CONT");
     }
+}
+
+fn spawn_redis(port: u16, dir: &Path, persistence: Persistence) -> Child {
+    let mut command = Command::new("redis-server");
+    command
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--save", ""]);
+    match persistence {
+        Persistence::None => command.args(["--appendonly", "no"]),
+        Persistence::AppendOnly => command.args(["--appendonly", "yes", "--appendfsync", "always"]),
+    };
+    command
+        .arg("--dir")
+        .arg(dir)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("`redis-server` must be on PATH to run these tests (apt-get install redis-server)")
 }
 
 impl Drop for RedisServer {
@@ -186,6 +247,23 @@ impl Workdir {
     }
 }
 
+/// The `solocron` binary: Cargo's path for integration tests; from an
+/// example (which Cargo gives no `CARGO_BIN_EXE_*`), `$SOLOCRON_BIN` or the
+/// `solocron` next to the example's own directory (`target/debug/`).
+pub fn solocron_bin() -> PathBuf {
+    if let Some(path) = option_env!("CARGO_BIN_EXE_solocron") {
+        return PathBuf::from(path);
+    }
+    if let Some(path) = std::env::var_os("SOLOCRON_BIN") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("current executable");
+    exe.parent()
+        .and_then(Path::parent)
+        .map(|dir| dir.join("solocron"))
+        .expect("target directory")
+}
+
 /// A `solocron run` process; SIGKILLed on drop if still running.
 pub struct Node {
     pub id: String,
@@ -222,7 +300,7 @@ impl Node {
         let log = work.path(&format!("{id}.log"));
         let log_file = fs::File::create(&log).expect("create log file");
         let out_file = log_file.try_clone().expect("clone log file");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_solocron"));
+        let mut command = Command::new(solocron_bin());
         command
             .arg("run")
             .args(["--node-id", id])

@@ -1,0 +1,218 @@
+//! The soak: 5 nodes × 50 jobs for a configurable time, with random node
+//! kills (kill -9, restarted a few seconds later) and Redis pauses (SIGSTOP
+//! for twice the lock TTL), then the occurrence-by-occurrence audit.
+//!
+//! Not part of `scripts/test`; run it with `scripts/soak [MINUTES]`. It uses
+//! the test harness (`tests/common`): a `redis-server` on a free loopback
+//! port, real `solocron run` processes, jobs that record START / END lines.
+//!
+//! What must hold however the faults fall: no occurrence runs twice, no two
+//! runs of a job overlap, fences grow in start order, and every occurrence
+//! due outside a fault's reach runs (occurrences due while Redis is paused,
+//! or while a killed node's lock is still held, may be missed or skipped:
+//! fail closed). Exit status 0 only if all of that holds.
+
+#[path = "../tests/common/mod.rs"]
+#[allow(dead_code, unused_imports)]
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, TimeDelta, Utc};
+use common::RedisServer;
+use common::audit::{Run, now_ns};
+use common::cluster::{Cluster, JobSpec};
+
+const NODES: usize = 5;
+const LOCK_TTL_S: i64 = 3;
+const DEADLINE_S: i64 = 2;
+
+/// 50 jobs: every second and every 5 s, short (5 ms) and long.
+fn jobs() -> Vec<JobSpec> {
+    let mut jobs = Vec::new();
+    let mut add = |prefix: &str, count: usize, schedule: &str, seconds: f64| {
+        for i in 0..count {
+            jobs.push(
+                JobSpec::new(&format!("{prefix}{i:02}"), schedule, seconds)
+                    .with(&format!("lock_ttl = \"{LOCK_TTL_S}s\""))
+                    .with(&format!("starting_deadline = \"{DEADLINE_S}s\"")),
+            );
+        }
+    };
+    add("s1-short-", 20, "* * * * * *", 0.005);
+    add("s1-long-", 10, "* * * * * *", 0.4);
+    add("s5-short-", 10, "*/5 * * * * *", 0.005);
+    add("s5-long-", 10, "*/5 * * * * *", 3.0);
+    jobs
+}
+
+/// A fault and the span of occurrences it may cost.
+#[derive(Debug)]
+enum Fault {
+    Kill {
+        node: String,
+        at: DateTime<Utc>,
+        at_ns: i128,
+    },
+    Pause {
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+        from_ns: i128,
+    },
+}
+
+fn minutes_from_args() -> f64 {
+    std::env::args()
+        .nth(1)
+        .and_then(|arg| arg.parse().ok())
+        .unwrap_or(10.0)
+}
+
+fn main() {
+    let minutes = minutes_from_args();
+    let jobs = jobs();
+    let mut cluster = Cluster::new(RedisServer::start(), "shutdown_grace = \"5s\"", &jobs);
+    let ids: Vec<String> = (1..=NODES).map(|i| format!("n{i}")).collect();
+    for id in &ids {
+        cluster.start_node(id, &[]);
+    }
+    let started = Utc::now();
+    println!(
+        "soak: {NODES} nodes, {} jobs, {minutes} min, records in {}",
+        jobs.len(),
+        cluster.records_path().display()
+    );
+    let end = Instant::now() + Duration::from_secs_f64(minutes * 60.0);
+    let mut faults = Vec::new();
+    while Instant::now() + Duration::from_secs(25) < end {
+        std::thread::sleep(Duration::from_secs(10 + rand::random::<u64>() % 10));
+        if rand::random::<bool>() {
+            let node = ids[rand::random::<u64>() as usize % ids.len()].clone();
+            let (at, at_ns) = (Utc::now(), now_ns());
+            cluster.node_mut(&node).kill9();
+            println!("{} kill -9 {node}", at.format("%H:%M:%S"));
+            faults.push(Fault::Kill {
+                node: node.clone(),
+                at,
+                at_ns,
+            });
+            std::thread::sleep(Duration::from_secs(3));
+            restart(&mut cluster, &node);
+        } else {
+            let (from, from_ns) = (Utc::now(), now_ns());
+            cluster.redis.pause();
+            std::thread::sleep(Duration::from_secs(2 * LOCK_TTL_S as u64));
+            cluster.redis.resume();
+            let to = Utc::now();
+            println!(
+                "{} redis paused for {} s",
+                from.format("%H:%M:%S"),
+                2 * LOCK_TTL_S
+            );
+            faults.push(Fault::Pause { from, to, from_ns });
+        }
+    }
+    while Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let window_to = Utc::now() - TimeDelta::seconds(8);
+    // Let the last long runs finish and every node decide the window's end.
+    std::thread::sleep(Duration::from_secs(6));
+    let window_from = started + TimeDelta::seconds(10);
+    let report = audit(&cluster, &jobs, &faults, window_from, window_to);
+    let kills = faults
+        .iter()
+        .filter(|f| matches!(f, Fault::Kill { .. }))
+        .count();
+    println!(
+        "soak over {} .. {}: {kills} node kills, {} redis pauses",
+        window_from.format("%H:%M:%S"),
+        window_to.format("%H:%M:%S"),
+        faults.len() - kills
+    );
+    println!("{report}");
+    let ok = report.duplicates.is_empty()
+        && report.overlaps.is_empty()
+        && report.fence_inversions.is_empty()
+        && report.misses.is_empty();
+    println!("soak {}", if ok { "PASSED" } else { "FAILED" });
+    std::process::exit(if ok { 0 } else { 1 });
+}
+
+fn restart(cluster: &mut Cluster, node: &str) {
+    let index = cluster
+        .nodes
+        .iter()
+        .position(|n| n.id == node)
+        .expect("known node");
+    let log = cluster.work.path(&format!("{node}.log"));
+    let _ = std::fs::rename(&log, cluster.work.path(&format!("{node}.log.{}", now_ns())));
+    let url = cluster.redis.url();
+    let fresh = common::Node::start_with_url(&cluster.work, &url, node, &[]);
+    cluster.nodes[index] = fresh;
+}
+
+/// Occurrences a fault may cost: from a second before it until the lock of
+/// a run it interrupted has expired and the claims' deadline has passed.
+fn excused(faults: &[Fault], window: &common::audit::Window) -> BTreeSet<DateTime<Utc>> {
+    let reach = TimeDelta::seconds(LOCK_TTL_S + DEADLINE_S + 1);
+    window
+        .occurrences()
+        .into_iter()
+        .filter(|at| {
+            faults.iter().any(|fault| match fault {
+                Fault::Kill { at: killed, .. } => {
+                    *at >= *killed - TimeDelta::seconds(1) && *at <= *killed + reach
+                }
+                Fault::Pause { from, to, .. } => {
+                    *at >= *from - TimeDelta::seconds(1) && *at <= *to + reach
+                }
+            })
+        })
+        .collect()
+}
+
+/// Gives runs cut short by a fault (START, no END) the latest end the
+/// guarantees allow: the kill itself, or the lock's expiry after a pause
+/// began (the watchdog stops a run before then).
+fn close_cut_runs(runs: &mut [Run], faults: &[Fault]) {
+    let ttl_ns = i128::from(LOCK_TTL_S) * 1_000_000_000;
+    for run in runs.iter_mut().filter(|run| run.end_ns.is_none()) {
+        let end = faults.iter().find_map(|fault| match fault {
+            Fault::Kill { node, at_ns, .. } if *node == run.node && run.start_ns <= *at_ns => {
+                Some(*at_ns)
+            }
+            Fault::Pause { from_ns, .. }
+                if run.start_ns <= *from_ns && run.start_ns + ttl_ns > *from_ns =>
+            {
+                Some(*from_ns + ttl_ns)
+            }
+            _ => None,
+        });
+        if let Some(end) = end {
+            run.ended_at(end);
+        }
+    }
+}
+
+fn audit(
+    cluster: &Cluster,
+    jobs: &[JobSpec],
+    faults: &[Fault],
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> common::audit::Report {
+    let windows: Vec<_> = jobs
+        .iter()
+        .map(|job| {
+            let mut window = job.window(from, to);
+            window.may_miss = excused(faults, &window);
+            window
+        })
+        .collect();
+    let mut runs = cluster.runs();
+    close_cut_runs(&mut runs, faults);
+    let names: Vec<&str> = jobs.iter().map(|job| job.name.as_str()).collect();
+    common::audit::audit(&runs, &cluster.decisions(&names), &windows)
+}
