@@ -13,7 +13,7 @@
 //! fail closed). Exit status 0 only if all of that holds.
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code, unused_imports)]
+#[allow(unused_imports)]
 mod common;
 
 use std::collections::BTreeSet;

@@ -27,6 +27,9 @@ use crate::metrics::{self, ClaimResult};
 /// First and longest pause between retries while Redis fails.
 const RETRY_FIRST: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(1);
+/// How long after the deadline (this node's clock) claims are still retried:
+/// above the redis response timeout plus the clock offset we warn about.
+const GIVE_UP_MARGIN: Duration = Duration::from_millis(1500);
 /// How long a missed occurrence is kept for recording while Redis is away.
 const RECORD_MISSED_FOR: Duration = Duration::from_secs(3600);
 
@@ -44,10 +47,15 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
         name: name.clone(),
         deadline_ms: deadline_at.timestamp_millis(),
     };
+    // Redis refuses claims after the deadline (its clock); this node keeps
+    // retrying a little longer (its clock), so a claim Redis still accepted
+    // in time is answered to a node that is still waiting for it, never to
+    // one that gave up (a lock nobody runs under).
     let give_up = Instant::now()
         + (deadline_at - Utc::now())
             .to_std()
-            .unwrap_or(Duration::ZERO);
+            .unwrap_or(Duration::ZERO)
+        + GIVE_UP_MARGIN;
     let token = new_token();
     let mut pause = RETRY_FIRST;
     loop {
@@ -117,7 +125,7 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
             }
             Err(err) => {
                 metrics::redis_error("claim");
-                if Instant::now() + pause > give_up {
+                if Instant::now() >= give_up {
                     error!(job = %job.name, occurrence = %name, node = %node, error = %err,
                         "occurrence missed: redis unreachable until starting_deadline (never run without the lock)");
                     // Claims sent meanwhile may still reach Redis (a paused
@@ -145,7 +153,7 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
                 info!(job = %job.name, occurrence = %name, node = %node, "claim abandoned: shutting down");
                 return;
             }
-            _ = tokio::time::sleep(pause) => {}
+            _ = tokio::time::sleep(pause.min(give_up.saturating_duration_since(Instant::now()))) => {}
         }
         pause = (pause * 2).min(RETRY_MAX);
     }
