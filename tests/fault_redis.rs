@@ -24,24 +24,6 @@ use chrono::{TimeDelta, Utc};
 use common::audit::{instants, now_ns};
 use common::cluster::{Cluster, JobSpec, sleep_until, wait_gone, whole_second_after, window_secs};
 use common::{Persistence, RedisServer};
-use redis::Commands as _;
-
-/// Waits for a PTTL reading just after a renewal of `lock`, then pauses
-/// Redis. Returns the earliest instant the lock could expire in Redis.
-fn pause_right_after_a_renewal(redis: &RedisServer, lock: &str, ttl_ms: i64) -> Instant {
-    let mut conn = redis.conn();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let before = Instant::now();
-        let left: i64 = conn.pttl(lock).expect("PTTL");
-        if left > ttl_ms - 60 {
-            redis.pause();
-            return before + Duration::from_millis(left as u64);
-        }
-        assert!(Instant::now() < deadline, "no renewal seen (PTTL {left})");
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
 
 /// Three nodes, `long` (every 5 s, works 3.5 s, TTL 2 s) and `quick`
 /// (every second, 5 ms, `starting_deadline` 2 s). Pauses Redis right after a
@@ -62,7 +44,9 @@ fn pause_redis_during_a_long_run() -> (Cluster, common::audit::Report) {
     let victim = cluster.wait_for_run(Duration::from_secs(20), "a long run in the window", |run| {
         run.job == "long" && run.at().is_some_and(|at| at >= from)
     });
-    let expires_at = pause_right_after_a_renewal(&cluster.redis, "{solocron:long}:lock", 2000);
+    let expires_at = cluster
+        .redis
+        .pause_right_after_a_renewal("{solocron:long}:lock", 2000);
     let pause_began = Instant::now();
     let paused = now_ns();
     let paused_at = Utc::now();

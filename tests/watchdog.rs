@@ -27,23 +27,6 @@ command = '{command}'
     ));
 }
 
-/// Waits for a PTTL reading taken just after a renewal, then pauses Redis at
-/// once. Returns the earliest instant the lock could expire in Redis.
-fn pause_right_after_a_renewal(redis: &RedisServer, ttl_ms: i64) -> Instant {
-    let mut conn = redis.conn();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let before = Instant::now();
-        let left: i64 = conn.pttl(LOCK).expect("PTTL");
-        if left > ttl_ms - 60 {
-            redis.pause();
-            return before + Duration::from_millis(left as u64);
-        }
-        assert!(Instant::now() < deadline, "no renewal seen (PTTL {left})");
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
 #[test]
 fn a_run_three_times_longer_than_lock_ttl_keeps_the_lock() {
     let redis = RedisServer::start();
@@ -97,7 +80,7 @@ fn redis_paused_longer_than_lock_ttl_kills_the_run_before_the_lock_expires() {
         read_pid(&work, "pid").is_some()
     });
     let pid = read_pid(&work, "pid").expect("pid");
-    let expires_at = pause_right_after_a_renewal(&redis, 2000);
+    let expires_at = redis.pause_right_after_a_renewal(LOCK, 2000);
     let dead = {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
@@ -137,7 +120,7 @@ fn with_on_lock_lost_continue_the_run_goes_on_and_the_loss_is_logged() {
         read_pid(&work, "pid").is_some()
     });
     let pid = read_pid(&work, "pid").expect("pid");
-    let expires_at = pause_right_after_a_renewal(&redis, 1000);
+    let expires_at = redis.pause_right_after_a_renewal(LOCK, 1000);
     node.wait_for_log(Duration::from_secs(5), "lock lost: the run continues");
     while Instant::now() < expires_at + Duration::from_millis(300) {
         std::thread::sleep(Duration::from_millis(20));

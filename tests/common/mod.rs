@@ -124,6 +124,26 @@ impl RedisServer {
         signal(self.pid(), "STOP");
     }
 
+    /// Waits for a PTTL reading of `lock` taken just after a renewal (more
+    /// than `ttl_ms - 60` left), then pauses the server at once, so no
+    /// renewal can slip in between. Returns the earliest instant the lock
+    /// could expire in Redis.
+    pub fn pause_right_after_a_renewal(&self, lock: &str, ttl_ms: i64) -> Instant {
+        use redis::Commands as _;
+        let mut conn = self.conn();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let before = Instant::now();
+            let left: i64 = conn.pttl(lock).expect("PTTL");
+            if left > ttl_ms - 60 {
+                self.pause();
+                return before + Duration::from_millis(left as u64);
+            }
+            assert!(Instant::now() < deadline, "no renewal seen (PTTL {left})");
+            thread::sleep(Duration::from_millis(2));
+        }
+    }
+
     /// SIGCONT.
     pub fn resume(&self) {
         signal(self.pid(), "CONT");
