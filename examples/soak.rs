@@ -174,17 +174,24 @@ fn excused(faults: &[Fault], window: &common::audit::Window) -> BTreeSet<DateTim
 }
 
 /// Gives runs cut short by a fault (START, no END) the latest end the
-/// guarantees allow: the kill itself, or the lock's expiry after a pause
-/// began (the watchdog stops a run before then).
+/// guarantees allow: the kill itself (a process forked just before the kill
+/// may write its START a little after it), or the lock's expiry after a
+/// pause began (the watchdog stops a run before then). A run belongs to a
+/// pause if its claim (the fence is Redis `TIME` in µs) came before it: the
+/// process itself may start a little later.
 fn close_cut_runs(runs: &mut [Run], faults: &[Fault]) {
     let ttl_ns = i128::from(LOCK_TTL_S) * 1_000_000_000;
+    let slack_ns = 1_000_000_000;
     for run in runs.iter_mut().filter(|run| run.end_ns.is_none()) {
+        let claimed_ns = i128::from(run.fence) * 1000;
         let end = faults.iter().find_map(|fault| match fault {
-            Fault::Kill { node, at_ns, .. } if *node == run.node && run.start_ns <= *at_ns => {
-                Some(*at_ns)
+            Fault::Kill { node, at_ns, .. }
+                if *node == run.node && run.start_ns <= *at_ns + slack_ns =>
+            {
+                Some((*at_ns).max(run.start_ns))
             }
             Fault::Pause { from_ns, .. }
-                if run.start_ns <= *from_ns && run.start_ns + ttl_ns > *from_ns =>
+                if claimed_ns <= *from_ns && claimed_ns + ttl_ns > *from_ns =>
             {
                 Some(*from_ns + ttl_ns)
             }
