@@ -137,6 +137,8 @@ fn main() {
         && report.fence_inversions.is_empty()
         && report.misses.is_empty();
     println!("soak {}", if ok { "PASSED" } else { "FAILED" });
+    // `exit` skips destructors: stop the nodes and Redis first.
+    drop(cluster);
     std::process::exit(if ok { 0 } else { 1 });
 }
 
