@@ -3,12 +3,12 @@
 
 mod common;
 
-use std::io::{Read as _, Write as _};
-use std::net::TcpStream;
 use std::time::Duration;
 
 use common::notify::NotifySocket;
-use common::{Node, RedisServer, Workdir, free_port, history, wait_until};
+use common::{
+    Node, RedisServer, Workdir, free_port, history, scrape_metrics as scrape, wait_until,
+};
 
 #[test]
 fn sd_notify_messages_arrive_in_order_ready_reloading_ready_stopping() {
@@ -38,23 +38,6 @@ fn sd_notify_messages_arrive_in_order_ready_reloading_ready_stopping() {
     node.signal("TERM");
     socket.recv_until("STOPPING=1", Duration::from_secs(10));
     assert!(node.wait_exit(Duration::from_secs(10)).success());
-}
-
-/// `GET /metrics` over plain HTTP/1.0: the body.
-fn scrape(port: u16) -> String {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to /metrics");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .expect("send");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("read");
-    response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_string())
-        .unwrap_or_default()
 }
 
 /// The value of the series whose line starts with `series` (name and labels).

@@ -30,31 +30,10 @@ const SECRET: &str = "s3cret-from-env";
 const CASES: u32 = 2048;
 const EXAMPLE: &str = include_str!("../jobs.toml");
 
-const TOP_KEYS: &[&str] = &["redis", "daemon", "defaults", "jobs"];
-const REDIS_KEYS: &[&str] = &[
-    "url",
-    "password_file",
-    "key_prefix",
-    "tls_ca_file",
-    "tls_cert_file",
-    "tls_key_file",
-];
-const DAEMON_KEYS: &[&str] = &["shutdown_grace", "history_max", "metrics_listen"];
-const JOB_KEYS: &[&str] = &[
-    "schedule",
-    "timezone",
-    "command",
-    "argv",
-    "http",
-    "env",
-    "working_dir",
-    "lock_ttl",
-    "timeout",
-    "starting_deadline",
-    "on_lock_lost",
-    "overlap",
-];
-const HTTP_KEYS: &[&str] = &["url", "method", "timeout", "headers", "body"];
+// The loader's own key lists: generated documents use every key it knows.
+use solocron::config::keys::{
+    DAEMON as DAEMON_KEYS, HTTP as HTTP_KEYS, JOB as JOB_KEYS, REDIS as REDIS_KEYS, TOP as TOP_KEYS,
+};
 
 fn env(name: &str) -> Option<String> {
     match name {

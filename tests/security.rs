@@ -294,14 +294,14 @@ fn planted_secrets_appear_in_no_output_and_no_key() {
     let mut sources: Vec<(String, String)> = Vec::new();
     let mut conn = server.admin();
     wait_until(Duration::from_secs(20), "every kind of job ran", || {
-        let failed_hooks = common_history(&mut conn, "hook-closed")
+        let failed_hooks = common::history_via(&mut conn, "hook-closed")
             .iter()
             .filter(|entry| entry.get("outcome").map(String::as_str) == Some("failed"))
             .count();
         failed_hooks >= 2
             && !requests.lock().expect("lock").is_empty()
             && !work.lines("token-ok").is_empty()
-            && common_history(&mut conn, "fails").len() >= 2
+            && common::history_via(&mut conn, "fails").len() >= 2
     });
 
     // Reload, a broken reload (a syntax error on the line holding the
@@ -543,26 +543,6 @@ fn planted_secrets_appear_in_no_output_and_no_key() {
         );
         assert!(!env.contains("SOLOCRON_REDIS_URL"), "{name}:\n{env}");
     }
-}
-
-/// The history stream of `job` (prefix `solocron`), via a given connection.
-fn common_history(conn: &mut redis::Connection, job: &str) -> Vec<BTreeMap<String, String>> {
-    let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
-        .arg(format!("{{solocron:{job}}}:history"))
-        .arg("-")
-        .arg("+")
-        .query(conn)
-        .expect("XRANGE");
-    reply
-        .ids
-        .into_iter()
-        .map(|id| {
-            id.map
-                .into_iter()
-                .map(|(k, v)| (k, redis::from_redis_value::<String>(v).unwrap_or_default()))
-                .collect()
-        })
-        .collect()
 }
 
 /// Files of a private CA and certificates it signed, made with `openssl`.
@@ -838,7 +818,7 @@ fn the_readme_acl_user_is_enough_and_restrictive() {
         Duration::from_secs(20),
         "both nodes publish, jobs run and skip",
         || {
-            let history = common_history(&mut admin, "slow");
+            let history = common::history_via(&mut admin, "slow");
             records(&work.lines("runs")).len() >= 4
                 && history
                     .iter()

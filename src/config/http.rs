@@ -13,7 +13,7 @@ use super::interpolate::interpolate;
 use super::model::HttpAction;
 use super::table::Table;
 
-const HTTP_KEYS: &[&str] = &["url", "method", "timeout", "headers", "body"];
+use super::keys::HTTP as HTTP_KEYS;
 
 /// Reads the `http` table of a job (or of `[defaults]`).
 pub(super) fn http_action(

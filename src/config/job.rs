@@ -22,21 +22,7 @@ use super::model::{Action, HttpAction, Job, OnLockLost, Overlap};
 use super::table::{Table, closest};
 use crate::schedule::{Schedule, ScheduleError};
 
-/// Every key a job (and `[defaults]`) may have.
-pub(super) const JOB_KEYS: &[&str] = &[
-    "schedule",
-    "timezone",
-    "command",
-    "argv",
-    "http",
-    "env",
-    "working_dir",
-    "lock_ttl",
-    "timeout",
-    "starting_deadline",
-    "on_lock_lost",
-    "overlap",
-];
+pub(super) use super::keys::JOB as JOB_KEYS;
 
 const ACTIONS: [&str; 3] = ["command", "argv", "http"];
 const ONE_SECOND: Duration = Duration::from_secs(1);

@@ -18,6 +18,7 @@ mod fingerprint;
 mod http;
 mod interpolate;
 mod job;
+pub mod keys;
 mod model;
 mod sections;
 mod table;
@@ -36,7 +37,7 @@ use error::Source;
 use job::JobFields;
 use table::{Table, display_key};
 
-const TOP_KEYS: &[&str] = &["redis", "daemon", "defaults", "jobs"];
+use keys::TOP as TOP_KEYS;
 
 /// Where `jobs.toml` is read from unless `--config` / `SOLOCRON_CONFIG` says
 /// otherwise: `/etc/solocron/jobs.toml`.

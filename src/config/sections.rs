@@ -18,15 +18,7 @@ pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 /// The key namespace used when `key_prefix` is absent.
 pub const DEFAULT_KEY_PREFIX: &str = "solocron";
 
-const REDIS_KEYS: &[&str] = &[
-    "url",
-    "password_file",
-    "key_prefix",
-    "tls_ca_file",
-    "tls_cert_file",
-    "tls_key_file",
-];
-const DAEMON_KEYS: &[&str] = &["shutdown_grace", "history_max", "metrics_listen"];
+use super::keys::{DAEMON as DAEMON_KEYS, REDIS as REDIS_KEYS};
 const REDIS_SCHEMES: &[&str] = &["redis", "rediss", "redis+unix", "unix"];
 
 /// Reads `[redis]` (`None` = the section is absent). A relative

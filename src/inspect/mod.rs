@@ -21,6 +21,7 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 
 use crate::config::RedisConfig;
+use crate::lock::redis_time_ms;
 
 pub use history::{HistoryArgs, history};
 pub use status::status;
@@ -49,12 +50,6 @@ async fn open(config: &RedisConfig) -> anyhow::Result<(ConnectionManager, i64)> 
 /// `{:#}` would print a second time.
 fn redis_failed(what: &str, config: &RedisConfig, err: &redis::RedisError) -> anyhow::Error {
     anyhow::anyhow!("{what} redis at `{}`: {err}", config.redacted_url())
-}
-
-/// Redis `TIME` as UTC epoch ms.
-async fn redis_time_ms(conn: &ConnectionManager) -> redis::RedisResult<i64> {
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn.clone()).await?;
-    Ok(secs * 1000 + micros / 1000)
 }
 
 /// Writes `text` to stdout. A closed pipe (`| head`) is not an error: the

@@ -321,11 +321,15 @@ impl Locker {
     /// Redis `TIME` as UTC epoch ms, with the round trip it took.
     pub async fn redis_time_ms(&self) -> Result<(i64, Duration), redis::RedisError> {
         let sent = std::time::Instant::now();
-        let (secs, micros): (i64, i64) = redis::cmd("TIME")
-            .query_async(&mut self.conn.clone())
-            .await?;
-        Ok((secs * 1000 + micros / 1000, sent.elapsed()))
+        let now_ms = redis_time_ms(&self.conn).await?;
+        Ok((now_ms, sent.elapsed()))
     }
+}
+
+/// Redis `TIME` as UTC epoch ms.
+pub async fn redis_time_ms(conn: &ConnectionManager) -> redis::RedisResult<i64> {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn.clone()).await?;
+    Ok(secs * 1000 + micros / 1000)
 }
 
 fn ttl_ms(ttl: Duration) -> u64 {

@@ -442,9 +442,16 @@ pub fn toml_path(path: &Path) -> String {
 
 /// The entries of a job's history stream (prefix `solocron`), oldest first.
 pub fn history(redis: &RedisServer, job: &str) -> Vec<std::collections::HashMap<String, String>> {
+    history_via(&mut redis.conn(), job)
+}
+
+/// Like [`history`], through a given connection (e.g. as an ACL user).
+pub fn history_via(
+    conn: &mut redis::Connection,
+    job: &str,
+) -> Vec<std::collections::HashMap<String, String>> {
     use redis::Commands as _;
-    let reply: redis::streams::StreamRangeReply = redis
-        .conn()
+    let reply: redis::streams::StreamRangeReply = conn
         .xrange_all(format!("{{solocron:{job}}}:history"))
         .expect("XRANGE");
     reply
@@ -493,4 +500,29 @@ pub fn logged_clock_offset(log: &str) -> Option<i64> {
         .and_then(|line| line.split("offset_ms=").nth(1))
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|value| value.parse().ok())
+}
+
+/// `GET /metrics` on 127.0.0.1:`port` over plain HTTP/1.0; asserts a 200
+/// and returns the body.
+pub fn scrape_metrics(port: u16) -> String {
+    let mut stream =
+        std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to /metrics");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("read timeout");
+    std::io::Write::write_all(
+        &mut stream,
+        b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+    )
+    .expect("send request");
+    let mut response = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut response).expect("read response");
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("not an HTTP response: {response:?}"));
+    assert!(
+        head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
+        "{head}"
+    );
+    body.to_string()
 }

@@ -1,0 +1,34 @@
+//! Every key `jobs.toml` knows, per table: the loader checks tables against
+//! these lists (unknown keys are errors with a "did you mean"), and the
+//! property tests generate documents from them, so both stay in step.
+
+/// Top-level tables.
+pub const TOP: &[&str] = &["redis", "daemon", "defaults", "jobs"];
+/// `[redis]`.
+pub const REDIS: &[&str] = &[
+    "url",
+    "password_file",
+    "key_prefix",
+    "tls_ca_file",
+    "tls_cert_file",
+    "tls_key_file",
+];
+/// `[daemon]`.
+pub const DAEMON: &[&str] = &["shutdown_grace", "history_max", "metrics_listen"];
+/// `[jobs.NAME]` and `[defaults]`.
+pub const JOB: &[&str] = &[
+    "schedule",
+    "timezone",
+    "command",
+    "argv",
+    "http",
+    "env",
+    "working_dir",
+    "lock_ttl",
+    "timeout",
+    "starting_deadline",
+    "on_lock_lost",
+    "overlap",
+];
+/// A job's `http = { ... }`.
+pub const HTTP: &[&str] = &["url", "method", "timeout", "headers", "body"];
