@@ -125,3 +125,40 @@ fn status_shows_every_live_node_its_clock_offset_and_the_drift() {
     );
     drop(n1);
 }
+
+#[test]
+fn a_reload_republishes_the_new_job_fingerprints_at_once() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let before = "[jobs.report]\nschedule = \"0 2 * * *\"\ncommand = \"echo v1\"\n";
+    let after = "[jobs.report]\nschedule = \"0 3 * * *\"\ncommand = \"echo v1\"\n";
+    let fingerprint = |text: &str| {
+        solocron::config::parse(text, std::path::Path::new("jobs.toml"), &|_| None)
+            .expect("valid")
+            .jobs[0]
+            .fingerprint()
+    };
+    let path = work.write_config(before);
+    let node = Node::start(&work, &redis, "n1", &[]);
+    let published = || -> Option<String> {
+        let jobs: Option<String> = redis::cmd("HGET")
+            .arg("{solocron}:node:n1")
+            .arg("jobs")
+            .query(&mut redis.conn())
+            .expect("HGET");
+        let jobs: serde_json::Value = serde_json::from_str(&jobs?).ok()?;
+        jobs["report"].as_str().map(str::to_string)
+    };
+    wait_until(Duration::from_secs(10), "the first publish", || {
+        published() == Some(fingerprint(before))
+    });
+    std::fs::write(&path, after).expect("write");
+    node.signal("HUP");
+    node.wait_for_log(Duration::from_secs(5), "config reloaded");
+    // Well before the 10 s refresh: the reload itself triggers the publish.
+    wait_until(
+        Duration::from_secs(3),
+        "the new fingerprint is published",
+        || published() == Some(fingerprint(after)),
+    );
+}

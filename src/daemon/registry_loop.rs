@@ -27,9 +27,10 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
     let started_at = Utc::now().timestamp_millis();
     let mut warned: Vec<Divergence> = Vec::new();
     let mut warned_at = Instant::now();
+    // Hashing every job is only redone when a reload brings a new config.
+    let mut info = node_info(&shared, &config_rx.borrow_and_update(), started_at);
     loop {
-        let config = Arc::clone(&config_rx.borrow_and_update());
-        let info = node_info(&shared, &config, started_at);
+        info.clock_offset_ms = shared.clock_offset();
         let conn = shared.locker.connection();
         let prefix = shared.locker.prefix();
         match registry::publish(&conn, prefix, &info).await {
@@ -57,7 +58,12 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
             _ = shared.cancel.cancelled() => return,
             _ = tokio::time::sleep(registry::REFRESH) => {}
             _ = shared.clock_measured.notified() => {}
-            changed = config_rx.changed() => if changed.is_err() { return },
+            changed = config_rx.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                info = node_info(&shared, &config_rx.borrow_and_update(), started_at);
+            }
         }
     }
 }
