@@ -130,6 +130,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let reloads =
                 crate::shutdown::reloads().context("cannot install the SIGHUP handler")?;
             let config = load(&cli)?;
+            crate::memory::release_freed();
             let options = crate::daemon::Options {
                 node: node_id(&cli)?,
                 redis_override: cli.redis.clone(),

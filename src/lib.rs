@@ -23,6 +23,7 @@ pub mod exec;
 pub mod history;
 pub mod inspect;
 pub mod lock;
+pub mod memory;
 pub mod metrics;
 pub mod notify;
 pub mod registry;

@@ -4,12 +4,17 @@
 //! config path and fingerprint, each job's fingerprint, clock offset) with a
 //! TTL, and its id in the sorted set `{PREFIX}:nodes` scored by Redis `TIME`,
 //! refreshed every [`REFRESH`]. A node that stops publishing drops out after
-//! [`TTL`]. Ops edit `jobs.toml` per server, so a half-finished rollout shows
+//! [`TTL`]. The whole hash (with one fingerprint per job) is only written
+//! when the node's config changes or Redis lost it; the refresh in between is
+//! a small heartbeat ([`heartbeat`]), and the nodes' per-job fingerprints are
+//! only read when their whole-config fingerprints differ
+//! ([`config_hashes`]), so 10,000 jobs cost an idle node nothing extra. Ops edit `jobs.toml` per server, so a half-finished rollout shows
 //! up as nodes that disagree on a job's fingerprint ([`divergences`]).
 //! Both keys share the hash tag `{PREFIX}`, so the publish script also runs
 //! on Redis Cluster.
 
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::Script;
@@ -35,6 +40,25 @@ redis.call('ZADD', KEYS[1], stamp, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', now - tonumber(ARGV[2])))
 return stamp
 "#;
+
+/// KEYS: nodes zset, node hash. ARGV: node, ttl ms, then field/value pairs
+/// (the clock offset). 0 if the node's hash is gone (expired, or Redis lost
+/// its data): the caller publishes it whole. Else stamps `updated_at`,
+/// renews the TTL and the node's score.
+const HEARTBEAT: &str = r#"
+if redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local stamp = string.format('%.0f', now)
+redis.call('HSET', KEYS[2], 'updated_at', stamp, unpack(ARGV, 3))
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+redis.call('ZADD', KEYS[1], stamp, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', now - tonumber(ARGV[2])))
+return 1
+"#;
+
+static PUBLISH_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(PUBLISH));
+static HEARTBEAT_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(HEARTBEAT));
 
 /// What one node publishes about itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -72,8 +96,7 @@ pub async fn publish(
     info: &NodeInfo,
 ) -> redis::RedisResult<()> {
     let jobs = serde_json::to_string(&info.jobs).unwrap_or_else(|_| "{}".to_string());
-    let script = Script::new(PUBLISH);
-    let mut invocation = script.prepare_invoke();
+    let mut invocation = PUBLISH_SCRIPT.prepare_invoke();
     invocation
         .key(nodes_key(prefix))
         .key(node_key(prefix, &info.node))
@@ -96,6 +119,51 @@ pub async fn publish(
     }
     let _: String = invocation.invoke_async(&mut conn.clone()).await?;
     Ok(())
+}
+
+/// Refreshes this node's entry without rewriting it; `Ok(false)` if the
+/// entry is gone and must be published whole.
+pub async fn heartbeat(
+    conn: &ConnectionManager,
+    prefix: &str,
+    node: &str,
+    clock_offset_ms: Option<i64>,
+) -> redis::RedisResult<bool> {
+    let mut invocation = HEARTBEAT_SCRIPT.prepare_invoke();
+    invocation
+        .key(nodes_key(prefix))
+        .key(node_key(prefix, node))
+        .arg(node)
+        .arg(TTL.as_millis() as u64);
+    if let Some(offset) = clock_offset_ms {
+        invocation.arg("clock_offset_ms").arg(offset);
+    }
+    let alive: i64 = invocation.invoke_async(&mut conn.clone()).await?;
+    Ok(alive == 1)
+}
+
+/// The whole-config fingerprint of every live node (empty for a node whose
+/// entry expired between the two reads).
+pub async fn config_hashes(
+    conn: &ConnectionManager,
+    prefix: &str,
+) -> redis::RedisResult<Vec<String>> {
+    let mut conn = conn.clone();
+    let ids: Vec<String> = redis::cmd("ZRANGE")
+        .arg(nodes_key(prefix))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await?;
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut pipe = redis::pipe();
+    for id in &ids {
+        pipe.hget(node_key(prefix, id), "config_hash");
+    }
+    let hashes: Vec<Option<String>> = pipe.query_async(&mut conn).await?;
+    Ok(hashes.into_iter().map(Option::unwrap_or_default).collect())
 }
 
 /// Removes this node at a clean stop, so `status` stops listing it at once.

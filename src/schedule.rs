@@ -17,8 +17,15 @@
 //! in both passes. Day of month and day of week follow Vixie cron: when both
 //! are restricted a day matches if *either* does (croner's default,
 //! `dom_and_dow = false`).
+//!
+//! croner's parsed form keeps a byte per year up to 5000 (about 5 KB per
+//! expression, and most of the parse time goes to filling it), so parsed
+//! expressions are shared: every schedule with the same pattern points at one
+//! parsed form ([`parsed`]), however many jobs and reloads use it.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use chrono::{DateTime, SubsecRound, TimeZone, Utc};
 use chrono_tz::Tz;
@@ -42,7 +49,7 @@ pub enum ScheduleError {
 pub struct Schedule {
     expr: String,
     tz: Tz,
-    cron: Cron,
+    cron: Arc<Cron>,
 }
 
 impl Schedule {
@@ -59,25 +66,17 @@ impl Schedule {
             reason,
         };
         let pattern = expand_macro(trimmed).map_err(invalid)?;
-        let parser = CronParser::builder()
-            .seconds(Seconds::Optional)
-            .year(Year::Disallowed)
-            .build();
-        let cron = parser
-            .parse(pattern)
-            .map_err(|err| invalid(describe(&err)))?;
-        let schedule = Schedule {
+        let cron = parsed(pattern).map_err(|err| match err {
+            Refused::Invalid(reason) => invalid(reason),
+            Refused::NeverFires => ScheduleError::NeverFires {
+                expr: expr.to_string(),
+            },
+        })?;
+        Ok(Schedule {
             expr: expr.to_string(),
             tz,
             cron,
-        };
-        let reference = Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).single();
-        match reference.and_then(|at| schedule.next_after(at)) {
-            Some(_) => Ok(schedule),
-            None => Err(ScheduleError::NeverFires {
-                expr: expr.to_string(),
-            }),
-        }
+        })
     }
 
     /// The same expression read in another zone, without parsing it again
@@ -117,6 +116,88 @@ impl fmt::Debug for Schedule {
             .field("tz", &self.tz)
             .finish()
     }
+}
+
+enum Refused {
+    Invalid(String),
+    NeverFires,
+}
+
+/// Parsed patterns by text; entries die with the last schedule using them.
+static PARSED: LazyLock<Mutex<HashMap<String, Weak<Cron>>>> = LazyLock::new(Mutex::default);
+
+/// The parsed form of `pattern`, shared with every other live schedule of
+/// the same pattern. A pattern that can never fire is refused here, checked
+/// with one forward search from a fixed reference instant in UTC (patterns
+/// have no year field, so what fires once after it fires forever, and a
+/// zone only moves the instants).
+fn parsed(pattern: &str) -> Result<Arc<Cron>, Refused> {
+    let cache = || {
+        PARSED
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    };
+    if let Some(cron) = cache().get(pattern).and_then(Weak::upgrade) {
+        return Ok(cron);
+    }
+    // Parsed without the lock, so that threads warming the cache run in
+    // parallel; a pattern parsed twice at once is shared by the first one in.
+    let parser = CronParser::builder()
+        .seconds(Seconds::Optional)
+        .year(Year::Disallowed)
+        .build();
+    let cron = parser
+        .parse(pattern)
+        .map_err(|err| Refused::Invalid(describe(&err)))?;
+    let reference = Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).single();
+    let fires = reference.is_some_and(|at| cron.find_next_occurrence(&at, false).is_ok());
+    if !fires {
+        return Err(Refused::NeverFires);
+    }
+    let mut cache = cache();
+    if let Some(cron) = cache.get(pattern).and_then(Weak::upgrade) {
+        return Ok(cron);
+    }
+    let cron = Arc::new(cron);
+    // Forget dead entries once they could make up half of the map.
+    if cache.len() >= 64 && cache.len().is_power_of_two() {
+        cache.retain(|_, cron| cron.strong_count() > 0);
+    }
+    cache.insert(pattern.to_string(), Arc::downgrade(&cron));
+    Ok(cron)
+}
+
+/// Parses `exprs` (in UTC) on every core, so that a config loader that
+/// then parses them one by one finds them parsed: with many distinct
+/// expressions, parsing is most of a config load. Invalid expressions are
+/// skipped here, for the loader to report with their position. The cache
+/// keeps a parsed pattern only while a schedule uses it: hold the result
+/// until the loader is done.
+pub fn parse_in_parallel<'a>(exprs: impl Iterator<Item = &'a str>) -> Vec<Schedule> {
+    let mut exprs: Vec<&str> = exprs.collect();
+    exprs.sort_unstable();
+    exprs.dedup();
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    if threads < 2 || exprs.len() < 256 {
+        return Vec::new();
+    }
+    let chunk = exprs.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = exprs
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || {
+                    part.iter()
+                        .filter_map(|expr| Schedule::parse(expr, Tz::UTC).ok())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|worker| worker.join().unwrap_or_default())
+            .collect()
+    })
 }
 
 /// The macros we accept; croner knows all but `@midnight` (= `@daily`).

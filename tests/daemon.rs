@@ -328,3 +328,61 @@ command = 'echo "$SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE" >> {runs}'
         "{again:?}"
     );
 }
+
+/// One timer serves every job: 60 jobs on three periods, due together or
+/// apart, each run exactly at its own occurrences.
+#[test]
+fn sixty_jobs_on_one_timer_each_run_every_occurrence_once() {
+    use chrono::{DateTime, Timelike as _, Utc};
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let periods = [1u32, 2, 3];
+    let mut config = String::new();
+    for i in 0..60 {
+        let period = periods[i % 3];
+        config.push_str(&format!(
+            "[jobs.j{i:02}]\nschedule = \"*/{period} * * * * *\"\nargv = [\"true\"]\n"
+        ));
+    }
+    work.write_config(&config);
+    let _node = Node::start(&work, &redis, "n1", &[]);
+    let start =
+        Utc::now().with_nanosecond(0).expect("whole second") + chrono::TimeDelta::seconds(2);
+    let end = start + chrono::TimeDelta::seconds(6);
+    let name = |at: DateTime<Utc>| at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let window: Vec<DateTime<Utc>> = (0..=6)
+        .map(|s| start + chrono::TimeDelta::seconds(s))
+        .collect();
+    wait_until(
+        Duration::from_secs(20),
+        "every job recorded its last occurrence",
+        || {
+            (0..60).all(|i| {
+                let period = periods[i % 3];
+                let last = window.iter().rev().find(|at| at.second() % period == 0);
+                last.is_none_or(|last| {
+                    history(&redis, &format!("j{i:02}"))
+                        .iter()
+                        .any(|entry| entry.get("occurrence") == Some(&name(*last)))
+                })
+            })
+        },
+    );
+    for i in 0..60 {
+        let period = periods[i % 3];
+        let job = format!("j{i:02}");
+        let expected: Vec<String> = window
+            .iter()
+            .filter(|at| at.second() % period == 0)
+            .map(|at| name(*at))
+            .collect();
+        let mut ran: Vec<String> = history(&redis, &job)
+            .into_iter()
+            .filter(|entry| entry.get("outcome").map(String::as_str) == Some("succeeded"))
+            .filter_map(|entry| entry.get("occurrence").cloned())
+            .filter(|occurrence| (name(start)..=name(end)).contains(occurrence))
+            .collect();
+        ran.sort();
+        assert_eq!(ran, expected, "{job} (every {period} s)");
+    }
+}

@@ -162,3 +162,47 @@ fn a_reload_republishes_the_new_job_fingerprints_at_once() {
         || published() == Some(fingerprint(after)),
     );
 }
+
+#[test]
+fn the_registry_entry_is_refreshed_by_heartbeats_and_written_whole_again_when_lost() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    work.write_config("[jobs.x]\nschedule = \"@hourly\"\ncommand = \"true\"\n");
+    let _node = Node::start(&work, &redis, "n1", &[]);
+    let mut conn = redis.conn();
+    let key = "{solocron}:node:n1";
+    let field = |conn: &mut redis::Connection, name: &str| -> Option<String> {
+        redis::cmd("HGET")
+            .arg(key)
+            .arg(name)
+            .query(conn)
+            .ok()
+            .flatten()
+    };
+    wait_until(
+        Duration::from_secs(10),
+        "the node publishes its jobs",
+        || field(&mut conn, "jobs").is_some_and(|jobs| jobs.contains("\"x\"")),
+    );
+    // A heartbeat renews the entry without rewriting it: a field the node
+    // does not know survives the next refresh.
+    let stamp = field(&mut conn, "updated_at");
+    let _: () = redis::cmd("HSET")
+        .arg(key)
+        .arg("marker")
+        .arg("1")
+        .query(&mut conn)
+        .unwrap();
+    wait_until(Duration::from_secs(25), "the next heartbeat", || {
+        field(&mut conn, "updated_at") != stamp
+    });
+    assert_eq!(field(&mut conn, "marker").as_deref(), Some("1"));
+    // Lost (expired, or Redis lost its data): the next refresh writes it all.
+    let _: () = redis::cmd("DEL").arg(key).query(&mut conn).unwrap();
+    wait_until(
+        Duration::from_secs(25),
+        "the entry written whole again",
+        || field(&mut conn, "jobs").is_some_and(|jobs| jobs.contains("\"x\"")),
+    );
+    assert_eq!(field(&mut conn, "marker"), None);
+}

@@ -114,6 +114,17 @@ fn jobs(
     let Some(all) = section(root, "jobs")? else {
         return Ok(Vec::new());
     };
+    let schedules = all
+        .entries
+        .values()
+        .filter_map(|value| match value.get_ref() {
+            DeValue::Table(job) => match job.get("schedule").map(|expr| expr.get_ref()) {
+                Some(DeValue::String(expr)) => Some(expr.as_ref()),
+                _ => None,
+            },
+            _ => None,
+        });
+    let _parsed = crate::schedule::parse_in_parallel(schedules);
     let mut jobs = Vec::with_capacity(all.entries.len());
     for (key, value) in all.in_file_order() {
         let name: &str = key.get_ref();

@@ -1,6 +1,6 @@
-//! The daemon: one task per job sleeping until its next occurrence, joining
-//! schedule, lock, exec and history; plus the clock check, the node registry
-//! (config drift guard) and SIGHUP reloads.
+//! The daemon: one timer over every job's next occurrence (the timetable),
+//! one task per occurrence joining lock, exec and history; plus the clock
+//! check, the node registry (config drift guard) and SIGHUP reloads.
 //!
 //! Two tokens drive the stop: `cancel` (SIGTERM/SIGINT: stop claiming) and
 //! `interrupt` (the shutdown grace is over: stop running jobs, which are then
@@ -8,11 +8,11 @@
 //! through one `TaskTracker`, so the drain sees them all.
 
 mod clock;
-mod job_loop;
 mod occurrence;
 mod redis_conn;
 mod registry_loop;
 mod reload;
+mod timetable;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -30,9 +30,9 @@ use crate::lock::Locker;
 use crate::{metrics, notify, registry};
 
 pub use clock::offset_ms;
-pub use job_loop::rfc3339;
 pub use occurrence::run_lease;
 pub use redis_conn::connect;
+pub use timetable::rfc3339;
 
 /// How this node was started.
 #[derive(Debug, Clone)]
@@ -116,13 +116,15 @@ pub async fn run(
     // Watchdog pings go on through the drain; they stop once it is over.
     let watchdog_stop = CancellationToken::new();
     let watchdog = tokio::spawn(notify::watchdog_loop(watchdog_stop.clone()));
-    let mut loops = reload::JobLoops::default();
-    loops.apply(&shared, &config.jobs);
+    let mut timetable = timetable::Timetable::default();
+    timetable.apply(&shared, &config.jobs);
     tokio::pin!(shutdown);
     loop {
+        let wake = timetable.next_wake();
         tokio::select! {
             _ = &mut shutdown => break,
-            Some(()) = reloads.recv() => reload::reload(&shared, &mut loops, &config_tx, &options),
+            Some(()) = reloads.recv() => reload::reload(&shared, &mut timetable, &config_tx, &options),
+            () = tokio::time::sleep_until(wake) => timetable.fire_due(&shared),
         }
     }
     notify::stopping();

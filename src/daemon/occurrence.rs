@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::Shared;
-use super::job_loop::rfc3339;
+use super::timetable::rfc3339;
 use crate::config::{Job, OnLockLost};
 use crate::exec::{Executor, Outcome, Report, RunContext, StopReason};
 use crate::history::Entry;

@@ -18,6 +18,7 @@ use super::Shared;
 use crate::config::Config;
 use crate::metrics;
 use crate::registry::{self, Divergence, NodeInfo};
+use redis::aio::ConnectionManager;
 
 /// How often a lasting divergence is logged again.
 const REPEAT: Duration = Duration::from_secs(300);
@@ -27,28 +28,50 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
     let started_at = Utc::now().timestamp_millis();
     let mut warned: Vec<Divergence> = Vec::new();
     let mut warned_at = Instant::now();
-    // Hashing every job is only redone when a reload brings a new config.
-    let mut info = node_info(&shared, &config_rx.borrow_and_update(), started_at);
+    let mut config = Arc::clone(&config_rx.borrow_and_update());
+    // Hashing the whole config is only redone when a reload brings a new one.
+    let mut config_hash = config.fingerprint();
+    // Whether Redis has this node's whole entry for the current config.
+    let mut published = false;
+    let node = shared.locker.node();
     loop {
-        info.clock_offset_ms = shared.clock_offset();
         let conn = shared.locker.connection();
         let prefix = shared.locker.prefix();
-        match registry::publish(&conn, prefix, &info).await {
-            Ok(()) => match registry::live_nodes(&conn, prefix).await {
-                Ok(nodes) => {
-                    let found = registry::divergences(&nodes);
-                    metrics::config_divergence(found.len());
-                    if found != warned || (!found.is_empty() && warned_at.elapsed() >= REPEAT) {
-                        report(&shared, &found, &warned);
-                        warned = found;
-                        warned_at = Instant::now();
+        let alive = if published {
+            registry::heartbeat(&conn, prefix, node, shared.clock_offset()).await
+        } else {
+            Ok(false)
+        };
+        let sent = match alive {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                // The per-job fingerprints exist only for this rare write.
+                let info = node_info(&shared, &config, &config_hash, started_at);
+                let sent = registry::publish(&conn, prefix, &info).await;
+                drop(info);
+                crate::memory::release_freed();
+                sent
+            }
+            Err(err) => Err(err),
+        };
+        match sent {
+            Ok(()) => {
+                published = true;
+                match current_divergences(&conn, prefix, &config_hash).await {
+                    Ok(found) => {
+                        metrics::config_divergence(found.len());
+                        if found != warned || (!found.is_empty() && warned_at.elapsed() >= REPEAT) {
+                            report(&shared, &found, &warned);
+                            warned = found;
+                            warned_at = Instant::now();
+                        }
+                    }
+                    Err(err) => {
+                        metrics::redis_error("registry");
+                        debug!(node = %shared.locker.node(), error = %err, "cannot read the node registry");
                     }
                 }
-                Err(err) => {
-                    metrics::redis_error("registry");
-                    debug!(node = %shared.locker.node(), error = %err, "cannot read the node registry");
-                }
-            },
+            }
             Err(err) => {
                 metrics::redis_error("registry");
                 debug!(node = %shared.locker.node(), error = %err, "cannot publish to the node registry");
@@ -62,13 +85,31 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
                 if changed.is_err() {
                     return;
                 }
-                info = node_info(&shared, &config_rx.borrow_and_update(), started_at);
+                config = Arc::clone(&config_rx.borrow_and_update());
+                config_hash = config.fingerprint();
+                published = false;
             }
         }
     }
 }
 
-fn node_info(shared: &Shared, config: &Config, started_at: i64) -> NodeInfo {
+/// The live nodes' divergences; the per-job fingerprints are only read when
+/// some live node's whole-config fingerprint differs from `ours`.
+async fn current_divergences(
+    conn: &ConnectionManager,
+    prefix: &str,
+    ours: &str,
+) -> redis::RedisResult<Vec<Divergence>> {
+    let hashes = registry::config_hashes(conn, prefix).await?;
+    if hashes.iter().all(|hash| hash == ours) {
+        return Ok(Vec::new());
+    }
+    Ok(registry::divergences(
+        &registry::live_nodes(conn, prefix).await?,
+    ))
+}
+
+fn node_info(shared: &Shared, config: &Config, config_hash: &str, started_at: i64) -> NodeInfo {
     let jobs: BTreeMap<String, String> = config
         .jobs
         .iter()
@@ -80,7 +121,7 @@ fn node_info(shared: &Shared, config: &Config, started_at: i64) -> NodeInfo {
         started_at,
         updated_at: 0,
         config_path: config.path.display().to_string(),
-        config_hash: config.fingerprint(),
+        config_hash: config_hash.to_string(),
         clock_offset_ms: shared.clock_offset(),
         jobs,
     }

@@ -2,95 +2,27 @@
 //!
 //! The new file is loaded and validated completely before anything changes;
 //! a broken or missing file is logged (file:line:col) and the old schedule
-//! keeps running. Otherwise jobs are compared by fingerprint: added jobs
-//! start, removed jobs stop being scheduled (a run in progress finishes),
-//! changed jobs restart their loop with the new settings, which apply from
-//! their next occurrence; unchanged jobs are not touched. A restarted loop
-//! catches up like a starting node, and the claim script refuses what was
-//! already decided. `[redis]` and `history_max` need a restart.
+//! keeps running. Otherwise the timetable compares jobs by fingerprint:
+//! added jobs start, removed jobs stop being scheduled (a run in progress
+//! finishes), changed jobs are rescheduled with the new settings, which apply
+//! from their next occurrence; unchanged jobs are not touched. A rescheduled
+//! job catches up like a starting node, and the claim script refuses what
+//! was already decided. `[redis]` and `history_max` need a restart.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use super::{Options, Shared, job_loop};
-use crate::config::{self, Config, Job};
+use super::timetable::Timetable;
+use super::{Options, Shared};
+use crate::config::{self, Config};
 use crate::{metrics, notify};
-
-/// The running job loops, by job name.
-#[derive(Default)]
-pub struct JobLoops {
-    running: HashMap<String, Running>,
-}
-
-struct Running {
-    fingerprint: String,
-    cancel: CancellationToken,
-}
-
-/// What a reload changed, by job name.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Diff {
-    pub added: Vec<String>,
-    pub removed: Vec<String>,
-    pub changed: Vec<String>,
-    pub unchanged: usize,
-}
-
-impl JobLoops {
-    /// Makes the running loops match `jobs`.
-    pub fn apply(&mut self, shared: &Arc<Shared>, jobs: &[Arc<Job>]) -> Diff {
-        let mut diff = Diff::default();
-        let wanted: HashMap<&str, &Arc<Job>> =
-            jobs.iter().map(|job| (job.name.as_str(), job)).collect();
-        let mut names: Vec<String> = self.running.keys().cloned().collect();
-        names.sort();
-        for name in names {
-            if !wanted.contains_key(name.as_str()) {
-                if let Some(old) = self.running.remove(&name) {
-                    old.cancel.cancel();
-                }
-                diff.removed.push(name);
-            }
-        }
-        for job in jobs {
-            let fingerprint = job.fingerprint();
-            match self.running.get(&job.name) {
-                Some(old) if old.fingerprint == fingerprint => {
-                    diff.unchanged += 1;
-                    continue;
-                }
-                Some(old) => {
-                    old.cancel.cancel();
-                    diff.changed.push(job.name.clone());
-                }
-                None => diff.added.push(job.name.clone()),
-            }
-            let cancel = shared.cancel.child_token();
-            shared.tracker.spawn(job_loop::run(
-                Arc::clone(shared),
-                Arc::clone(job),
-                cancel.clone(),
-            ));
-            self.running.insert(
-                job.name.clone(),
-                Running {
-                    fingerprint,
-                    cancel,
-                },
-            );
-        }
-        diff
-    }
-}
 
 /// Reloads the file named by the current config; see the module doc.
 pub fn reload(
     shared: &Arc<Shared>,
-    loops: &mut JobLoops,
+    timetable: &mut Timetable,
     config_tx: &watch::Sender<Arc<Config>>,
     options: &Options,
 ) {
@@ -114,11 +46,12 @@ pub fn reload(
                 new.redis.url = url.clone();
             }
             keep_restart_only_settings(&current, &mut new, &options.node);
-            let diff = loops.apply(shared, &new.jobs);
+            let diff = timetable.apply(shared, &new.jobs);
             info!(node = %options.node, added = ?diff.added, removed = ?diff.removed, changed = ?diff.changed,
                 unchanged = diff.unchanged, "config reloaded");
             metrics::jobs_loaded(new.jobs.len());
             config_tx.send_replace(Arc::new(new));
+            crate::memory::release_freed();
         }
     }
     notify::ready();

@@ -4,7 +4,9 @@
 use chrono::{DateTime, NaiveDate, TimeZone, Utc};
 use chrono_tz::Tz;
 
-use super::{Schedule, ScheduleError};
+use std::sync::Arc;
+
+use super::{Schedule, ScheduleError, parse_in_parallel};
 
 fn utc_at(text: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(text)
@@ -408,4 +410,44 @@ fn with_timezone_moves_the_wall_clock_and_debug_stays_short() {
         format!("{tashkent:?}"),
         "Schedule { expr: \"0 2 * * *\", tz: Asia/Tashkent }"
     );
+}
+
+#[test]
+fn schedules_of_one_pattern_share_its_parsed_form_in_any_zone() {
+    let a = Schedule::parse("17 3 * * *", Tz::UTC).unwrap();
+    let b = Schedule::parse(" 17 3 * * * ", Tz::Europe__Berlin).unwrap();
+    let c = a.with_timezone(Tz::Asia__Tashkent);
+    assert!(Arc::ptr_eq(&a.cron, &b.cron));
+    assert!(Arc::ptr_eq(&a.cron, &c.cron));
+    let other = Schedule::parse("18 3 * * *", Tz::UTC).unwrap();
+    assert!(!Arc::ptr_eq(&a.cron, &other.cron));
+    // Shared, yet each reads the pattern in its own zone.
+    let after = utc_at("2026-06-01T00:00:00Z");
+    assert_eq!(a.next_after(after), Some(utc_at("2026-06-01T03:17:00Z")));
+    assert_eq!(b.next_after(after), Some(utc_at("2026-06-01T01:17:00Z")));
+}
+
+#[test]
+fn parsing_in_parallel_gives_what_parsing_one_by_one_gives() {
+    let exprs: Vec<String> = (0..600)
+        .map(|i| format!("{} {} {} * *", i % 60, (i / 60) % 24, i % 28 + 1))
+        .chain(["not cron".to_string(), "0 0 30 2 *".to_string()])
+        .collect();
+    let warmed = parse_in_parallel(exprs.iter().map(String::as_str));
+    assert_eq!(warmed.len(), 600, "the two bad ones are left to the loader");
+    let after = utc_at("2026-11-30T12:00:00Z");
+    for expr in &exprs[..600] {
+        let one = Schedule::parse(expr, Tz::UTC).unwrap();
+        let shared = warmed
+            .iter()
+            .find(|warm| warm.expression() == expr)
+            .expect("warmed");
+        assert!(Arc::ptr_eq(&one.cron, &shared.cron), "{expr}");
+        assert_eq!(one.next_after(after), shared.next_after(after), "{expr}");
+    }
+    assert!(Schedule::parse("not cron", Tz::UTC).is_err());
+    assert!(matches!(
+        Schedule::parse("0 0 30 2 *", Tz::UTC),
+        Err(ScheduleError::NeverFires { .. })
+    ));
 }

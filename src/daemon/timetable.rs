@@ -1,0 +1,227 @@
+//! The schedule of every loaded job in one timer: a heap of next
+//! occurrences, woken by the daemon's main loop at the earliest one. Each due
+//! occurrence is handed to [`super::occurrence`] in its own task, so an
+//! overlapping occurrence is still claimed (and recorded as skipped) while a
+//! run goes on, and 10,000 idle jobs cost one sleeping timer, not 10,000.
+//!
+//! The timer sleeps on the monotonic clock but re-reads the wall clock at
+//! least every minute, so a stepped clock (NTP) moves the wake-up with it and
+//! no occurrence is lost to a long sleep computed from a stale "now".
+//! A job that starts being scheduled (node start, or added or changed by a
+//! reload) first claims the latest occurrence within its `starting_deadline`
+//! (catch-up): the claim script refuses it if any node already had it.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use super::{Shared, occurrence};
+use crate::config::Job;
+
+/// Longest single sleep before the wall clock is read again.
+const MAX_SLEEP: Duration = Duration::from_secs(60);
+
+/// What [`Timetable::apply`] changed, by job name.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Diff {
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    pub changed: Vec<String>,
+    pub unchanged: usize,
+}
+
+/// The scheduled jobs and their next occurrences.
+#[derive(Default)]
+pub struct Timetable {
+    /// Job name -> its current slot and definition fingerprint.
+    by_name: HashMap<String, (u64, String)>,
+    /// Live slots: one per scheduled job definition.
+    slots: HashMap<u64, Slot>,
+    /// (next occurrence in UTC ms, slot); entries of removed slots are
+    /// skipped when they come up.
+    heap: BinaryHeap<Reverse<(i64, u64)>>,
+    next_slot: u64,
+}
+
+struct Slot {
+    job: Arc<Job>,
+    next: DateTime<Utc>,
+}
+
+impl Timetable {
+    /// Makes the schedule match `jobs`: added and changed jobs start (with
+    /// catch-up), removed ones stop being scheduled (a run in progress
+    /// finishes), unchanged ones keep their next occurrence.
+    pub fn apply(&mut self, shared: &Arc<Shared>, jobs: &[Arc<Job>]) -> Diff {
+        let mut diff = Diff::default();
+        let wanted: HashMap<&str, &Arc<Job>> =
+            jobs.iter().map(|job| (job.name.as_str(), job)).collect();
+        let mut gone: Vec<String> = self
+            .by_name
+            .keys()
+            .filter(|name| !wanted.contains_key(name.as_str()))
+            .cloned()
+            .collect();
+        gone.sort();
+        for name in gone {
+            if let Some((slot, _)) = self.by_name.remove(&name) {
+                self.slots.remove(&slot);
+            }
+            diff.removed.push(name);
+        }
+        let now = Utc::now();
+        for job in jobs {
+            let fingerprint = job.fingerprint();
+            match self.by_name.get(&job.name) {
+                Some((_, old)) if *old == fingerprint => {
+                    diff.unchanged += 1;
+                    continue;
+                }
+                Some((slot, _)) => {
+                    self.slots.remove(slot);
+                    diff.changed.push(job.name.clone());
+                }
+                None => diff.added.push(job.name.clone()),
+            }
+            if let Some(latest) = catch_up(job, now) {
+                spawn_attempt(shared, job, latest, true);
+            }
+            let slot = self.next_slot;
+            self.next_slot += 1;
+            self.by_name.insert(job.name.clone(), (slot, fingerprint));
+            self.schedule(slot, Arc::clone(job), job.schedule.next_after(now));
+        }
+        if self.heap.len() > 2 * self.slots.len() + 64 {
+            let slots = &self.slots;
+            self.heap
+                .retain(|Reverse((_, slot))| slots.contains_key(slot));
+        }
+        diff
+    }
+
+    /// When the earliest occurrence is due by the wall clock, but at most
+    /// [`MAX_SLEEP`] from now (then [`Timetable::fire_due`] finds nothing
+    /// due and the wall clock is read again).
+    pub fn next_wake(&mut self) -> Instant {
+        while let Some(Reverse((_, slot))) = self.heap.peek() {
+            if self.slots.contains_key(slot) {
+                break;
+            }
+            self.heap.pop();
+        }
+        let left = self
+            .heap
+            .peek()
+            .and_then(|Reverse((_, slot))| self.slots.get(slot))
+            .map(|slot| (slot.next - Utc::now()).to_std().unwrap_or(Duration::ZERO))
+            .unwrap_or(MAX_SLEEP);
+        Instant::now() + left.min(MAX_SLEEP)
+    }
+
+    /// Starts an attempt for every occurrence due by now and schedules each
+    /// job's next one.
+    pub fn fire_due(&mut self, shared: &Arc<Shared>) {
+        let now = Utc::now();
+        while let Some(&Reverse((at_ms, slot))) = self.heap.peek() {
+            if at_ms > now.timestamp_millis() {
+                break;
+            }
+            self.heap.pop();
+            let Some(Slot { job, next }) = self.slots.remove(&slot) else {
+                continue;
+            };
+            if next > now {
+                // Sub-millisecond early: keep it for the next wake-up.
+                self.schedule(slot, job, Some(next));
+                break;
+            }
+            let due = handle_due(shared, &job, next, now);
+            let after = job.schedule.next_after(due);
+            self.schedule(slot, job, after);
+        }
+    }
+
+    fn schedule(&mut self, slot: u64, job: Arc<Job>, next: Option<DateTime<Utc>>) {
+        match next {
+            Some(next) => {
+                self.heap.push(Reverse((next.timestamp_millis(), slot)));
+                self.slots.insert(slot, Slot { job, next });
+            }
+            None => info!(job = %job.name, "schedule has no further occurrences"),
+        }
+    }
+}
+
+/// `job`'s occurrence `at` has come (`now`): attempt the latest one due,
+/// warn about any passed over, or record it missed if this node woke after
+/// its `starting_deadline`. Returns the occurrence that was handled.
+fn handle_due(
+    shared: &Arc<Shared>,
+    job: &Arc<Job>,
+    at: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> DateTime<Utc> {
+    let (due, passed) = latest_due(job, at, now);
+    if passed > 0 {
+        warn!(job = %job.name, node = %shared.locker.node(), count = passed, until = %rfc3339(due),
+            "occurrences missed: this node woke too late to claim them");
+    }
+    if now - due > chrono_duration(job.starting_deadline) {
+        warn!(job = %job.name, occurrence = %rfc3339(due), node = %shared.locker.node(),
+            "occurrence missed: past starting_deadline when this node woke");
+        occurrence::spawn_record_missed(shared, job, due, "node woke after starting_deadline", "");
+    } else {
+        spawn_attempt(shared, job, due, false);
+    }
+    due
+}
+
+fn spawn_attempt(shared: &Arc<Shared>, job: &Arc<Job>, at: DateTime<Utc>, catch_up: bool) {
+    shared.tracker.spawn(occurrence::attempt(
+        Arc::clone(shared),
+        Arc::clone(job),
+        at,
+        catch_up,
+    ));
+}
+
+/// The latest occurrence within `starting_deadline` before `now`, if any.
+fn catch_up(job: &Job, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    // Checked: a deadline reaching before year 1 just means "all of the past".
+    let after = now
+        .checked_sub_signed(chrono_duration(job.starting_deadline))
+        .unwrap_or(DateTime::<Utc>::MIN_UTC);
+    let mut latest = None;
+    let mut cursor = job.schedule.next_after(after);
+    while let Some(at) = cursor.filter(|at| *at <= now) {
+        latest = Some(at);
+        cursor = job.schedule.next_after(at);
+    }
+    latest
+}
+
+/// From a due occurrence `at`, the latest one due by `now`, and how many
+/// were passed over to get there.
+fn latest_due(job: &Job, at: DateTime<Utc>, now: DateTime<Utc>) -> (DateTime<Utc>, u64) {
+    let mut due = at;
+    let mut passed = 0;
+    while let Some(later) = job.schedule.next_after(due).filter(|later| *later <= now) {
+        due = later;
+        passed += 1;
+    }
+    (due, passed)
+}
+
+/// RFC 3339 UTC with whole seconds and `Z`: the name of an occurrence.
+pub fn rfc3339(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+fn chrono_duration(duration: Duration) -> chrono::TimeDelta {
+    chrono::TimeDelta::from_std(duration).unwrap_or(chrono::TimeDelta::MAX)
+}
