@@ -25,6 +25,11 @@ use crate::config::Job;
 
 /// Longest single sleep before the wall clock is read again.
 const MAX_SLEEP: Duration = Duration::from_secs(60);
+/// How much earlier than an occurrence the tokio timer wakes the timetable,
+/// which then sleeps the rest on the precise OS timer: tokio's timer (and
+/// the epoll timeout under it) has 1 ms granularity and wakes up to ~1 ms
+/// late, which would be most of a short job's start lag.
+const EARLY_WAKE: Duration = Duration::from_micros(1500);
 
 /// What [`Timetable::apply`] changed, by job name.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -120,12 +125,13 @@ impl Timetable {
             .and_then(|Reverse((_, slot))| self.slots.get(slot))
             .map(|slot| (slot.next - Utc::now()).to_std().unwrap_or(Duration::ZERO))
             .unwrap_or(MAX_SLEEP);
-        Instant::now() + left.min(MAX_SLEEP)
+        Instant::now() + left.saturating_sub(EARLY_WAKE).min(MAX_SLEEP)
     }
 
     /// Starts an attempt for every occurrence due by now and schedules each
     /// job's next one.
     pub fn fire_due(&mut self, shared: &Arc<Shared>) {
+        self.sleep_to_the_earliest();
         let now = Utc::now();
         while let Some(&Reverse((at_ms, slot))) = self.heap.peek() {
             if at_ms > now.timestamp_millis() {
@@ -143,6 +149,23 @@ impl Timetable {
             let due = handle_due(shared, &job, next, now);
             let after = job.schedule.next_after(due);
             self.schedule(slot, job, after);
+        }
+    }
+
+    /// Woken up to [`EARLY_WAKE`] before the earliest occurrence: sleep the
+    /// rest on this thread (the daemon's main loop, not a runtime worker),
+    /// with the OS timer's ~50 µs precision.
+    fn sleep_to_the_earliest(&self) {
+        let Some(Reverse((_, slot))) = self.heap.peek() else {
+            return;
+        };
+        let Some(slot) = self.slots.get(slot) else {
+            return;
+        };
+        if let Ok(left) = (slot.next - Utc::now()).to_std()
+            && left <= EARLY_WAKE
+        {
+            std::thread::sleep(left);
         }
     }
 
