@@ -384,3 +384,40 @@ async fn a_late_win_of_a_node_that_gave_up_is_undone_by_its_miss_record() {
         .await
         .unwrap());
 }
+
+/// A release whose reply was lost is retried; if its first attempt did
+/// reach Redis, the retry must not record the run again, even when later
+/// runs of the job released in between.
+#[tokio::test]
+async fn a_retried_release_records_the_run_once_even_after_later_runs() {
+    let redis = RedisServer::start();
+    let node = locker(&redis, "a").await;
+    let first = won(node
+        .claim("tick", &scheduled(1_000), &new_token(), TTL)
+        .await
+        .unwrap());
+    let first_entry = entry("a", &first, "occ-1000");
+    assert!(node.release(&first, &first_entry).await.unwrap());
+    for at_ms in [2_000, 3_000] {
+        let later = won(node
+            .claim("tick", &scheduled(at_ms), &new_token(), TTL)
+            .await
+            .unwrap());
+        let name = format!("occ-{at_ms}");
+        assert!(
+            node.release(&later, &entry("a", &later, &name))
+                .await
+                .unwrap()
+        );
+    }
+    // The retry of the first release: nothing to delete, nothing to record.
+    assert!(!node.release(&first, &first_entry).await.unwrap());
+    let reply: redis::streams::StreamRangeReply =
+        redis.conn().xrange_all("{test:tick}:history").unwrap();
+    let occurrences: Vec<String> = reply
+        .ids
+        .iter()
+        .filter_map(|id| id.get::<String>("occurrence"))
+        .collect();
+    assert_eq!(occurrences, ["occ-1000", "occ-2000", "occ-3000"]);
+}

@@ -290,7 +290,7 @@ fn log_finished(job: &Job, name: &str, node: &str, fence: u64, report: &Report) 
 /// while; if Redis stays away the lock expires by itself and the entry is
 /// only in this node's log.
 async fn release(locker: &Locker, lease: &Lease, entry: &Entry) {
-    let give_up = Instant::now() + lease.ttl.max(Duration::from_secs(5));
+    let give_up = Instant::now() + crate::lock::release_retry_window(lease.ttl);
     let mut pause = RETRY_FIRST;
     loop {
         match locker.release(lease, entry).await {

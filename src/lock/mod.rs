@@ -114,6 +114,17 @@ pub enum Claim {
     Superseded { last_ms: i64 },
 }
 
+/// How long a node retries a failed release of a lease with `ttl`.
+pub fn release_retry_window(ttl: Duration) -> Duration {
+    ttl.max(Duration::from_secs(5))
+}
+
+/// How long Redis remembers that a lease's release was recorded: beyond the
+/// retry window by a margin for a retry that sat in a socket.
+fn release_remembered(ttl: Duration) -> Duration {
+    release_retry_window(ttl) + Duration::from_secs(10)
+}
+
 /// A held lock: what extend and release need to prove ownership.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
@@ -259,8 +270,10 @@ impl Locker {
     }
 
     /// Releases the lease (only if still ours) and appends `entry` to the
-    /// job's history, once per lease. `Ok(false)`: the lock was not ours any
-    /// more; the entry is recorded anyway.
+    /// job's history, once per lease: a retry (within
+    /// [`release_retry_window`]) whose first attempt reached Redis records
+    /// nothing. `Ok(false)`: the
+    /// lock was not ours any more; the entry is recorded anyway.
     pub async fn release(&self, lease: &Lease, entry: &Entry) -> Result<bool, LockError> {
         let mut invocation = self.release.prepare_invoke();
         invocation
@@ -269,7 +282,8 @@ impl Locker {
             .key(&lease.keys.history)
             .arg(lease.value(&self.node))
             .arg(&lease.token)
-            .arg(self.history_max);
+            .arg(self.history_max)
+            .arg(ttl_ms(release_remembered(lease.ttl)));
         for (field, value) in entry.to_fields() {
             invocation.arg(field).arg(value);
         }

@@ -84,31 +84,48 @@ end
 return 0
 "#;
 
-/// KEYS: lock, state, history. ARGV: lock value, token, history max, then
-/// field/value pairs of the history entry (the first pair is `occurrence`).
-/// Deletes the lock only if it still holds our value; appends the history
-/// entry once per token (a retried release does not record twice). Reply 1
-/// if the lock was ours and is now deleted.
+/// KEYS: lock, state, history. ARGV: lock value, token, history max,
+/// remember ms, then field/value pairs of the history entry (the first pair
+/// is `occurrence`). Deletes the lock only if it still holds our value;
+/// appends the history entry once per token: the tokens recorded within the
+/// last `remember` ms (longer than a node retries a release) are kept in the
+/// state as `TOKEN@MS ...`, so a retried release whose first attempt did
+/// reach Redis records nothing, even after later runs of the job released.
+/// Reply 1 if the lock was ours and is now deleted.
 pub const RELEASE: &str = r#"
 local released = 0
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   released = 1
 end
-if redis.call('HGET', KEYS[2], 'recorded_token') ~= ARGV[2] then
-  local fields = {}
-  local outcome = ''
-  for i = 4, #ARGV, 2 do
-    fields[#fields + 1] = ARGV[i]
-    fields[#fields + 1] = ARGV[i + 1]
-    if ARGV[i] == 'outcome' then outcome = ARGV[i + 1] end
-  end
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', unpack(fields))
-  redis.call('HSET', KEYS[2], 'recorded_token', ARGV[2])
-  if redis.call('HGET', KEYS[2], 'last_token') == ARGV[2] then
-    redis.call('HSET', KEYS[2], 'last_outcome', outcome)
-  end
+local recorded = redis.call('HGET', KEYS[2], 'recorded') or ''
+if string.find(recorded, ARGV[2] .. '@', 1, true) then
+  return released
 end
+local fields = {}
+local outcome = ''
+for i = 5, #ARGV, 2 do
+  fields[#fields + 1] = ARGV[i]
+  fields[#fields + 1] = ARGV[i + 1]
+  if ARGV[i] == 'outcome' then outcome = ARGV[i + 1] end
+end
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', unpack(fields))
+if redis.call('HGET', KEYS[2], 'last_token') == ARGV[2] then
+  redis.call('HSET', KEYS[2], 'last_outcome', outcome)
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Oldest first: forget the entries recorded longer ago than `remember`.
+while recorded ~= '' do
+  local space = string.find(recorded, ' ', 1, true)
+  local first = space and string.sub(recorded, 1, space - 1) or recorded
+  local at = tonumber(string.match(first, '@(%d+)$'))
+  if at and now - at <= tonumber(ARGV[4]) then break end
+  recorded = space and string.sub(recorded, space + 1) or ''
+end
+local mine = ARGV[2] .. '@' .. string.format('%.0f', now)
+if recorded == '' then recorded = mine else recorded = recorded .. ' ' .. mine end
+redis.call('HSET', KEYS[2], 'recorded', recorded)
 return released
 "#;
 
