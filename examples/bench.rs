@@ -148,10 +148,10 @@ fn main() {
         timed(&mut report, "e", |r| footprint::idle(&env, r));
     }
     if wants("f") {
-        timed(&mut report, "f", |r| footprint::startup(&env, r));
+        timed(&mut report, "f", footprint::startup);
     }
     if wants("g") {
-        timed(&mut report, "g", |r| footprint::check(&env, r));
+        timed(&mut report, "g", footprint::check);
     }
     if wants("h") {
         timed(&mut report, "h", footprint::binary);

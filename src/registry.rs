@@ -46,7 +46,7 @@ return stamp
 /// its data): the caller publishes it whole. Else stamps `updated_at`,
 /// renews the TTL and the node's score.
 const HEARTBEAT: &str = r#"
-if redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
+if not redis.call('HGET', KEYS[2], 'node') then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local stamp = string.format('%.0f', now)

@@ -75,7 +75,7 @@ pub fn run(env: &Env, report: &mut Report) {
     let http_steps: &[usize] = if env.quick {
         &[3000, 6000]
     } else {
-        &[3000, 4000, 6000]
+        &[3000, 4000, 6000, 9000]
     };
     series(env, report, "argv `/bin/true`", argv_steps, 1000.0, None);
     let sink = Sink::start();

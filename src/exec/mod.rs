@@ -12,9 +12,12 @@
 //! future race, whichever fires first names the outcome, even if the process
 //! then exits 0 after SIGTERM.
 
+mod child;
 mod http;
+mod launch;
 mod output;
 mod process;
+mod spawner;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -137,6 +140,7 @@ pub struct Executor {
     output_grace: Duration,
     echo_output: bool,
     http: reqwest::Client,
+    spawner: spawner::Spawner,
 }
 
 /// Set-up failures (not job failures).
@@ -145,6 +149,9 @@ pub enum ExecError {
     /// The shared `reqwest::Client` could not be built.
     #[error("cannot build the HTTP client")]
     HttpClient(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The threads that start job processes could not be started.
+    #[error("cannot start the job spawning threads")]
+    Spawner(#[source] std::io::Error),
 }
 
 /// Time between SIGTERM and SIGKILL (SPEC §5).
@@ -158,7 +165,8 @@ impl Executor {
     /// An executor whose kill sequence waits 10 s between SIGTERM and SIGKILL.
     ///
     /// Installs the `ring` rustls provider as the process default (if another
-    /// one is installed already, that one is kept) and builds the HTTP client.
+    /// one is installed already, that one is kept), builds the HTTP client and
+    /// starts the threads that start job processes.
     pub fn new() -> Result<Executor, ExecError> {
         // Err means a provider is already installed, which is all we need.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -166,11 +174,14 @@ impl Executor {
             .user_agent(concat!("solocron/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|err| ExecError::HttpClient(Box::new(err.without_url())))?;
+        let threads = std::thread::available_parallelism().map_or(2, usize::from);
+        let spawner = spawner::Spawner::start(threads.clamp(2, 4)).map_err(ExecError::Spawner)?;
         Ok(Executor {
             kill_grace: DEFAULT_KILL_GRACE,
             output_grace: DEFAULT_OUTPUT_GRACE,
             echo_output: false,
             http,
+            spawner,
         })
     }
 

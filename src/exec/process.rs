@@ -10,25 +10,30 @@
 //!
 //! If the daemon dies (kill -9, crash) the child gets SIGKILL from the kernel
 //! (`PR_SET_PDEATHSIG`). That signal is tied to the *thread* that forked, not
-//! the process: spawning happens in async code on a runtime worker thread,
-//! which lives as long as the runtime. Never spawn from `spawn_blocking` or
-//! inside `block_in_place`, whose threads exit when idle and would take the
-//! job with them.
+//! the process: spawning happens on the executor's spawning threads
+//! (`spawner.rs`), which live as long as the executor. Never spawn from
+//! `spawn_blocking` or inside `block_in_place`, whose threads exit when idle
+//! and would take the job with them.
 
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
 use std::future::{Future, pending};
 use std::io;
+use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::process::{Child, Command};
+use tokio::net::unix::pipe;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 use tracing::instrument::WithSubscriber;
 
+use super::child::Child;
+use super::launch::Launch;
 use super::output::{LineFields, Stream, log_lines};
 use super::{Executor, Finish, Outcome, RunContext, StopReason};
 use crate::config::{Action, Job};
@@ -43,87 +48,78 @@ pub(super) async fn run(
     stop: impl Future<Output = StopReason>,
 ) -> Finish {
     let job = &ctx.job;
-    let (program, mut command) = match build_command(ctx) {
-        Ok(built) => built,
+    let (program, launch) = match prepare(ctx) {
+        Ok(prepared) => prepared,
         Err(error) => return Finish::failed(error),
     };
-    let mut child = match command.spawn() {
-        Ok(child) => child,
+    let launched = match exec.spawner.spawn(launch).await {
+        Ok(launched) => launched,
         Err(err) => return Finish::failed(spawn_error(job, &program, &err)),
     };
-    // `id()` is `None` only once the child has been reaped, which nobody did yet.
-    let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) else {
-        return Finish::failed(format!("lost the process id of job `{}`", job.name));
+    let group = GroupGuard(Pid::from_raw(launched.pid));
+    let readers = match start_readers(launched.stdout, launched.stderr, ctx, exec.echo_output) {
+        Ok(readers) => readers,
+        Err(err) => {
+            return Finish::failed(format!(
+                "cannot read the output of job `{}`: {err}",
+                job.name
+            ));
+        }
     };
-    let group = GroupGuard(Pid::from_raw(pid));
-    let readers = start_readers(&mut child, ctx, exec.echo_output);
+    let mut child = match Child::watch(launched.pid) {
+        Ok(child) => child,
+        Err(err) => return Finish::failed(format!("cannot watch job `{}`: {err}", job.name)),
+    };
     let finish = supervise(&mut child, group.0, job, exec.kill_grace, stop).await;
     std::mem::forget(group); // reaped: nothing left to kill on drop
     drain_output(readers, exec.output_grace, job).await;
     finish
 }
 
-/// The command for the job's action, and the program name for messages.
-fn build_command(ctx: &RunContext) -> Result<(String, Command), String> {
+/// The process for the job's action, and the program name for messages.
+fn prepare(ctx: &RunContext) -> Result<(String, Launch), String> {
     let job = &ctx.job;
-    let (program, args): (&str, &[String]) = match &job.action {
-        Action::Command(line) => ("/bin/sh", std::slice::from_ref(line)),
+    let (program, args): (&str, Vec<String>) = match &job.action {
+        Action::Command(line) => ("/bin/sh", vec!["-c".to_string(), line.clone()]),
         Action::Argv(argv) => match argv.split_first() {
-            Some((program, args)) => (program, args),
+            Some((program, args)) => (program, args.to_vec()),
             None => return Err(format!("job `{}` has an empty `argv`", job.name)),
         },
         Action::Http(_) => return Err(format!("job `{}` is not a process", job.name)),
     };
-    let mut command = Command::new(program);
-    if matches!(job.action, Action::Command(_)) {
-        command.arg("-c");
-    }
-    command
-        .args(args)
-        .envs(&job.env)
-        .env("SOLOCRON_JOB", &job.name)
-        .env("SOLOCRON_OCCURRENCE", &ctx.occurrence)
-        .env("SOLOCRON_FENCE", ctx.fence.to_string())
-        .env("SOLOCRON_NODE", &ctx.node)
-        // The daemon's own settings may hold a Redis password: not for jobs.
-        .env_remove("SOLOCRON_REDIS_URL")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        // We kill the whole group ourselves; `GroupGuard` covers a dropped run.
-        .kill_on_drop(false);
-    // systemd's notify socket and watchdog belong to the daemon, not to jobs.
-    for name in crate::notify::ENV_VARS {
-        command.env_remove(name);
-    }
-    if let Some(dir) = &job.working_dir {
-        command.current_dir(dir);
-    }
-    die_with_daemon(&mut command);
-    Ok((program.to_string(), command))
+    let launch = Launch::new(
+        program,
+        &args,
+        &environment(ctx),
+        job.working_dir.as_deref(),
+    )
+    .map_err(|err| spawn_error(job, program, &err))?;
+    Ok((program.to_string(), launch))
 }
 
-/// Makes the kernel SIGKILL the child when the spawning thread dies.
-#[allow(unsafe_code)]
-fn die_with_daemon(command: &mut Command) {
-    let daemon = nix::unistd::getpid();
-    // SAFETY: the hook runs in the forked child before exec, where only
-    // async-signal-safe calls are allowed. It makes two system calls
-    // (prctl, getppid) and builds errors from raw OS codes, which does not
-    // allocate; it touches no locks and no shared state.
-    unsafe {
-        command.pre_exec(move || {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
-                .map_err(|errno| io::Error::from_raw_os_error(errno as i32))?;
-            // The daemon may have died between fork and prctl: then the
-            // signal will never come, so do not start the job at all.
-            if nix::unistd::getppid() != daemon {
-                return Err(io::Error::from_raw_os_error(nix::libc::ESRCH));
-            }
-            Ok(())
-        });
+/// The daemon's environment plus the job's `env` and the `SOLOCRON_*`
+/// variables, without what belongs to the daemon alone.
+fn environment(ctx: &RunContext) -> Vec<(OsString, OsString)> {
+    let job = &ctx.job;
+    let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+    // The daemon's own settings may hold a Redis password: not for jobs.
+    env.remove(OsStr::new("SOLOCRON_REDIS_URL"));
+    // systemd's notify socket and watchdog belong to the daemon, not to jobs.
+    for name in crate::notify::ENV_VARS {
+        env.remove(OsStr::new(name));
     }
+    for (name, value) in &job.env {
+        env.insert(name.into(), value.into());
+    }
+    for (name, value) in [
+        ("SOLOCRON_JOB", job.name.clone()),
+        ("SOLOCRON_OCCURRENCE", ctx.occurrence.clone()),
+        ("SOLOCRON_FENCE", ctx.fence.to_string()),
+        ("SOLOCRON_NODE", ctx.node.clone()),
+    ] {
+        env.insert(name.into(), value.into());
+    }
+    env.into_iter().collect()
 }
 
 fn spawn_error(job: &Job, program: &str, err: &io::Error) -> String {
@@ -265,7 +261,12 @@ impl Drop for GroupGuard {
     }
 }
 
-fn start_readers(child: &mut Child, ctx: &RunContext, echo: bool) -> Vec<JoinHandle<()>> {
+fn start_readers(
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    ctx: &RunContext,
+    echo: bool,
+) -> io::Result<Vec<JoinHandle<()>>> {
     let fields = LineFields {
         job: ctx.job.name.clone(),
         occurrence: ctx.occurrence.clone(),
@@ -273,17 +274,13 @@ fn start_readers(child: &mut Child, ctx: &RunContext, echo: bool) -> Vec<JoinHan
         fence: ctx.fence,
         echo,
     };
-    let mut readers = Vec::with_capacity(2);
+    let stdout = pipe::Receiver::from_owned_fd(stdout)?;
+    let stderr = pipe::Receiver::from_owned_fd(stderr)?;
     // Readers log through the caller's subscriber, whatever thread polls them.
-    if let Some(stdout) = child.stdout.take() {
-        let reader = log_lines(stdout, Stream::Stdout, fields.clone());
-        readers.push(tokio::spawn(reader.with_current_subscriber()));
-    }
-    if let Some(stderr) = child.stderr.take() {
-        let reader = log_lines(stderr, Stream::Stderr, fields);
-        readers.push(tokio::spawn(reader.with_current_subscriber()));
-    }
-    readers
+    Ok(vec![
+        tokio::spawn(log_lines(stdout, Stream::Stdout, fields.clone()).with_current_subscriber()),
+        tokio::spawn(log_lines(stderr, Stream::Stderr, fields).with_current_subscriber()),
+    ])
 }
 
 /// Lets the readers reach EOF; abandons them after `grace` (a background
