@@ -224,6 +224,75 @@ async fn missing_binary_fails_and_names_it() {
     assert!(error.contains("No such file or directory"), "{error}");
 }
 
+/// The job starts with no blocked signal, and ignores only what the daemon
+/// inherited as ignored: not SIGPIPE, which every Rust program (the daemon
+/// too) ignores for itself. `/proc/self/status` of the job tells.
+#[tokio::test]
+async fn the_job_starts_with_no_blocked_signal_and_sigpipe_not_ignored() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("status.txt");
+    let job = shell(
+        "signals",
+        &format!(
+            "grep -E '^Sig(Ign|Blk):' /proc/self/status > '{}'",
+            out.display()
+        ),
+    );
+    let report = run(job).await;
+    assert_eq!(report.outcome, Outcome::Succeeded);
+    let mask = |status: &str, field: &str| -> u64 {
+        let line = status
+            .lines()
+            .find(|line| line.starts_with(field))
+            .unwrap_or_else(|| panic!("{field} in {status}"));
+        u64::from_str_radix(line[field.len()..].trim(), 16).expect("hex mask")
+    };
+    let ours = std::fs::read_to_string("/proc/self/status").expect("own status");
+    let sigpipe = 1u64 << (libc::SIGPIPE - 1);
+    assert_ne!(
+        mask(&ours, "SigIgn:") & sigpipe,
+        0,
+        "the test process ignores SIGPIPE"
+    );
+    let theirs = std::fs::read_to_string(&out).expect("status.txt");
+    assert_eq!(mask(&theirs, "SigBlk:"), 0, "blocked signals: {theirs}");
+    assert_eq!(
+        mask(&theirs, "SigIgn:"),
+        mask(&ours, "SigIgn:") & !sigpipe,
+        "ignored signals: {theirs}"
+    );
+}
+
+/// `argv` without a `/` is looked up in the PATH of the job's environment.
+#[tokio::test]
+async fn argv_program_is_looked_up_in_the_jobs_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("only-here");
+    std::fs::write(&script, "#!/bin/sh\nexit 7\n").expect("script");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let mut found = job("path", Action::Argv(vec!["only-here".to_string()]));
+    found.env.insert(
+        "PATH".to_string(),
+        format!("/usr/bin:{}", dir.path().display()),
+    );
+    let report = run(found).await;
+    assert_eq!(
+        (report.outcome, report.exit_code),
+        (Outcome::Failed, Some(7))
+    );
+    let missing = run(job("path", Action::Argv(vec!["only-here".to_string()]))).await;
+    assert_eq!(missing.exit_code, None);
+    assert!(
+        missing
+            .error
+            .as_deref()
+            .is_some_and(|error| error.contains("No such file or directory")),
+        "{:?}",
+        missing.error
+    );
+}
+
 #[tokio::test]
 async fn missing_working_dir_fails_and_names_it() {
     let mut job = shell("nowhere", "exit 0");
