@@ -75,6 +75,7 @@ impl Launch {
     /// called `execve` (or failed to): the parent-death signal is tied to
     /// this thread, which must outlive the job.
     pub fn start(&self) -> io::Result<Launched> {
+        standard_fds_open()?;
         let stdin = open_dev_null()?;
         let (stdout_read, stdout_write) = pipe()?;
         let (stderr_read, stderr_write) = pipe()?;
@@ -297,6 +298,32 @@ fn is_executable(path: &Path) -> io::Result<bool> {
     // SAFETY: access(2) on a NUL-terminated path.
     let ok = unsafe { libc::access(c_path.as_ptr(), libc::X_OK) } == 0;
     Ok(ok)
+}
+
+/// Makes sure descriptors 0, 1 and 2 are open (on `/dev/null` if the daemon
+/// was started without them), so that no pipe end gets one of those numbers
+/// and is overwritten by the child's own redirections.
+#[allow(unsafe_code)]
+fn standard_fds_open() -> io::Result<()> {
+    static CHECKED: std::sync::Once = std::sync::Once::new();
+    let mut result = Ok(());
+    CHECKED.call_once(|| {
+        for fd in 0..3 {
+            // SAFETY: F_GETFD only reads the descriptor's flags.
+            if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+                // The lowest free number is `fd`: keep it open for good.
+                match std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open("/dev/null")
+                {
+                    Ok(file) => std::mem::forget(file),
+                    Err(err) => result = Err(err),
+                }
+            }
+        }
+    });
+    result
 }
 
 fn open_dev_null() -> io::Result<OwnedFd> {

@@ -9,11 +9,11 @@
 //! unsupervised.
 //!
 //! If the daemon dies (kill -9, crash) the child gets SIGKILL from the kernel
-//! (`PR_SET_PDEATHSIG`). That signal is tied to the *thread* that forked, not
-//! the process: spawning happens on the executor's spawning threads
-//! (`spawner.rs`), which live as long as the executor. Never spawn from
-//! `spawn_blocking` or inside `block_in_place`, whose threads exit when idle
-//! and would take the job with them.
+//! (`PR_SET_PDEATHSIG`, set by `launch.rs`). That signal is tied to the
+//! *thread* that started the child, not the process: spawning happens on
+//! the executor's spawning threads (`spawner.rs`), which live as long as the
+//! executor. Never spawn from `spawn_blocking` or inside `block_in_place`,
+//! whose threads exit when idle and would take the job with them.
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
@@ -57,6 +57,15 @@ pub(super) async fn run(
         Err(err) => return Finish::failed(spawn_error(job, &program, &err)),
     };
     let group = GroupGuard(Pid::from_raw(launched.pid));
+    let mut child = match Child::watch(launched.pid) {
+        Ok(child) => child,
+        Err(err) => {
+            drop(group);
+            reap_now(launched.pid);
+            return Finish::failed(format!("cannot watch job `{}`: {err}", job.name));
+        }
+    };
+    // From here a dropped `child` reaps itself and `group` kills the rest.
     let readers = match start_readers(launched.stdout, launched.stderr, ctx, exec.echo_output) {
         Ok(readers) => readers,
         Err(err) => {
@@ -65,10 +74,6 @@ pub(super) async fn run(
                 job.name
             ));
         }
-    };
-    let mut child = match Child::watch(launched.pid) {
-        Ok(child) => child,
-        Err(err) => return Finish::failed(format!("cannot watch job `{}`: {err}", job.name)),
     };
     let finish = supervise(&mut child, group.0, job, exec.kill_grace, stop).await;
     std::mem::forget(group); // reaped: nothing left to kill on drop
@@ -102,12 +107,6 @@ fn prepare(ctx: &RunContext) -> Result<(String, Launch), String> {
 fn environment(ctx: &RunContext) -> Vec<(OsString, OsString)> {
     let job = &ctx.job;
     let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
-    // The daemon's own settings may hold a Redis password: not for jobs.
-    env.remove(OsStr::new("SOLOCRON_REDIS_URL"));
-    // systemd's notify socket and watchdog belong to the daemon, not to jobs.
-    for name in crate::notify::ENV_VARS {
-        env.remove(OsStr::new(name));
-    }
     for (name, value) in &job.env {
         env.insert(name.into(), value.into());
     }
@@ -119,7 +118,18 @@ fn environment(ctx: &RunContext) -> Vec<(OsString, OsString)> {
     ] {
         env.insert(name.into(), value.into());
     }
+    // The daemon's own settings may hold a Redis password: not for jobs.
+    env.remove(OsStr::new("SOLOCRON_REDIS_URL"));
+    // systemd's notify socket and watchdog belong to the daemon, not to jobs.
+    for name in crate::notify::ENV_VARS {
+        env.remove(OsStr::new(name));
+    }
     env.into_iter().collect()
+}
+
+/// Reaps a child that was just SIGKILLed (it exits at once).
+fn reap_now(pid: i32) {
+    let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
 }
 
 fn spawn_error(job: &Job, program: &str, err: &io::Error) -> String {
