@@ -149,12 +149,7 @@ pub async fn config_hashes(
     prefix: &str,
 ) -> redis::RedisResult<Vec<String>> {
     let mut conn = conn.clone();
-    let ids: Vec<String> = redis::cmd("ZRANGE")
-        .arg(nodes_key(prefix))
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut conn)
-        .await?;
+    let ids = live_ids(&mut conn, prefix).await?;
     if ids.is_empty() {
         return Ok(Vec::new());
     }
@@ -187,12 +182,7 @@ pub async fn live_nodes(
     prefix: &str,
 ) -> redis::RedisResult<Vec<NodeInfo>> {
     let mut conn = conn.clone();
-    let ids: Vec<String> = redis::cmd("ZRANGE")
-        .arg(nodes_key(prefix))
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut conn)
-        .await?;
+    let ids = live_ids(&mut conn, prefix).await?;
     if ids.is_empty() {
         return Ok(Vec::new());
     }
@@ -202,6 +192,16 @@ pub async fn live_nodes(
     }
     let hashes: Vec<BTreeMap<String, String>> = pipe.query_async(&mut conn).await?;
     Ok(hashes.iter().filter_map(parse_node).collect())
+}
+
+/// The ids in the nodes set (expired ones are dropped by every publish).
+async fn live_ids(conn: &mut ConnectionManager, prefix: &str) -> redis::RedisResult<Vec<String>> {
+    redis::cmd("ZRANGE")
+        .arg(nodes_key(prefix))
+        .arg(0)
+        .arg(-1)
+        .query_async(conn)
+        .await
 }
 
 fn parse_node(fields: &BTreeMap<String, String>) -> Option<NodeInfo> {
