@@ -197,6 +197,9 @@ command = 'echo "$SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE $(date +%s.
         .query(&mut redis.conn())
         .expect("HSET");
     let node = Node::start(&work, &redis, "n1", &[]);
+    // Frozen only once the job is on the timetable: a node frozen before
+    // would compute its first occurrence after the fault, not live through it.
+    node.wait_for_log(Duration::from_secs(10), "jobs scheduled");
     node.signal("STOP");
     // The fault itself: stay frozen until 2 s past the occurrence.
     let resume_at = occurrence + chrono::TimeDelta::seconds(2);

@@ -118,6 +118,7 @@ pub async fn run(
     let watchdog = tokio::spawn(notify::watchdog_loop(watchdog_stop.clone()));
     let mut timetable = timetable::Timetable::default();
     timetable.apply(&shared, &config.jobs);
+    info!(node = %options.node, jobs = config.jobs.len(), "jobs scheduled");
     tokio::pin!(shutdown);
     loop {
         let wake = timetable.next_wake();
