@@ -717,7 +717,7 @@ async fn http_hook_sends_method_headers_and_body() {
         ("X-Team".to_string(), "ops".to_string()),
     ];
     action.body = Some(r#"{"warm":true}"#.to_string());
-    let report = run(job("warm-cache", Action::Http(action))).await;
+    let report = run(job("warm-cache", Action::Http(Box::new(action)))).await;
     assert_eq!(report.outcome, Outcome::Succeeded, "{:?}", report.error);
     assert_eq!(report.http_status, Some(200));
     assert_eq!(report.exit_code, None);
@@ -741,7 +741,7 @@ async fn http_hook_sends_method_headers_and_body() {
 #[tokio::test]
 async fn http_error_status_fails_with_it() {
     let server = TestServer::start(Some(500));
-    let report = run(job("hook", Action::Http(hook(server.url("/x"))))).await;
+    let report = run(job("hook", Action::Http(Box::new(hook(server.url("/x")))))).await;
     assert_eq!(report.outcome, Outcome::Failed);
     assert_eq!(report.http_status, Some(500));
     assert_eq!(server.received().body, "");
@@ -760,7 +760,7 @@ async fn http_connection_refused_fails_without_leaking_secrets() {
         "Authorization".to_string(),
         "Bearer s3cret-token".to_string(),
     )];
-    let report = run(job("refused", Action::Http(action))).await;
+    let report = run(job("refused", Action::Http(Box::new(action)))).await;
     assert_eq!(report.outcome, Outcome::Failed);
     assert_eq!(report.http_status, None);
     let error = report.error.expect("error");
@@ -775,7 +775,7 @@ async fn http_timeout_is_timed_out() {
     let server = TestServer::start(None);
     let mut action = hook(server.url("/slow"));
     action.timeout = Some(Duration::from_secs(1));
-    let report = run(job("slow-hook", Action::Http(action))).await;
+    let report = run(job("slow-hook", Action::Http(Box::new(action)))).await;
     assert_eq!(report.outcome, Outcome::TimedOut, "{:?}", report.error);
     assert!(
         report.duration < Duration::from_secs(5),
@@ -790,7 +790,7 @@ async fn job_timeout_caps_the_http_timeout() {
     let server = TestServer::start(None);
     let mut action = hook(server.url("/slow"));
     action.timeout = Some(Duration::from_secs(60));
-    let mut job = job("capped-hook", Action::Http(action));
+    let mut job = job("capped-hook", Action::Http(Box::new(action)));
     job.timeout = Some(Duration::from_secs(1));
     let report = run(job).await;
     assert_eq!(report.outcome, Outcome::TimedOut, "{:?}", report.error);
@@ -806,7 +806,7 @@ async fn stop_aborts_an_http_request() {
     let server = TestServer::start(None);
     let action = hook(server.url("/slow"));
     let stop = stop_after(Duration::from_millis(300), StopReason::Interrupted);
-    let report = run_with(job("stopped-hook", Action::Http(action)), stop).await;
+    let report = run_with(job("stopped-hook", Action::Http(Box::new(action))), stop).await;
     assert_eq!(report.outcome, Outcome::Interrupted);
     assert!(
         report.duration < Duration::from_secs(2),

@@ -138,13 +138,13 @@ impl JobFields {
     }
 
     fn take_action(&mut self) -> Option<Action> {
-        let http = self.http.take().map(Action::Http);
+        let http = self.http.take().map(|http| Action::Http(Box::new(http)));
         let argv = self.argv.take().map(Action::Argv);
         self.command.take().map(Action::Command).or(argv).or(http)
     }
 
     fn action(&self) -> Option<Action> {
-        let http = self.http.clone().map(Action::Http);
+        let http = self.http.clone().map(|http| Action::Http(Box::new(http)));
         let argv = self.argv.clone().map(Action::Argv);
         self.command.clone().map(Action::Command).or(argv).or(http)
     }

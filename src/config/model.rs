@@ -181,7 +181,9 @@ pub enum Action {
     Command(String),
     /// Run directly, no shell; never empty.
     Argv(Vec<String>),
-    Http(HttpAction),
+    /// Boxed: most jobs are processes, and 10,000 loaded jobs should not
+    /// each carry room for a hook's URL, method, headers and body.
+    Http(Box<HttpAction>),
 }
 
 impl fmt::Debug for Action {
