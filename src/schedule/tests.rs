@@ -451,3 +451,33 @@ fn parsing_in_parallel_gives_what_parsing_one_by_one_gives() {
         Err(ScheduleError::NeverFires { .. })
     ));
 }
+
+#[test]
+fn occurrences_are_computed_up_to_the_end_of_2199() {
+    let yearly = Schedule::parse("0 0 1 1 *", Tz::UTC).unwrap();
+    assert_eq!(
+        yearly.next_after(utc_at("2198-06-01T00:00:00Z")),
+        Some(utc_at("2199-01-01T00:00:00Z"))
+    );
+    assert_eq!(yearly.next_after(utc_at("2199-06-01T00:00:00Z")), None);
+    // Macros stand for the same instants as the patterns they name.
+    let after = utc_at("2026-11-30T21:17:05Z");
+    for (name, pattern) in [
+        ("@hourly", "0 * * * *"),
+        ("@daily", "0 0 * * *"),
+        ("@midnight", "0 0 * * *"),
+        ("@weekly", "0 0 * * 0"),
+        ("@monthly", "0 0 1 * *"),
+        ("@yearly", "0 0 1 1 *"),
+        ("@annually", "0 0 1 1 *"),
+    ] {
+        let by_name = Schedule::parse(name, Tz::Europe__Berlin).unwrap();
+        let spelled = Schedule::parse(pattern, Tz::Europe__Berlin).unwrap();
+        assert_eq!(
+            by_name.next_after(after),
+            spelled.next_after(after),
+            "{name}"
+        );
+        assert!(by_name.next_after(after).is_some(), "{name}");
+    }
+}
