@@ -222,14 +222,10 @@ unsafe fn fail(args: &ChildArgs) -> ! {
     }
 }
 
-/// Reaps a child that failed before exec (it exits at once).
-#[allow(unsafe_code)]
-fn reap(pid: libc::pid_t) {
-    let mut status = 0;
-    // SAFETY: plain waitpid on our own child.
-    unsafe {
-        libc::waitpid(pid, &mut status, 0);
-    }
+/// Reaps a child that is exiting at once (it failed before exec, or was
+/// just SIGKILLed); blocks until it has.
+pub fn reap(pid: libc::pid_t) {
+    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
 }
 
 fn null_terminated(strings: &[CString]) -> Vec<*const libc::c_char> {

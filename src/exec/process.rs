@@ -33,7 +33,7 @@ use tokio::time::{Instant, sleep, sleep_until, timeout};
 use tracing::instrument::WithSubscriber;
 
 use super::child::Child;
-use super::launch::Launch;
+use super::launch::{self, Launch};
 use super::output::{LineFields, Stream, log_lines};
 use super::{Executor, Finish, Outcome, RunContext, StopReason};
 use crate::config::{Action, Job};
@@ -61,7 +61,7 @@ pub(super) async fn run(
         Ok(child) => child,
         Err(err) => {
             drop(group);
-            reap_now(launched.pid);
+            launch::reap(launched.pid);
             return Finish::failed(format!("cannot watch job `{}`: {err}", job.name));
         }
     };
@@ -125,11 +125,6 @@ fn environment(ctx: &RunContext) -> Vec<(OsString, OsString)> {
         env.remove(OsStr::new(name));
     }
     env.into_iter().collect()
-}
-
-/// Reaps a child that was just SIGKILLed (it exits at once).
-fn reap_now(pid: i32) {
-    let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
 }
 
 fn spawn_error(job: &Job, program: &str, err: &io::Error) -> String {

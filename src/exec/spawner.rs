@@ -18,11 +18,10 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
 use nix::sys::signal::{Signal, killpg};
-use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 use tokio::sync::oneshot;
 
-use super::launch::{Launch, Launched};
+use super::launch::{self, Launch, Launched};
 
 type Request = (Launch, oneshot::Sender<io::Result<Launched>>);
 
@@ -60,9 +59,8 @@ impl Spawner {
                         // A run abandoned meanwhile must not leave its job
                         // running unsupervised: kill the new group, reap it.
                         if let Err(Ok(launched)) = reply.send(launch.start()) {
-                            let pid = Pid::from_raw(launched.pid);
-                            let _ = killpg(pid, Signal::SIGKILL);
-                            let _ = waitpid(pid, None);
+                            let _ = killpg(Pid::from_raw(launched.pid), Signal::SIGKILL);
+                            launch::reap(launched.pid);
                         }
                     }
                 })?;
