@@ -38,6 +38,10 @@ pub struct Entry {
     pub duration_ms: Option<u64>,
     /// Why it failed to start, etc. Never holds secrets.
     pub error: Option<String>,
+    /// The last bytes (at most 4 KiB) the run printed on stdout and stderr.
+    pub output_tail: Option<String>,
+    /// 1, 2, … for a run and its retries; `None` where not applicable.
+    pub attempt: Option<u32>,
 }
 
 impl Entry {
@@ -54,6 +58,8 @@ impl Entry {
             finished_at: report.finished_at,
             duration_ms: Some(u64::try_from(report.duration.as_millis()).unwrap_or(u64::MAX)),
             error: report.error.clone(),
+            output_tail: None,
+            attempt: None,
         }
     }
 
@@ -81,6 +87,12 @@ impl Entry {
         }
         if let Some(error) = &self.error {
             fields.push(("error", error.clone()));
+        }
+        if let Some(tail) = &self.output_tail {
+            fields.push(("output_tail", tail.clone()));
+        }
+        if let Some(attempt) = self.attempt {
+            fields.push(("attempt", attempt.to_string()));
         }
         fields
     }
@@ -112,6 +124,8 @@ impl Entry {
             finished_at: time("finished_at"),
             duration_ms: fields.get("duration_ms").and_then(|d| d.parse().ok()),
             error: text("error"),
+            output_tail: text("output_tail"),
+            attempt: fields.get("attempt").and_then(|a| a.parse().ok()),
         })
     }
 }
@@ -214,6 +228,8 @@ mod tests {
             finished_at: at + chrono::TimeDelta::milliseconds(41),
             duration_ms: Some(41),
             error: None,
+            output_tail: Some("done\n".into()),
+            attempt: Some(1),
         };
         let fields: HashMap<String, String> = entry
             .to_fields()

@@ -30,6 +30,7 @@ fn job(name: &str, action: Action) -> Job {
         action,
         env: BTreeMap::new(),
         working_dir: None,
+        output_log_max: solocron::config::DEFAULT_OUTPUT_LOG_MAX,
     }
 }
 

@@ -208,6 +208,7 @@ impl JobFields {
             action,
             env,
             working_dir: self.working_dir.or_else(|| defaults.working_dir.clone()),
+            output_log_max: super::model::DEFAULT_OUTPUT_LOG_MAX,
         })
     }
 }

@@ -56,6 +56,13 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
     parse(&text, path, &|name| std::env::var(name).ok())
 }
 
+/// Reads `path` for the read-only commands (`status`, `history`): `${VAR}`
+/// values that are not set do not matter there (on-call staff may not have
+/// the jobs' secrets), so they are not an error.
+pub fn load_for_inspection(path: &Path) -> Result<Config, ConfigError> {
+    load(path)
+}
+
 /// Validates `text`, read from `path` (used in messages and to find a
 /// relative `password_file`), with `env` answering `${VAR}` look-ups.
 /// Jobs come out in file order; zero jobs is a valid config.
@@ -87,6 +94,8 @@ pub fn parse(
         redis: sections::redis(redis.as_ref(), path)?,
         daemon: sections::daemon(daemon.as_ref())?,
         jobs: jobs(&root, &defaults, env)?,
+        env: Default::default(),
+        warnings: Vec::new(),
     })
 }
 

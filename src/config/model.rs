@@ -22,6 +22,13 @@ pub struct Config {
     pub daemon: DaemonConfig,
     /// Jobs in file order.
     pub jobs: Vec<Arc<Job>>,
+    /// `NAME=value` pairs read from `[daemon] env_file` (empty without
+    /// one). They fill `${VAR}` before the process environment does, and
+    /// jobs get them in their environment. Values may be secrets.
+    pub env: BTreeMap<String, String>,
+    /// What `check` prints as `warning:` and `run` logs at start and on
+    /// reload; never a reason to refuse the file.
+    pub warnings: Vec<String>,
 }
 
 /// `[redis]`.
@@ -135,6 +142,9 @@ pub struct DaemonConfig {
     pub history_max: u64,
     /// Prometheus listener, off by default (served from issue #3 on).
     pub metrics_listen: Option<String>,
+    /// `env_file`, resolved against the config's directory; re-read at
+    /// every load (start and each reload).
+    pub env_file: Option<PathBuf>,
 }
 
 /// What to do with a running job whose lease can no longer be confirmed.
@@ -172,7 +182,12 @@ pub struct Job {
     /// Extra environment for `command` / `argv` jobs (values interpolated).
     pub env: BTreeMap<String, String>,
     pub working_dir: Option<PathBuf>,
+    /// Bytes of one run's output that go to the log; the rest is counted.
+    pub output_log_max: u64,
 }
+
+/// Default of `output_log_max`: 64 KiB.
+pub const DEFAULT_OUTPUT_LOG_MAX: u64 = 64 * 1024;
 
 /// Exactly one per job.
 #[derive(Clone)]
@@ -224,6 +239,7 @@ impl fmt::Debug for Job {
             .field("action", &self.action)
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .field("working_dir", &self.working_dir)
+            .field("output_log_max", &self.output_log_max)
             .finish()
     }
 }

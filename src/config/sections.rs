@@ -104,6 +104,7 @@ pub(super) fn daemon(table: Option<&Table<'_, '_>>) -> Result<DaemonConfig, Conf
         shutdown_grace: Duration::from_secs(30),
         history_max: 10_000,
         metrics_listen: None,
+        env_file: None,
     };
     let Some(table) = table else {
         return Ok(daemon);

@@ -193,6 +193,8 @@ mod tests {
                 finished_at: at,
                 duration_ms: None,
                 error: Some("lock held by web-1".into()),
+                output_tail: None,
+                attempt: None,
             },
         }
     }

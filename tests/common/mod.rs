@@ -250,10 +250,19 @@ impl Workdir {
         self.dir.path().join(name)
     }
 
-    /// Writes `jobs.toml` (the redis url comes from `--redis`).
+    /// Writes `jobs.toml`. A file needs a `[redis]` section; when `toml`
+    /// has none, one is put first whose `url` names a port nobody listens
+    /// on: the nodes get their real server from `--redis`, and a test that
+    /// forgot it fails to reach Redis instead of finding some other one.
+    /// Tests of a file without `[redis]` write it with `fs::write`.
     pub fn write_config(&self, toml: &str) -> PathBuf {
         let path = self.path("jobs.toml");
-        fs::write(&path, toml).expect("write jobs.toml");
+        let text = if toml.lines().any(|line| line.trim() == "[redis]") {
+            toml.to_string()
+        } else {
+            format!("[redis]\nurl = \"redis://127.0.0.1:1/\"\n\n{toml}")
+        };
+        fs::write(&path, text).expect("write jobs.toml");
         path
     }
 
