@@ -4,14 +4,13 @@
 //! same way everywhere (file:line:col, key, what to do). `run` maps it to
 //! exit 78 (EX_CONFIG) so the unit can say `RestartPreventExitStatus=78`.
 
-use std::io::{IsTerminal as _, Write as _};
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 use chrono::Utc;
-use clap::{Parser, Subcommand, ValueEnum};
-use tracing_subscriber::EnvFilter;
+use clap::{Parser, Subcommand};
 
 use crate::config::{self, Action, Config};
 
@@ -45,12 +44,7 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// `--log-format`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
+pub use crate::logging::LogFormat;
 
 /// The subcommands.
 #[derive(Debug, Clone, Subcommand)]
@@ -97,26 +91,6 @@ impl Command {
     }
 }
 
-/// Sets up logging to stderr: text (default) or one JSON object per line,
-/// filtered by `SOLOCRON_LOG` (default `default_filter`).
-pub fn init_logging(format: LogFormat, default_filter: &str) {
-    let filter =
-        EnvFilter::try_from_env("SOLOCRON_LOG").unwrap_or_else(|_| EnvFilter::new(default_filter));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .init(),
-    }
-}
-
 /// Exit status of `run` when the config is bad at start (EX_CONFIG).
 pub const EXIT_BAD_CONFIG: u8 = 78;
 
@@ -126,16 +100,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
         Command::Check => check(&cli),
         Command::Run => {
-            // Before anything slow: a SIGHUP must never find the default action.
+            // Before anything slow: a signal must never find the default action.
             let reloads =
                 crate::shutdown::reloads().context("cannot install the SIGHUP handler")?;
+            let stops = crate::shutdown::stop_requests()
+                .context("cannot install the SIGTERM and SIGINT handlers")?;
             let config = load(&cli)?;
             crate::memory::release_freed();
             let options = crate::daemon::Options {
                 node: node_id(&cli)?,
                 redis_override: cli.redis.clone(),
             };
-            crate::daemon::run(config, options, stop_signal(), reloads).await?;
+            crate::daemon::run(config, options, stops, reloads).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Status { json } => {
@@ -161,16 +137,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-async fn stop_signal() {
-    if let Err(err) = crate::shutdown::requested().await {
-        tracing::error!(error = %err, "cannot install signal handlers; stopping");
-    }
-}
-
 /// The exit code for a fatal error of `command`: 78 for a bad config at the
 /// start of `run`, 1 otherwise.
 pub fn exit_code_for(command: &Command, err: &anyhow::Error) -> u8 {
-    let bad_config = err.chain().any(|cause| cause.is::<config::ConfigError>());
+    let bad_config = err.chain().any(|cause| {
+        cause.is::<config::ConfigError>() || cause.is::<crate::daemon::StartRefused>()
+    });
     match command {
         Command::Run if bad_config => EXIT_BAD_CONFIG,
         _ => 1,

@@ -13,6 +13,7 @@
 //! - [`cli`]: command-line types, logging set-up and the subcommands.
 //! - [`shutdown`]: the future that completes on SIGTERM or SIGINT; SIGHUP reloads.
 //! - [`trigger`]: `solocron trigger JOB`, a manual run under the lock.
+//! - [`logging`]: log lines that never block or panic (a queue to one writer thread).
 //! - [`metrics`], [`notify`]: Prometheus metrics and systemd notifications.
 #![deny(unsafe_code)]
 
@@ -23,6 +24,7 @@ pub mod exec;
 pub mod history;
 pub mod inspect;
 pub mod lock;
+pub mod logging;
 pub mod memory;
 pub mod metrics;
 pub mod notify;

@@ -9,13 +9,15 @@ use solocron::cli::{self, Cli};
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    cli::init_logging(cli.log_format, cli.command.default_log_filter());
+    let logging = solocron::logging::init(cli.log_format, cli.command.default_log_filter());
     let command = cli.command.clone();
-    match cli::run(cli).await {
+    let code = match cli::run(cli).await {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            logging.fatal(&err);
             ExitCode::from(cli::exit_code_for(&command, &err))
         }
-    }
+    };
+    logging.finish();
+    code
 }

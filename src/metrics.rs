@@ -30,6 +30,9 @@ const REDIS_ERRORS: &str = "solocron_redis_errors_total";
 const CLOCK_OFFSET: &str = "solocron_clock_offset_seconds";
 const CONFIG_DIVERGENCE: &str = "solocron_config_divergent_jobs";
 const JOBS: &str = "solocron_jobs";
+const LOG_LINES_LOST: &str = "solocron_log_lines_lost_total";
+const ABANDONED: &str = "solocron_abandoned_total";
+const REDIS_UP: &str = "solocron_redis_up";
 
 /// Buckets (seconds) for occurrence-to-process-start lag: 1 ms to 10 s.
 const LAG_BUCKETS: &[f64] = &[
@@ -156,6 +159,18 @@ fn describe() {
         "Jobs whose definition differs from another live node's."
     );
     describe_gauge!(JOBS, "Jobs in the loaded jobs.toml.");
+    describe_counter!(
+        ABANDONED,
+        "Runs this node recorded abandoned (their lock expired without a release)."
+    );
+    describe_gauge!(
+        REDIS_UP,
+        "1 while this node's last Redis operation succeeded, 0 during an outage."
+    );
+    describe_counter!(
+        LOG_LINES_LOST,
+        "Log lines dropped (the log writer fell behind) or not written (stderr failed)."
+    );
 }
 
 /// The result of one claim attempt.
@@ -218,7 +233,22 @@ pub fn lock_lost(job: &str) {
 /// Counts an occurrence given up at its starting deadline:
 /// `solocron_missed_total{job}`.
 pub fn missed(job: &str) {
-    counter!(MISSED, "job" => job.to_string()).increment(1);
+    missed_by(job, 1);
+}
+
+/// Counts `count` missed occurrences of `job` (a gap nobody claimed).
+pub fn missed_by(job: &str, count: u64) {
+    counter!(MISSED, "job" => job.to_string()).increment(count);
+}
+
+/// Counts a run recorded abandoned: `solocron_abandoned_total{job}`.
+pub fn abandoned(job: &str) {
+    counter!(ABANDONED, "job" => job.to_string()).increment(1);
+}
+
+/// Sets `solocron_redis_up` (1 up, 0 during an outage).
+pub fn redis_up(up: bool) {
+    gauge!(REDIS_UP).set(if up { 1.0 } else { 0.0 });
 }
 
 /// Counts a failed Redis operation (`claim`, `extend`, `release`, `time`,
@@ -243,6 +273,11 @@ pub fn config_divergence(jobs: usize) {
 /// Sets the number of jobs loaded from `jobs.toml`: `solocron_jobs`.
 pub fn jobs_loaded(count: usize) {
     gauge!(JOBS).set(count as f64);
+}
+
+/// Sets the count of lost log lines: `solocron_log_lines_lost_total`.
+pub fn log_lines_lost(total: u64) {
+    counter!(LOG_LINES_LOST).absolute(total);
 }
 
 #[cfg(test)]

@@ -1,35 +1,38 @@
-//! The future that completes when the process is asked to stop, and the
-//! stream of reload requests (SIGHUP).
+//! Stop requests (SIGTERM, SIGINT) and reload requests (SIGHUP).
 //!
 //! `systemctl stop` sends SIGTERM, a terminal sends SIGINT; `ctrl_c()` alone
 //! would miss the first. Once a signal is handled its default action is
-//! gone, so a second SIGTERM/SIGINT during the drain exits at once (exit 130)
-//! on purpose: an operator pressing Ctrl-C twice means it.
+//! gone, so what a second one means is ours to say (SPEC §2.10): the first
+//! asks for a graceful stop, the second for killing every job at once and
+//! stopping as soon as their locks are released and their outcome recorded,
+//! never for an exit that leaves a job running without its lease. Each
+//! signal is one message on the stream; the daemon and `trigger` decide.
 
 use std::io;
 
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
-use tracing::warn;
 
-/// Completes on the first SIGTERM or SIGINT, then arms the "second signal
-/// exits at once" handler. `Err` if the handlers cannot be installed.
-pub async fn requested() -> io::Result<()> {
+/// A message per SIGTERM or SIGINT, naming it. Installs the handlers at
+/// once (`Err` if they cannot be); the forwarding task ends when the
+/// receiver is dropped.
+pub fn stop_requests() -> io::Result<mpsc::UnboundedReceiver<&'static str>> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
+    let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
+        loop {
+            let name = tokio::select! {
+                Some(()) = term.recv() => "SIGTERM",
+                Some(()) = int.recv() => "SIGINT",
+                else => return,
+            };
+            if tx.send(name).is_err() {
+                return;
+            }
         }
-        warn!("second stop signal, exiting at once");
-        std::process::exit(130);
     });
-    Ok(())
+    Ok(rx)
 }
 
 /// A message per SIGHUP (reload `jobs.toml`). Installs the handler at once;

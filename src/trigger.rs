@@ -17,9 +17,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::daemon::{connect, run_lease};
+use crate::daemon::{Runner, connect, run_lease};
 use crate::exec::{Executor, Outcome};
 use crate::lock::{Claim, Locker, Target, new_token};
+use crate::logging::to_stderr;
 
 /// Exit status when the job's lock is held by a run in progress.
 pub const EXIT_BUSY: u8 = 3;
@@ -81,25 +82,36 @@ pub async fn run(config: Config, node: &str, job_name: &str) -> anyhow::Result<E
     let lease = match claim {
         Claim::Won(lease) => lease,
         Claim::Busy { holder, fence } => {
-            eprintln!("job `{job_name}` is running on `{holder}` (fence {fence}); not started");
+            to_stderr(&format!(
+                "job `{job_name}` is running on `{holder}` (fence {fence}); not started\n"
+            ));
             return Ok(ExitCode::from(EXIT_BUSY));
         }
         Claim::Taken { .. } | Claim::TooLate | Claim::Superseded { .. } => {
             bail!("unexpected answer to the claim of a manual run of `{job_name}`: {claim:?}")
         }
     };
-    eprintln!(
-        "running job `{job_name}` as {name} on {node} (fence {})",
+    to_stderr(&format!(
+        "running job `{job_name}` as {name} on {node} (fence {})\n",
         lease.fence
-    );
-    let interrupt = CancellationToken::new();
+    ));
+    // Ctrl-C stops the run (SIGTERM to its group, SIGKILL after the grace);
+    // a second Ctrl-C kills it at once. The lock is released either way.
+    let (interrupt, hurry) = (CancellationToken::new(), CancellationToken::new());
+    let executor = executor.with_hurry(hurry.clone());
+    let mut stops = crate::shutdown::stop_requests()
+        .context("cannot install the SIGTERM and SIGINT handlers")?;
     let on_signal = interrupt.clone();
     let signals = tokio::spawn(async move {
-        if crate::shutdown::requested().await.is_ok() {
+        if stops.recv().await.is_some() {
             on_signal.cancel();
         }
+        if stops.recv().await.is_some() {
+            hurry.cancel();
+        }
     });
-    let report = run_lease(&locker, &executor, &interrupt, &job, &lease, &name, sent).await;
+    let runner = Runner::standalone(&locker, &executor, &interrupt);
+    let report = run_lease(&runner, &job, &lease, &name, sent).await;
     signals.abort();
     let detail = match (report.exit_code, report.http_status) {
         (Some(code), _) => format!(" (exit {code})"),
@@ -111,11 +123,11 @@ pub async fn run(config: Config, node: &str, job_name: &str) -> anyhow::Result<E
         .as_deref()
         .map(|e| format!(": {e}"))
         .unwrap_or_default();
-    eprintln!(
-        "job `{job_name}` {}{detail} in {:.1}s{error}",
+    to_stderr(&format!(
+        "job `{job_name}` {}{detail} in {:.1}s{error}\n",
         report.outcome.as_str(),
         report.duration.as_secs_f64()
-    );
+    ));
     Ok(if report.outcome == Outcome::Succeeded {
         ExitCode::SUCCESS
     } else {

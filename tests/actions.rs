@@ -44,6 +44,8 @@ fn ctx(job: Job) -> RunContext {
         occurrence: OCCURRENCE.to_string(),
         fence: 812,
         node: "web-2".to_string(),
+        env_file: Default::default(),
+        lost_lease_grace: Duration::from_millis(500),
     }
 }
 
@@ -460,12 +462,62 @@ async fn job_dies_with_the_thread_that_started_it() {
 }
 
 #[tokio::test]
-async fn background_child_holding_the_pipes_does_not_block_the_report() {
+async fn a_process_left_in_the_group_keeps_the_run_going_until_it_ends() {
+    // SPEC §2.2: a run is over when its last process is; until then its
+    // lease is kept, so a leftover `cmd &` cannot overlap the next run.
     let dir = tempfile::tempdir().expect("tempdir");
     let pid_file = dir.path().join("child.pid");
     let job = shell(
         "leaky",
         &format!("sleep 300 & echo $! > '{}'; echo done", pid_file.display()),
+    );
+    let exec = executor();
+    let ctx = ctx(job);
+    let run = tokio::spawn(async move { exec.execute(&ctx, never()).await });
+    let child = read_pid(&pid_file).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(
+        !run.is_finished(),
+        "the run ended while a process of its group still ran"
+    );
+    kill_if_alive(child);
+    let report = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("the run ends once its last process is gone")
+        .expect("join");
+    assert_eq!(report.outcome, Outcome::Succeeded);
+    assert!(
+        report.duration >= Duration::from_millis(700),
+        "{:?}",
+        report.duration
+    );
+}
+
+#[tokio::test]
+async fn a_leftover_process_is_stopped_by_the_timeout() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pid_file = dir.path().join("child.pid");
+    let mut job = shell(
+        "leaky",
+        &format!("sleep 300 & echo $! > '{}'; exit 0", pid_file.display()),
+    );
+    job.timeout = Some(Duration::from_secs(1));
+    let report = run(job).await;
+    let child = read_pid(&pid_file).await;
+    assert_eq!(report.outcome, Outcome::TimedOut);
+    assert!(!is_alive(child), "the leftover process outlived the run");
+}
+
+#[tokio::test]
+async fn a_process_outside_the_group_holding_the_pipes_does_not_block_the_report() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pid_file = dir.path().join("child.pid");
+    let job = shell(
+        "escaper",
+        &format!(
+            "setsid sleep 300 & echo $! > '{}'; echo done",
+            pid_file.display()
+        ),
     );
     let report = run(job).await;
     let child = read_pid(&pid_file).await;

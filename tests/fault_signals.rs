@@ -6,9 +6,7 @@
 //! node runs the next occurrences without overlap. Breaks if the drain
 //! ignored the grace, left the lock, or forgot the history entry.
 //!
-//! A second SIGINT during the drain exits at once with 130 (`shutdown.rs`),
-//! and the job — which ignores SIGTERM — dies with the daemon by its
-//! parent-death SIGKILL. Its lock is then not released: it expires by TTL.
+//! A second signal during the drain: `fault_stop.rs`.
 //!
 //! SIGHUP under load: three nodes, ten every-second jobs; a broken file, a
 //! removed file and a valid change (one job changed, one added) are sent to
@@ -23,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{TimeDelta, Utc};
 use common::cluster::{Cluster, JobSpec, sleep_until, wait_gone, whole_second_after, window_secs};
-use common::{RedisServer, history, is_alive};
+use common::{RedisServer, history};
 use redis::Commands as _;
 
 #[test]
@@ -92,50 +90,6 @@ fn sigterm_during_a_long_run_interrupts_it_after_the_grace_releases_the_lock_and
     {
         assert_ne!(run.node, victim.node, "a stopped node cannot run: {run}");
     }
-}
-
-#[test]
-fn a_second_sigint_during_the_drain_exits_130_at_once_and_the_job_dies_with_the_daemon() {
-    let stubborn = JobSpec::new("stubborn", "* * * * * *", 60.0)
-        .ignoring_term()
-        .with("lock_ttl = \"5s\"");
-    let mut cluster = Cluster::new(
-        RedisServer::start(),
-        "shutdown_grace = \"30s\"",
-        std::slice::from_ref(&stubborn),
-    );
-    cluster.start_node("n1", &[]);
-    let run = cluster.wait_for_run(Duration::from_secs(10), "the run started", |_| true);
-    let node = cluster.node_mut("n1");
-    node.signal("INT");
-    node.wait_for_log(Duration::from_secs(5), "stopping: no new claims");
-    // Draining: the job ignores the SIGTERM it would get at the grace's end.
-    assert!(is_alive(run.pid), "the run goes on during the drain");
-    node.signal("INT");
-    let signalled = Instant::now();
-    let status = node.wait_exit(Duration::from_secs(5));
-    assert!(
-        signalled.elapsed() < Duration::from_secs(1),
-        "not at once: {:?}",
-        signalled.elapsed()
-    );
-    assert_eq!(status.code(), Some(130), "{}", node.log());
-    assert!(
-        node.log().contains("second stop signal, exiting at once"),
-        "{}",
-        node.log()
-    );
-    wait_gone(run.pid, Duration::from_secs(1));
-    // Nothing released it: the lock stays until its TTL ends.
-    let pttl: i64 = cluster
-        .redis
-        .conn()
-        .pttl("{solocron:stubborn}:lock")
-        .expect("PTTL");
-    assert!(
-        pttl > 0,
-        "the lock is left to expire by itself (PTTL {pttl})"
-    );
 }
 
 #[test]

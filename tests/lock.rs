@@ -35,6 +35,7 @@ fn entry(node: &str, lease: &Lease, occurrence: &str) -> Entry {
             started_at: now,
             finished_at: now,
             duration: Duration::from_millis(5),
+            output_tail: None,
         },
     )
 }
@@ -99,6 +100,7 @@ async fn late_claimer_is_refused_after_release() {
             .release(&lease, &entry("early", &lease, "occ-5000"))
             .await
             .unwrap()
+            .lock_was_ours
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
     let claim = late
@@ -233,6 +235,7 @@ async fn release_with_a_stale_token_deletes_nothing() {
         !a.release(&stale, &entry("a", &stale, "occ-1000"))
             .await
             .unwrap()
+            .lock_was_ours
     );
     let value: String = redis.conn().get("{test:job}:lock").unwrap();
     assert!(
@@ -336,12 +339,14 @@ async fn a_claim_reaching_redis_after_the_deadline_takes_nothing() {
         node.record_missed("job", now_ms - 10_000, "late", "test", "")
             .await
             .unwrap()
+            .recorded
     );
     assert!(
         !node
             .record_missed("job", now_ms - 10_000, "late", "test", "")
             .await
             .unwrap()
+            .recorded
     );
     let len: usize = conn.xlen("{test:job}:history").unwrap();
     assert_eq!(len, 1);
@@ -366,12 +371,14 @@ async fn a_late_win_of_a_node_that_gave_up_is_undone_by_its_miss_record() {
             .record_missed("job", 1_000, "occ-1000", "test", &new_token())
             .await
             .unwrap()
+            .recorded
     );
     assert!(
         gave_up
             .record_missed("job", 1_000, "occ-1000", "test", &token)
             .await
             .unwrap()
+            .recorded
     );
     let mut conn = redis.conn();
     let lock: Option<String> = conn.get("{test:job}:lock").unwrap();
@@ -397,7 +404,12 @@ async fn a_retried_release_records_the_run_once_even_after_later_runs() {
         .await
         .unwrap());
     let first_entry = entry("a", &first, "occ-1000");
-    assert!(node.release(&first, &first_entry).await.unwrap());
+    assert!(
+        node.release(&first, &first_entry)
+            .await
+            .unwrap()
+            .lock_was_ours
+    );
     for at_ms in [2_000, 3_000] {
         let later = won(node
             .claim("tick", &scheduled(at_ms), &new_token(), TTL)
@@ -408,10 +420,17 @@ async fn a_retried_release_records_the_run_once_even_after_later_runs() {
             node.release(&later, &entry("a", &later, &name))
                 .await
                 .unwrap()
+                .lock_was_ours
         );
     }
     // The retry of the first release: nothing to delete, nothing to record.
-    assert!(!node.release(&first, &first_entry).await.unwrap());
+    assert!(
+        !node
+            .release(&first, &first_entry)
+            .await
+            .unwrap()
+            .lock_was_ours
+    );
     let reply: redis::streams::StreamRangeReply =
         redis.conn().xrange_all("{test:tick}:history").unwrap();
     let occurrences: Vec<String> = reply

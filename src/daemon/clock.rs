@@ -1,6 +1,12 @@
 //! Compares this node's wall clock with Redis `TIME`, and tells systemd the
 //! daemon is ready after the first successful round trip.
 //!
+//! The first answer is also the start-up check: the claim scripts are
+//! loaded then, so that Redis refusing this node (a wrong password, an ACL
+//! user without the scripts' commands) stops the daemon at once with one
+//! clear error (exit 78: a config problem that restarting will not fix),
+//! while Redis merely being down is waited for.
+//!
 //! Occurrences are named by the schedule, not by "now", so a skewed clock
 //! cannot make an occurrence run twice; it only makes this node fire early
 //! or late. Still, ops want to know: warn above 500 ms, at start and every
@@ -14,6 +20,7 @@ use chrono::Utc;
 use tracing::{debug, info, warn};
 
 use super::Shared;
+use super::health::is_refusal;
 use crate::lock::Locker;
 use crate::{metrics, notify};
 
@@ -37,10 +44,15 @@ pub async fn offset_ms(locker: &Locker) -> Result<i64, redis::RedisError> {
 pub async fn check_loop(shared: Arc<Shared>) {
     let locker = &shared.locker;
     let mut answered = false;
-    let mut failures: u64 = 0;
     loop {
-        match offset_ms(locker).await {
+        let checked = match offset_ms(locker).await {
+            Ok(offset) if !answered => locker.load_scripts().await.map(|()| offset),
+            other => other,
+        };
+        match checked {
             Ok(offset) => {
+                shared.health.answered();
+                metrics::redis_up(true);
                 shared.set_clock_offset(offset);
                 metrics::clock_offset(offset);
                 if offset.abs() > WARN_ABOVE_MS {
@@ -51,21 +63,21 @@ pub async fn check_loop(shared: Arc<Shared>) {
                 } else {
                     debug!(node = %locker.node(), offset_ms = offset, "clock checked against redis");
                 }
-                failures = 0;
                 if !answered {
                     answered = true;
                     shared.clock_measured.notify_one();
                     notify::ready();
                 }
             }
-            Err(err) => {
-                metrics::redis_error("time");
-                failures += 1;
-                // Every second until Redis first answers: say so now and then, not every time.
-                if failures % 30 == 1 {
-                    warn!(node = %locker.node(), error = %err, failures, "cannot read redis TIME");
-                }
+            Err(err) if !answered && is_refusal(&err) => {
+                shared.stop_fatally(format!(
+                    "redis at `{}` refused node `{}` at start: {err}; fix the password (`password_file`, or the url) or the ACL user (README, \"A Redis user for solocron\"), then start again",
+                    shared.redis_shown,
+                    locker.node()
+                ));
+                return;
             }
+            Err(err) => shared.health.failed("time", &err, is_refusal(&err)),
         }
         let pause = if answered { PERIOD } else { FIRST_RETRY };
         tokio::select! {

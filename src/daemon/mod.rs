@@ -2,27 +2,33 @@
 //! one task per occurrence joining lock, exec and history; plus the clock
 //! check, the node registry (config drift guard) and SIGHUP reloads.
 //!
-//! Two tokens drive the stop: `cancel` (SIGTERM/SIGINT: stop claiming) and
-//! `interrupt` (the shutdown grace is over: stop running jobs, which are then
-//! recorded as `interrupted` and release their locks). Every task goes
-//! through one `TaskTracker`, so the drain sees them all.
+//! Three tokens drive the stop: `cancel` (the first SIGTERM/SIGINT: stop
+//! claiming), `interrupt` (the shutdown grace is over, or a second signal:
+//! stop running jobs, which are then recorded as `interrupted` and release
+//! their locks) and `hurry` (a second signal: SIGKILL instead of SIGTERM
+//! and its grace). Every task goes through one `TaskTracker`, so the drain
+//! sees them all, and every record waiting for Redis gives up a bounded
+//! time after the stop: the daemon never exits leaving a job running
+//! without its lease, and never hangs on a Redis that is gone.
 
 mod clock;
+mod health;
 mod occurrence;
+mod recording;
 mod redis_conn;
 mod registry_loop;
 mod reload;
 mod timetable;
 
-use std::future::Future;
-use std::sync::Arc;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 use anyhow::Context as _;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::config::Config;
 use crate::exec::Executor;
@@ -30,7 +36,9 @@ use crate::lock::Locker;
 use crate::{metrics, notify, registry};
 
 pub use clock::offset_ms;
-pub use occurrence::run_lease;
+pub use health::is_refusal;
+pub use occurrence::{Runner, claim_deadline, run_lease};
+pub use recording::{GAP_LISTED, gap_entries};
 pub use redis_conn::connect;
 pub use timetable::rfc3339;
 
@@ -43,6 +51,12 @@ pub struct Options {
     pub redis_override: Option<String>,
 }
 
+/// Redis refused this node at start (wrong password, ACL): waiting will
+/// not help, so `run` stops with this error (exit 78, like a bad config).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct StartRefused(pub String);
+
 /// What every task of one daemon shares.
 pub(crate) struct Shared {
     pub locker: Locker,
@@ -50,15 +64,71 @@ pub(crate) struct Shared {
     pub tracker: TaskTracker,
     /// Stop claiming (shutdown requested).
     pub cancel: CancellationToken,
-    /// Stop running jobs (shutdown grace over).
+    /// Stop running jobs (shutdown grace over, or a second stop signal).
     pub interrupt: CancellationToken,
+    /// Redis as this node sees it (outage lines).
+    pub health: health::Health,
+    /// The Redis URL with its password masked, for messages.
+    pub redis_shown: String,
+    /// Records waiting for Redis.
+    pub pending: recording::Pending,
+    /// Jobs watched for an abandoned run.
+    pub watches: recording::Watches,
+    /// `[daemon] env_file` of the loaded config, for the jobs' environment.
+    env_file: RwLock<Arc<BTreeMap<String, String>>>,
     /// Last measured clock offset against Redis, ms; `i64::MIN` = unknown.
     clock_offset: AtomicI64,
     /// Woken when the clock offset is first measured, to publish it at once.
     pub clock_measured: tokio::sync::Notify,
+    /// Cancelled when the daemon cannot go on (Redis refused it at start),
+    /// with the reason in `fatal_reason`.
+    pub fatal: CancellationToken,
+    fatal_reason: Mutex<Option<String>>,
 }
 
 impl Shared {
+    /// How a run of this daemon reaches its lock, executor and records.
+    pub fn runner(&self) -> occurrence::Runner<'_> {
+        occurrence::Runner {
+            locker: &self.locker,
+            executor: &self.executor,
+            interrupt: &self.interrupt,
+            shared: Some(self),
+        }
+    }
+
+    /// The variables of `[daemon] env_file` for the jobs started now.
+    pub fn env_file(&self) -> Arc<BTreeMap<String, String>> {
+        match self.env_file.read() {
+            Ok(env) => Arc::clone(&env),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    fn set_env_file(&self, env: &BTreeMap<String, String>) {
+        let env = Arc::new(env.clone());
+        match self.env_file.write() {
+            Ok(mut current) => *current = env,
+            Err(poisoned) => *poisoned.into_inner() = env,
+        }
+    }
+
+    /// Stops the daemon with `reason` (see [`StartRefused`]).
+    pub fn stop_fatally(&self, reason: String) {
+        match self.fatal_reason.lock() {
+            Ok(mut current) => *current = Some(reason),
+            Err(poisoned) => *poisoned.into_inner() = Some(reason),
+        }
+        self.fatal.cancel();
+    }
+
+    fn fatal_reason(&self) -> Option<String> {
+        match self.fatal_reason.lock() {
+            Ok(reason) => reason.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
     pub fn set_clock_offset(&self, ms: i64) {
         self.clock_offset.store(ms, Ordering::Relaxed);
     }
@@ -68,15 +138,17 @@ impl Shared {
     }
 }
 
-/// Runs the daemon for `config` until `shutdown` completes, reloading the
-/// file on every message from `reloads` (SIGHUP). Then drains: running jobs
-/// get `shutdown_grace`, then are interrupted, their locks released and their
-/// outcome recorded. `Err` only for set-up failures (metrics listener, HTTP
-/// client); Redis being down is not one.
+/// Runs the daemon for `config` until the first message of `stops`
+/// (SIGTERM/SIGINT), reloading the file on every message from `reloads`
+/// (SIGHUP). Then drains: running jobs get `shutdown_grace`, then are
+/// interrupted, their locks released and their outcome recorded; a second
+/// message of `stops` interrupts them at once with SIGKILL. `Err` for
+/// set-up failures (metrics listener, HTTP client) and [`StartRefused`];
+/// Redis being down is not one.
 pub async fn run(
     config: Config,
     options: Options,
-    shutdown: impl Future<Output = ()>,
+    mut stops: mpsc::UnboundedReceiver<&'static str>,
     mut reloads: mpsc::UnboundedReceiver<()>,
 ) -> anyhow::Result<()> {
     if let Some(listen) = &config.daemon.metrics_listen {
@@ -89,15 +161,25 @@ pub async fn run(
         &options.node,
         config.daemon.history_max,
     );
-    let executor = Executor::new().context("cannot set up job execution")?;
+    let hurry = CancellationToken::new();
+    let executor = Executor::new()
+        .context("cannot set up job execution")?
+        .with_hurry(hurry.clone());
     let shared = Arc::new(Shared {
         locker,
         executor,
         tracker: TaskTracker::new(),
         cancel: CancellationToken::new(),
         interrupt: CancellationToken::new(),
+        health: health::Health::new(&options.node),
+        redis_shown: config.redis.redacted_url(),
+        pending: recording::Pending::default(),
+        watches: recording::Watches::default(),
+        env_file: RwLock::new(Arc::new(config.env.clone())),
         clock_offset: AtomicI64::new(i64::MIN),
         clock_measured: tokio::sync::Notify::new(),
+        fatal: CancellationToken::new(),
+        fatal_reason: Mutex::new(None),
     });
     info!(
         node = %options.node,
@@ -107,6 +189,7 @@ pub async fn run(
         version = env!("CARGO_PKG_VERSION"),
         "solocron started"
     );
+    log_warnings(&config, &options.node);
     metrics::jobs_loaded(config.jobs.len());
     let config = Arc::new(config);
     let (config_tx, config_rx) = watch::channel(Arc::clone(&config));
@@ -118,19 +201,25 @@ pub async fn run(
     let watchdog = tokio::spawn(notify::watchdog_loop(watchdog_stop.clone()));
     let mut timetable = timetable::Timetable::default();
     timetable.apply(&shared, &config.jobs);
+    recording::spawn_startup_check(&shared, &config.jobs);
     info!(node = %options.node, jobs = config.jobs.len(), "jobs scheduled");
-    tokio::pin!(shutdown);
     loop {
         let wake = timetable.next_wake();
         tokio::select! {
-            _ = &mut shutdown => break,
-            Some(()) = reloads.recv() => reload::reload(&shared, &mut timetable, &config_tx, &options),
+            signal = stops.recv() => {
+                info!(node = %options.node, signal = signal.unwrap_or("stop"), "stop requested");
+                break;
+            }
+            Some(()) = reloads.recv() => {
+                reload::reload(&shared, &mut timetable, &config_tx, &options);
+            }
             () = tokio::time::sleep_until(wake) => timetable.fire_due(&shared),
+            _ = shared.fatal.cancelled() => break,
         }
     }
     notify::stopping();
     let grace = config_tx.borrow().daemon.shutdown_grace;
-    drain(&shared, grace).await;
+    drain(&shared, grace, &mut stops, &hurry).await;
     watchdog_stop.cancel();
     let _ = watchdog.await;
     if let Err(err) = registry::withdraw(
@@ -142,20 +231,59 @@ pub async fn run(
     {
         warn!(node = %options.node, error = %err, "cannot withdraw from the node registry; it expires by itself");
     }
+    if let Some(reason) = shared.fatal_reason() {
+        return Err(StartRefused(reason).into());
+    }
     info!(node = %options.node, "stopped");
     Ok(())
 }
 
-async fn drain(shared: &Shared, grace: std::time::Duration) {
-    info!(node = %shared.locker.node(), grace = ?grace, "stopping: no new claims, running jobs may finish");
+/// The config's warnings, one line each (at start and after a reload).
+fn log_warnings(config: &Config, node: &str) {
+    for warning in &config.warnings {
+        warn!(node = %node, config = %config.path.display(), warning = %warning, "config warning");
+    }
+}
+
+/// Stops claiming and waits for the running jobs: `grace`, then they are
+/// interrupted; a second stop signal interrupts them at once with SIGKILL
+/// (`hurry`); a third stops waiting (the jobs are dead by then, their
+/// records may be lost: each is logged).
+async fn drain(
+    shared: &Shared,
+    grace: std::time::Duration,
+    stops: &mut mpsc::UnboundedReceiver<&'static str>,
+    hurry: &CancellationToken,
+) {
+    let node = shared.locker.node();
+    info!(node = %node, grace = ?grace, "stopping: no new claims, running jobs may finish");
     shared.cancel.cancel();
     shared.tracker.close();
-    if tokio::time::timeout(grace, shared.tracker.wait())
-        .await
-        .is_err()
-    {
-        warn!(node = %shared.locker.node(), grace = ?grace, "shutdown grace over, interrupting running jobs");
-        shared.interrupt.cancel();
-        shared.tracker.wait().await;
+    let grace_over = tokio::time::sleep(grace);
+    tokio::pin!(grace_over);
+    let (mut signals, mut interrupted) = (1, false);
+    loop {
+        tokio::select! {
+            () = shared.tracker.wait() => return,
+            () = &mut grace_over, if !interrupted => {
+                warn!(node = %node, grace = ?grace, "shutdown grace over, interrupting running jobs");
+                shared.interrupt.cancel();
+                interrupted = true;
+            }
+            Some(signal) = stops.recv() => {
+                signals += 1;
+                hurry.cancel();
+                shared.interrupt.cancel();
+                interrupted = true;
+                if signals == 2 {
+                    warn!(node = %node, signal,
+                        "second stop signal: killing every running job now; their locks are released and the runs recorded `interrupted` before exit");
+                } else {
+                    error!(node = %node, signal, pending = shared.pending.count(),
+                        "another stop signal: exiting without waiting for redis; the jobs were killed, their locks expire by themselves");
+                    return;
+                }
+            }
+        }
     }
 }

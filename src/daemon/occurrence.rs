@@ -1,12 +1,19 @@
 //! One occurrence on this node: claim it (retrying Redis errors with the same
-//! token until `starting_deadline`), run it under the watchdog, release the
-//! lock and record the outcome.
+//! token until its deadline), run it under the watchdog, release the lock
+//! and record the outcome.
 //!
 //! Fail closed: a node that cannot reach Redis never runs the job; the
-//! occurrence is logged as missed once its deadline passes, and recorded as
-//! missed in the history as soon as Redis answers again (unless a newer
-//! occurrence was decided meanwhile).
+//! occurrence is given up at its deadline and recorded `missed` as soon as
+//! Redis answers again. The deadline is the earlier of `starting_deadline`
+//! and the job's next occurrence, so after an outage at most the newest
+//! pending occurrence runs late and every older one is `missed`, never
+//! `skipped` behind a late run of an old one (SPEC §2.3).
+//!
+//! The lease is renewed for as long as the run lasts, which is until the
+//! last process of its group is gone (also while a timed-out or interrupted
+//! job ignores SIGTERM), and released only then (SPEC §2.2).
 
+use std::future::pending;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,12 +23,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::Shared;
+use super::recording::{self, log_abandoned, spawn_record_missed, watch_lock};
 use super::timetable::rfc3339;
 use crate::config::{Job, OnLockLost};
 use crate::exec::{Executor, Outcome, Report, RunContext, StopReason};
 use crate::history::Entry;
 use crate::lock::watchdog::{self, LeaseLost};
-use crate::lock::{Claim, Lease, Locker, Target, new_token};
+use crate::lock::{Claim, ClaimReply, Lease, Locker, Target, new_token};
 use crate::metrics::{self, ClaimResult};
 
 /// First and longest pause between retries while Redis fails.
@@ -30,18 +38,25 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 /// How long after the deadline (this node's clock) claims are still retried:
 /// above the redis response timeout plus the clock offset we warn about.
 const GIVE_UP_MARGIN: Duration = Duration::from_millis(1500);
-/// How long a missed occurrence is kept for recording while Redis is away.
-const RECORD_MISSED_FOR: Duration = Duration::from_secs(3600);
+
+/// The last instant `at` of `job` may still be claimed: `starting_deadline`
+/// after it, but never once the job's next occurrence is due.
+pub fn claim_deadline(job: &Job, at: DateTime<Utc>) -> DateTime<Utc> {
+    let late = chrono::TimeDelta::from_std(job.starting_deadline).unwrap_or(chrono::TimeDelta::MAX);
+    let by_deadline = at
+        .checked_add_signed(late)
+        .unwrap_or(DateTime::<Utc>::MAX_UTC);
+    match job.schedule.next_after(at) {
+        Some(next) => by_deadline.min(next),
+        None => by_deadline,
+    }
+}
 
 /// Claims and, if won, runs the occurrence of `job` at `at`.
 pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catch_up: bool) {
     let name = rfc3339(at);
     let node = shared.locker.node().to_string();
-    let deadline =
-        chrono::TimeDelta::from_std(job.starting_deadline).unwrap_or(chrono::TimeDelta::MAX);
-    let deadline_at = at
-        .checked_add_signed(deadline)
-        .unwrap_or(DateTime::<Utc>::MAX_UTC);
+    let deadline_at = claim_deadline(&job, at);
     let target = Target::Scheduled {
         at_ms: at.timestamp_millis(),
         name: name.clone(),
@@ -62,72 +77,21 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
         let sent = Instant::now();
         match shared
             .locker
-            .claim(&job.name, &target, &token, job.lock_ttl)
+            .claim_detailed(&job.name, &target, &token, job.lock_ttl)
             .await
         {
-            Ok(Claim::Won(lease)) => {
-                metrics::claim(&job.name, ClaimResult::Won);
-                info!(job = %job.name, occurrence = %name, node = %node, fence = lease.fence,
-                    catch_up = catch_up.then_some(true), "claim won");
-                let report = run_lease(
-                    &shared.locker,
-                    &shared.executor,
-                    &shared.interrupt,
-                    &job,
-                    &lease,
-                    &name,
-                    sent,
-                )
-                .await;
-                let lag = (report.started_at - at).to_std().unwrap_or(Duration::ZERO);
-                metrics::fire_to_start(&job.name, lag);
-                return;
-            }
-            Ok(Claim::Taken {
-                by,
-                fence,
-                decision,
-            }) => {
-                metrics::claim(&job.name, ClaimResult::Lost);
-                if decision == "claimed" {
-                    info!(job = %job.name, occurrence = %name, node = %node, winner = %by, fence, "claim lost");
-                } else {
-                    info!(job = %job.name, occurrence = %name, node = %node, decided_by = %by, decision = %decision,
-                        "occurrence already decided by another node");
-                }
-                return;
-            }
-            Ok(Claim::Busy { holder, fence }) => {
-                metrics::claim(&job.name, ClaimResult::Busy);
-                info!(job = %job.name, occurrence = %name, node = %node, holder = %holder, fence, outcome = %"skipped",
-                    "occurrence skipped: previous run still holds the lock (overlap = skip)");
-                return;
-            }
-            Ok(Claim::Superseded { last_ms }) => {
-                let last = DateTime::from_timestamp_millis(last_ms)
-                    .map(rfc3339)
-                    .unwrap_or_default();
-                warn!(job = %job.name, occurrence = %name, node = %node, newer = %last,
-                    "occurrence not run here: a newer occurrence was decided before this claim reached redis (run elsewhere, or missed)");
-                return;
-            }
-            Ok(Claim::TooLate) => {
-                error!(job = %job.name, occurrence = %name, node = %node,
-                    "occurrence missed: redis received the claim after starting_deadline");
-                spawn_record_missed(
-                    &shared,
-                    &job,
-                    at,
-                    "claim reached redis after starting_deadline",
-                    &token,
-                );
+            Ok(reply) => {
+                shared.health.answered();
+                decided(&shared, &job, at, &name, &token, reply, sent, catch_up).await;
                 return;
             }
             Err(err) => {
-                metrics::redis_error("claim");
+                shared.health.failed("claim", &err, err.is_refusal());
                 if Instant::now() >= give_up {
-                    error!(job = %job.name, occurrence = %name, node = %node, error = %err,
-                        "occurrence missed: redis unreachable until starting_deadline (never run without the lock)");
+                    if !shared.health.missed() {
+                        error!(job = %job.name, occurrence = %name, node = %node, error = %err,
+                            "occurrence missed: redis unreachable until its deadline (never run without the lock)");
+                    }
                     // Claims sent meanwhile may still reach Redis (a paused
                     // server runs its queue on resume): the token lets the
                     // record undo such a late win.
@@ -135,17 +99,13 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
                         &shared,
                         &job,
                         at,
-                        "redis unreachable until starting_deadline",
+                        "redis unreachable until the claim deadline",
                         &token,
                     );
                     return;
                 }
-                // The first failure is news; the retries until the deadline are not.
-                if pause == RETRY_FIRST {
-                    warn!(job = %job.name, occurrence = %name, node = %node, error = %err, "claim failed, retrying until starting_deadline");
-                } else {
-                    debug!(job = %job.name, occurrence = %name, node = %node, error = %err, retry_in = ?pause, "claim failed, retrying");
-                }
+                debug!(job = %job.name, occurrence = %name, node = %node, error = %err, retry_in = ?pause,
+                    "claim failed, retrying until the deadline");
             }
         }
         tokio::select! {
@@ -159,104 +119,172 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
     }
 }
 
-/// Records `at` of `job` as missed in the background, retrying while Redis
-/// is unreachable (up to an hour, or until shutdown). `token` is the one this
-/// node's claims of `at` used, empty if it sent none.
-pub fn spawn_record_missed(
+/// Acts on Redis's answer to the claim of `at`: runs a won occurrence,
+/// logs the decision, and records what else the answer says is owed.
+#[allow(clippy::too_many_arguments)]
+async fn decided(
     shared: &Arc<Shared>,
-    job: &Job,
+    job: &Arc<Job>,
     at: DateTime<Utc>,
-    reason: &'static str,
+    name: &str,
     token: &str,
+    reply: ClaimReply,
+    sent: Instant,
+    catch_up: bool,
 ) {
-    metrics::missed(&job.name);
-    let shared = Arc::clone(shared);
-    let job = job.name.clone();
-    let token = token.to_string();
-    shared.tracker.clone().spawn(async move {
-        let name = rfc3339(at);
-        let give_up = Instant::now() + RECORD_MISSED_FOR;
-        let mut pause = RETRY_FIRST;
-        loop {
-            match shared
-                .locker
-                .record_missed(&job, at.timestamp_millis(), &name, reason, &token)
-                .await
-            {
-                Ok(recorded) => {
-                    debug!(job = %job, occurrence = %name, recorded, "missed occurrence recorded");
-                    return;
-                }
-                Err(err) if Instant::now() + pause < give_up => {
-                    debug!(job = %job, occurrence = %name, error = %err, "cannot record the missed occurrence yet");
-                }
-                Err(_) => return,
-            }
-            tokio::select! {
-                _ = shared.cancel.cancelled() => return,
-                _ = tokio::time::sleep(pause) => {}
-            }
-            pause = (pause * 2).min(Duration::from_secs(30));
+    let node = shared.locker.node();
+    if let Some(abandoned) = &reply.abandoned {
+        log_abandoned(shared, &job.name, abandoned);
+    }
+    match reply.claim {
+        Claim::Won(lease) => {
+            metrics::claim(&job.name, ClaimResult::Won);
+            info!(job = %job.name, occurrence = %name, node = %node, fence = lease.fence,
+                catch_up = catch_up.then_some(true), "claim won");
+            let runner = shared.runner();
+            let gap = recording::record_gap_before(shared, job, reply.previous_ms, at);
+            let run = run_lease(&runner, job, &lease, name, sent);
+            let ((), report) = tokio::join!(gap, run);
+            let lag = (report.started_at - at).to_std().unwrap_or(Duration::ZERO);
+            metrics::fire_to_start(&job.name, lag);
         }
-    });
+        Claim::Taken {
+            by,
+            fence,
+            decision,
+        } => {
+            metrics::claim(&job.name, ClaimResult::Lost);
+            if decision == "claimed" {
+                info!(job = %job.name, occurrence = %name, node = %node, winner = %by, fence, "claim lost");
+                watch_lock(shared, job, fence, reply.lock_ttl_left);
+            } else {
+                info!(job = %job.name, occurrence = %name, node = %node, decided_by = %by, decision = %decision,
+                    "occurrence already decided by another node");
+            }
+        }
+        Claim::Busy { holder, fence } => {
+            metrics::claim(&job.name, ClaimResult::Busy);
+            info!(job = %job.name, occurrence = %name, node = %node, holder = %holder, fence, outcome = %"skipped",
+                "occurrence skipped: previous run still holds the lock (overlap = skip)");
+            recording::record_gap_before(shared, job, reply.previous_ms, at).await;
+            watch_lock(shared, job, fence, reply.lock_ttl_left);
+        }
+        Claim::Superseded { last_ms } => {
+            let last = DateTime::from_timestamp_millis(last_ms)
+                .map(rfc3339)
+                .unwrap_or_default();
+            warn!(job = %job.name, occurrence = %name, node = %node, newer = %last,
+                "occurrence not run here: a newer occurrence was decided before this claim reached redis (run elsewhere, or missed)");
+        }
+        Claim::TooLate => {
+            if !shared.health.missed() {
+                error!(job = %job.name, occurrence = %name, node = %node,
+                    "occurrence missed: redis received the claim after its deadline");
+            }
+            spawn_record_missed(
+                shared,
+                job,
+                at,
+                "the claim reached redis after its deadline",
+                token,
+            );
+        }
+    }
+}
+
+/// What a run needs from its daemon (or from `trigger`).
+pub struct Runner<'a> {
+    pub locker: &'a Locker,
+    pub executor: &'a Executor,
+    /// Stop the run (shutdown grace over, or Ctrl-C on `trigger`).
+    pub interrupt: &'a CancellationToken,
+    /// The daemon's shared state, to hold the outcome while Redis is away;
+    /// `None` for `trigger`.
+    pub(crate) shared: Option<&'a Shared>,
+}
+
+impl<'a> Runner<'a> {
+    /// A runner outside the daemon (`trigger`): a release that Redis does
+    /// not take is retried for a few seconds, then reported.
+    pub fn standalone(
+        locker: &'a Locker,
+        executor: &'a Executor,
+        interrupt: &'a CancellationToken,
+    ) -> Runner<'a> {
+        Runner {
+            locker,
+            executor,
+            interrupt,
+            shared: None,
+        }
+    }
 }
 
 /// Runs a won occurrence or manual run (`name`) of `job` under `lease` to its
-/// end, keeping the lease alive, then releases it and records the outcome.
-/// `claim_sent` is when the winning claim was sent; `interrupt` stops the run
-/// (shutdown grace over, or Ctrl-C on `trigger`).
+/// end, keeping the lease alive until the last process of the run is gone,
+/// then releases it and records the outcome. `claim_sent` is when the
+/// winning claim was sent.
 pub async fn run_lease(
-    locker: &Locker,
-    executor: &Executor,
-    interrupt: &CancellationToken,
+    runner: &Runner<'_>,
     job: &Arc<Job>,
     lease: &Lease,
     name: &str,
     claim_sent: Instant,
 ) -> Report {
+    let locker = runner.locker;
     let node = locker.node().to_string();
     let ctx = RunContext {
         job: Arc::clone(job),
         occurrence: name.to_string(),
         fence: lease.fence,
         node: node.clone(),
+        env_file: runner.shared.map(Shared::env_file).unwrap_or_default(),
+        lost_lease_grace: watchdog::safety_margin(lease.ttl) / 2,
     };
-    let stop = stop_when(locker, interrupt, job, lease, name, claim_sent);
-    let report = executor.execute(&ctx, stop).await;
+    // The watchdog runs beside the run, not inside it: it goes on renewing
+    // while a stopped job takes its grace to die, and only the end of the
+    // run (its whole group gone) ends it.
+    let lost = CancellationToken::new();
+    let stop = stop_when(&lost, runner.interrupt);
+    let keep = keep_lease(runner, job, lease, name, claim_sent, &lost);
+    let report = tokio::select! {
+        report = runner.executor.execute(&ctx, stop) => report,
+        never = keep => match never {},
+    };
     metrics::run_finished(&job.name, report.outcome.as_str(), report.duration);
     log_finished(job, name, &node, lease.fence, &report);
-    release(
-        locker,
-        lease,
-        &Entry::from_report(name, &node, lease.fence, &report),
-    )
-    .await;
+    let mut entry = Entry::from_report(name, &node, lease.fence, &report);
+    entry.output_tail = report.output_tail.clone();
+    recording::release(locker, runner.shared, lease, &entry).await;
     report
 }
 
-/// Completes when the run must stop: the lease is lost (with
-/// `on_lock_lost = "kill"`) or `interrupt` fires. Keeps the lease alive
-/// while pending.
-async fn stop_when(
-    locker: &Locker,
-    interrupt: &CancellationToken,
+/// Completes when the run must stop: `lost` (the lease is gone and
+/// `on_lock_lost = "kill"`) or `interrupt`.
+async fn stop_when(lost: &CancellationToken, interrupt: &CancellationToken) -> StopReason {
+    tokio::select! {
+        _ = lost.cancelled() => StopReason::LockLost,
+        _ = interrupt.cancelled() => StopReason::Interrupted,
+    }
+}
+
+/// Renews the lease until it is lost, then says so (and cancels `lost`
+/// when the job must be stopped); never completes.
+async fn keep_lease(
+    runner: &Runner<'_>,
     job: &Job,
     lease: &Lease,
     name: &str,
     claim_sent: Instant,
-) -> StopReason {
-    tokio::select! {
-        lost = watchdog::keep(locker, lease, claim_sent) => {
-            metrics::lock_lost(&job.name);
-            log_lost(job, name, locker.node(), lease.fence, &lost);
-            if job.on_lock_lost == OnLockLost::Kill {
-                return StopReason::LockLost;
-            }
-        }
-        _ = interrupt.cancelled() => return StopReason::Interrupted,
+    lost: &CancellationToken,
+) -> std::convert::Infallible {
+    let why = watchdog::keep(runner.locker, lease, claim_sent).await;
+    metrics::lock_lost(&job.name);
+    log_lost(job, name, runner.locker.node(), lease.fence, &why);
+    if job.on_lock_lost == OnLockLost::Kill {
+        lost.cancel();
     }
-    interrupt.cancelled().await;
-    StopReason::Interrupted
+    pending().await
 }
 
 fn log_lost(job: &Job, name: &str, node: &str, fence: u64, lost: &LeaseLost) {
@@ -273,45 +301,16 @@ fn log_lost(job: &Job, name: &str, node: &str, fence: u64, lost: &LeaseLost) {
 }
 
 fn log_finished(job: &Job, name: &str, node: &str, fence: u64, report: &Report) {
-    let duration = format!("{:.1}s", report.duration.as_secs_f64());
+    let duration_ms = u64::try_from(report.duration.as_millis()).unwrap_or(u64::MAX);
     let outcome = report.outcome.as_str();
-    let (exit, http) = (report.exit_code, report.http_status);
+    let (exit_code, http) = (report.exit_code, report.http_status);
     match report.outcome {
         Outcome::Succeeded => info!(job = %job.name, occurrence = %name, node = %node, fence,
-            outcome = %outcome, exit, http_status = http, duration = %duration, "run finished"),
+            outcome = %outcome, exit_code, http_status = http, duration_ms, "run finished"),
         _ => {
-            warn!(job = %job.name, occurrence = %name, node = %node, fence, outcome = %outcome, exit, http_status = http,
-            duration = %duration, error = report.error.as_deref().map(tracing::field::display), "run finished")
+            warn!(job = %job.name, occurrence = %name, node = %node, fence, outcome = %outcome, exit_code,
+            http_status = http, duration_ms, error = report.error.as_deref().map(tracing::field::display),
+            "run finished")
         }
-    }
-}
-
-/// Releases the lease and records the entry, retrying Redis errors for a
-/// while; if Redis stays away the lock expires by itself and the entry is
-/// only in this node's log.
-async fn release(locker: &Locker, lease: &Lease, entry: &Entry) {
-    let give_up = Instant::now() + crate::lock::release_retry_window(lease.ttl);
-    let mut pause = RETRY_FIRST;
-    loop {
-        match locker.release(lease, entry).await {
-            Ok(true) => return,
-            Ok(false) => {
-                warn!(job = %lease.job, occurrence = %entry.occurrence, node = %entry.node, fence = lease.fence,
-                    "lock was no longer ours at release; outcome recorded");
-                return;
-            }
-            Err(err) if Instant::now() + pause < give_up => {
-                metrics::redis_error("release");
-                warn!(job = %lease.job, occurrence = %entry.occurrence, node = %entry.node, error = %err, "release failed, retrying");
-            }
-            Err(err) => {
-                metrics::redis_error("release");
-                error!(job = %lease.job, occurrence = %entry.occurrence, node = %entry.node, fence = lease.fence,
-                    outcome = %entry.outcome, error = %err, "release failed: the lock will expire by itself, history not recorded");
-                return;
-            }
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(RETRY_MAX);
     }
 }

@@ -46,6 +46,8 @@ pub fn reload(
                 new.redis.url = url.clone();
             }
             keep_restart_only_settings(&current, &mut new, &options.node);
+            super::log_warnings(&new, &options.node);
+            shared.set_env_file(&new.env);
             let diff = timetable.apply(shared, &new.jobs);
             info!(node = %options.node, added = ?diff.added, removed = ?diff.removed, changed = ?diff.changed,
                 unchanged = diff.unchanged, "config reloaded");

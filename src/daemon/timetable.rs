@@ -20,7 +20,7 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::{Shared, occurrence};
+use super::{Shared, occurrence, recording};
 use crate::config::Job;
 
 /// Longest single sleep before the wall clock is read again.
@@ -194,10 +194,10 @@ fn handle_due(
         warn!(job = %job.name, node = %shared.locker.node(), count = passed, until = %rfc3339(due),
             "occurrences missed: this node woke too late to claim them");
     }
-    if now - due > chrono_duration(job.starting_deadline) {
+    if now > occurrence::claim_deadline(job, due) {
         warn!(job = %job.name, occurrence = %rfc3339(due), node = %shared.locker.node(),
-            "occurrence missed: past starting_deadline when this node woke");
-        occurrence::spawn_record_missed(shared, job, due, "node woke after starting_deadline", "");
+            "occurrence missed: past its claim deadline when this node woke");
+        recording::spawn_record_missed(shared, job, due, "node woke after the claim deadline", "");
     } else {
         spawn_attempt(shared, job, due, false);
     }

@@ -8,9 +8,10 @@
 //!
 //! A job that fails is a [`Report`] with an [`Outcome`], never an `Err` and
 //! never a panic: `execute` always returns, and for a process it returns only
-//! once the process has been reaped. When the job's `timeout` and the `stop`
-//! future race, whichever fires first names the outcome, even if the process
-//! then exits 0 after SIGTERM.
+//! once every process of the job's group is gone (a run is over when its
+//! last process is, SPEC §2.2): the caller keeps the lease until then. When
+//! the job's `timeout` and the `stop` future race, whichever fires first
+//! names the outcome, even if the process then exits 0 after SIGTERM.
 
 mod child;
 mod http;
@@ -19,11 +20,13 @@ mod output;
 mod process;
 mod spawner;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use tokio_util::sync::CancellationToken;
 
 use crate::config::{Action, Job};
 
@@ -38,6 +41,12 @@ pub struct RunContext {
     pub fence: u64,
     /// `SOLOCRON_NODE`: this daemon's node id.
     pub node: String,
+    /// Extra environment from `[daemon] env_file` (the job's own `env`
+    /// wins over it).
+    pub env_file: Arc<BTreeMap<String, String>>,
+    /// How long a job stopped for a lost lease gets between SIGTERM and
+    /// SIGKILL: what is left before another node could take the lock.
+    pub lost_lease_grace: Duration,
 }
 
 /// Why the daemon stops a running job early.
@@ -104,6 +113,8 @@ pub struct Report {
     pub finished_at: DateTime<Utc>,
     /// Monotonic run time (not `finished_at - started_at`, which a clock step skews).
     pub duration: Duration,
+    /// The last bytes (at most 4 KiB) a process printed, both streams.
+    pub output_tail: Option<String>,
 }
 
 /// The part of a [`Report`] the action runners fill in.
@@ -113,6 +124,7 @@ struct Finish {
     exit_code: Option<i32>,
     http_status: Option<u16>,
     error: Option<String>,
+    output_tail: Option<String>,
 }
 
 impl Finish {
@@ -122,6 +134,7 @@ impl Finish {
             exit_code: None,
             http_status: None,
             error: None,
+            output_tail: None,
         }
     }
 
@@ -141,6 +154,9 @@ pub struct Executor {
     echo_output: bool,
     http: reqwest::Client,
     spawner: spawner::Spawner,
+    /// Cancelled when stopping must not wait: a second SIGTERM/SIGINT. A
+    /// job being stopped then gets SIGKILL at once instead of the grace.
+    hurry: CancellationToken,
 }
 
 /// Set-up failures (not job failures).
@@ -182,7 +198,15 @@ impl Executor {
             echo_output: false,
             http,
             spawner,
+            hurry: CancellationToken::new(),
         })
+    }
+
+    /// Jobs being stopped get SIGKILL at once (no SIGTERM grace) once
+    /// `hurry` is cancelled.
+    pub fn with_hurry(mut self, hurry: CancellationToken) -> Executor {
+        self.hurry = hurry;
+        self
     }
 
     /// Sets the time between SIGTERM and SIGKILL (tests use a short one).
@@ -203,9 +227,11 @@ impl Executor {
     /// job's `timeout`.
     ///
     /// For `command` / `argv` jobs this returns only after the process has
-    /// been reaped and its output read (or abandoned after a short grace when
-    /// a background child keeps the pipes open). If this future is dropped
-    /// before that, the process group is sent SIGKILL.
+    /// been reaped, every other process of its group is gone (stopped too
+    /// by the timeout or `stop`), and its output read (or abandoned after a
+    /// short grace when a process outside the group keeps the pipes open).
+    /// If this future is dropped before that, the process group is sent
+    /// SIGKILL.
     ///
     /// Call it from async code on a long-lived runtime thread, never from
     /// `spawn_blocking`: the child's parent-death signal is tied to the
@@ -229,6 +255,7 @@ impl Executor {
             started_at,
             finished_at: Utc::now(),
             duration: start.elapsed(),
+            output_tail: finish.output_tail,
         }
     }
 }

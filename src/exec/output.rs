@@ -1,4 +1,5 @@
-//! A job's stdout and stderr, line by line, into the log.
+//! A job's stdout and stderr, line by line, into the log, and the tail
+//! that goes with the history entry.
 //!
 //! Each line becomes one `job output` event with the job's fields and
 //! `stream`; stdout at INFO, stderr at WARN. Memory per stream is bounded:
@@ -7,8 +8,19 @@
 //! costs 4 KiB plus one read buffer. (`LinesCodec` with a max length would
 //! also discard, but it hides how; this is short enough to own.) Bytes that
 //! are not UTF-8 are replaced, a trailing `\r` is dropped.
+//!
+//! The log gets at most `output_log_max` bytes of a run's lines (both
+//! streams together, [`RunOutput`]); the lines past it are counted and
+//! summed up in one line when the run ends, so a job printing 100 MB costs
+//! the journal one line, not 675,000, and journald's rate limit never
+//! swallows the `claim won` / `run finished` lines of other runs. The last
+//! [`TAIL_CAP`] bytes of what the run printed, whatever the budget, are
+//! kept for the history entry (`output_tail`).
 
-use std::io::Write;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use std::io::Write as _;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
@@ -17,6 +29,108 @@ pub(super) const LINE_CAP: usize = 4096;
 
 /// Bytes read from the pipe at a time.
 const READ_CHUNK: usize = 8192;
+
+/// Bytes of a run's last output kept for its history entry.
+pub(super) const TAIL_CAP: usize = 4096;
+
+/// What one run printed: the log budget left and the tail; shared by the
+/// stdout and stderr readers.
+#[derive(Debug)]
+pub(super) struct RunOutput {
+    state: Mutex<OutputState>,
+}
+
+#[derive(Debug)]
+struct OutputState {
+    /// Bytes of lines the log may still take.
+    budget: u64,
+    /// Lines (and their bytes) not logged once the budget was spent.
+    unlogged_lines: u64,
+    unlogged_bytes: u64,
+    tail: VecDeque<u8>,
+}
+
+/// What was not logged, and the tail; see [`RunOutput::finish`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct OutputSummary {
+    pub(super) unlogged_lines: u64,
+    pub(super) unlogged_bytes: u64,
+    /// The last bytes printed, as text; `None` if the run printed nothing.
+    pub(super) tail: Option<String>,
+}
+
+impl RunOutput {
+    /// A run whose lines may take `log_max` bytes of the log.
+    pub(super) fn new(log_max: u64) -> Arc<RunOutput> {
+        Arc::new(RunOutput {
+            state: Mutex::new(OutputState {
+                budget: log_max,
+                unlogged_lines: 0,
+                unlogged_bytes: 0,
+                tail: VecDeque::with_capacity(TAIL_CAP),
+            }),
+        })
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut OutputState) -> T) -> T {
+        // A poisoned lock only means a reader panicked mid-update; the
+        // counts are still good enough for a summary line.
+        let mut state = match self.state.lock() {
+            Ok(state) => state,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        f(&mut state)
+    }
+
+    /// Keeps the last [`TAIL_CAP`] bytes of everything read.
+    fn keep_tail(&self, bytes: &[u8]) {
+        self.with(|state| {
+            let bytes = &bytes[bytes.len().saturating_sub(TAIL_CAP)..];
+            let over = (state.tail.len() + bytes.len()).saturating_sub(TAIL_CAP);
+            state.tail.drain(..over);
+            state.tail.extend(bytes);
+        });
+    }
+
+    /// Whether a line of `len` bytes may still be logged; counts it if not.
+    fn admit(&self, len: usize) -> bool {
+        let cost = len as u64 + 1;
+        self.with(|state| {
+            if state.unlogged_lines == 0 && cost <= state.budget {
+                state.budget -= cost;
+                true
+            } else {
+                state.budget = 0;
+                state.unlogged_lines += 1;
+                state.unlogged_bytes += cost;
+                false
+            }
+        })
+    }
+
+    /// What was not logged and the tail, once the readers are done.
+    pub(super) fn finish(&self) -> OutputSummary {
+        self.with(|state| {
+            let bytes: Vec<u8> = state.tail.iter().copied().collect();
+            OutputSummary {
+                unlogged_lines: state.unlogged_lines,
+                unlogged_bytes: state.unlogged_bytes,
+                tail: (!bytes.is_empty()).then(|| tail_text(&bytes)),
+            }
+        })
+    }
+}
+
+/// The tail as text: a character cut at the front is dropped, other
+/// invalid bytes are replaced.
+fn tail_text(bytes: &[u8]) -> String {
+    let start = bytes
+        .iter()
+        .take(4)
+        .position(|byte| (byte & 0xC0) != 0x80)
+        .unwrap_or(0);
+    String::from_utf8_lossy(&bytes[start..]).into_owned()
+}
 
 /// Which pipe a line came from.
 #[derive(Debug, Clone, Copy)]
@@ -43,6 +157,8 @@ pub(super) struct LineFields {
     pub(super) fence: u64,
     /// Also write each line to this process's stdout / stderr.
     pub(super) echo: bool,
+    /// The run's log budget and tail.
+    pub(super) output: Arc<RunOutput>,
 }
 
 /// Reads `pipe` to EOF (or until a read fails), logging each line.
@@ -57,7 +173,10 @@ pub(super) async fn log_lines(
     loop {
         match pipe.read(&mut buf).await {
             Ok(0) => break,
-            Ok(n) => line.push(&buf[..n], &mut emit),
+            Ok(n) => {
+                fields.output.keep_tail(&buf[..n]);
+                line.push(&buf[..n], &mut emit);
+            }
             Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(err) => {
                 tracing::warn!(job = %fields.job, stream = %stream.as_str(), error = %err,
@@ -76,19 +195,23 @@ fn emit_line(fields: &LineFields, stream: Stream, line: &str) {
         node,
         fence,
         echo,
+        output,
     } = fields;
-    match stream {
-        Stream::Stdout => tracing::info!(%job, %occurrence, %node, fence, stream = %"stdout",
-            line = %line, "job output"),
-        Stream::Stderr => tracing::warn!(%job, %occurrence, %node, fence, stream = %"stderr",
-            line = %line, "job output"),
-    }
     if *echo {
         // Best effort: a closed terminal must not stop the job.
         let _ = match stream {
             Stream::Stdout => writeln!(std::io::stdout().lock(), "{line}"),
             Stream::Stderr => writeln!(std::io::stderr().lock(), "{line}"),
         };
+    }
+    if !output.admit(line.len()) {
+        return;
+    }
+    match stream {
+        Stream::Stdout => tracing::info!(%job, %occurrence, %node, fence, stream = %"stdout",
+            line = %line, "job output"),
+        Stream::Stderr => tracing::warn!(%job, %occurrence, %node, fence, stream = %"stderr",
+            line = %line, "job output"),
     }
 }
 
@@ -193,5 +316,35 @@ mod tests {
     #[test]
     fn empty_output_logs_nothing() {
         assert!(lines_of(&[]).is_empty());
+        assert_eq!(RunOutput::new(10).finish().tail, None);
+    }
+
+    #[test]
+    fn the_budget_logs_whole_lines_then_counts_the_rest() {
+        let output = RunOutput::new(10);
+        assert!(output.admit(4)); // 5 with its newline
+        assert!(output.admit(4)); // 10: the budget is spent exactly
+        assert!(!output.admit(0));
+        assert!(!output.admit(99));
+        let summary = output.finish();
+        assert_eq!((summary.unlogged_lines, summary.unlogged_bytes), (2, 101));
+        // Once over, nothing more is logged, however short.
+        let output = RunOutput::new(3);
+        assert!(!output.admit(7));
+        assert!(!output.admit(0));
+    }
+
+    #[test]
+    fn the_tail_keeps_the_last_bytes_of_both_streams() {
+        let output = RunOutput::new(0);
+        output.keep_tail(b"first\n");
+        output.keep_tail(&vec![b'x'; TAIL_CAP]);
+        output.keep_tail(b"last\n");
+        let tail = output.finish().tail.expect("a tail");
+        assert_eq!(tail.len(), TAIL_CAP);
+        assert!(tail.ends_with("xlast\n"));
+        // A multi-byte character cut at the front is dropped, not mangled.
+        assert_eq!(tail_text("é!".as_bytes()[1..].as_ref()), "!");
+        assert_eq!(tail_text("é!".as_bytes()), "é!");
     }
 }

@@ -1,12 +1,20 @@
 //! `command` and `argv` jobs: one child process in its own process group.
 //!
-//! The child gets the daemon's environment plus the job's `env` and the
-//! `SOLOCRON_*` variables, stdin from `/dev/null`, and its stdout / stderr
-//! piped to `output.rs`. It is the leader of a new process group, so
-//! stopping it (timeout, lost lock, shutdown) reaches everything it started:
-//! SIGTERM to the group, then SIGKILL after the kill grace if any member is
-//! left. A dropped run also SIGKILLs the group, so a job never runs on
-//! unsupervised.
+//! The child gets the daemon's environment plus `[daemon] env_file`, the
+//! job's `env` and the `SOLOCRON_*` variables, stdin from `/dev/null`, and
+//! its stdout / stderr piped to `output.rs`. It is the leader of a new
+//! process group, so stopping it (timeout, lost lock, shutdown) reaches
+//! everything it started: SIGTERM to the group, then SIGKILL after the kill
+//! grace if any member is left (at once after a second stop signal; within
+//! what is left of the lease after a lost one). A dropped run also SIGKILLs
+//! the group, so a job never runs on unsupervised.
+//!
+//! The run is over when the group is empty, not when its leader exits: a
+//! process the job left behind (`cmd &`) keeps the run, and so its lease,
+//! alive until it ends or the timeout stops it, so it can never overlap the
+//! next run on another node. Only a process that left the group on purpose
+//! (`setsid`) escapes; under systemd the unit's control group still ends it
+//! at stop.
 //!
 //! If the daemon dies (kill -9, crash) the child gets SIGKILL from the kernel
 //! (`PR_SET_PDEATHSIG`, set by `launch.rs`). That signal is tied to the
@@ -22,6 +30,7 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -30,16 +39,21 @@ use nix::unistd::Pid;
 use tokio::net::unix::pipe;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
+use tokio_util::sync::CancellationToken;
 use tracing::instrument::WithSubscriber;
 
 use super::child::Child;
 use super::launch::{self, Launch};
-use super::output::{LineFields, Stream, log_lines};
+use super::output::{LineFields, RunOutput, Stream, log_lines};
 use super::{Executor, Finish, Outcome, RunContext, StopReason};
 use crate::config::{Action, Job};
 
-/// How often the group is checked for members left after its leader exited.
+/// How often the group is checked for members left after its leader exited,
+/// while they get their SIGTERM grace.
 const GROUP_POLL: Duration = Duration::from_millis(50);
+/// How often the group is checked while processes the job left behind run
+/// on (no signal sent yet: a slower look at `/proc` is enough).
+const LEFTOVER_POLL: Duration = Duration::from_millis(200);
 
 /// Starts the job's process and supervises it to the end; never panics.
 pub(super) async fn run(
@@ -66,7 +80,14 @@ pub(super) async fn run(
         }
     };
     // From here a dropped `child` reaps itself and `group` kills the rest.
-    let readers = match start_readers(launched.stdout, launched.stderr, ctx, exec.echo_output) {
+    let output = RunOutput::new(job.output_log_max);
+    let readers = match start_readers(
+        launched.stdout,
+        launched.stderr,
+        ctx,
+        exec.echo_output,
+        &output,
+    ) {
         Ok(readers) => readers,
         Err(err) => {
             return Finish::failed(format!(
@@ -75,9 +96,17 @@ pub(super) async fn run(
             ));
         }
     };
-    let finish = supervise(&mut child, group.0, job, exec.kill_grace, stop).await;
-    std::mem::forget(group); // reaped: nothing left to kill on drop
+    let mut finish = supervise(&mut child, group.0, ctx, exec, stop).await;
+    std::mem::forget(group); // reaped and empty: nothing left to kill on drop
     drain_output(readers, exec.output_grace, job).await;
+    let summary = output.finish();
+    if summary.unlogged_lines > 0 {
+        tracing::warn!(job = %job.name, occurrence = %ctx.occurrence, node = %ctx.node, fence = ctx.fence,
+            lines = summary.unlogged_lines, bytes = summary.unlogged_bytes,
+            output_log_max = job.output_log_max,
+            "job output over output_log_max: the rest was not logged (its last 4 KiB are in the history entry)");
+    }
+    finish.output_tail = summary.tail;
     finish
 }
 
@@ -107,7 +136,7 @@ fn prepare(ctx: &RunContext) -> Result<(String, Launch), String> {
 fn environment(ctx: &RunContext) -> Vec<(OsString, OsString)> {
     let job = &ctx.job;
     let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
-    for (name, value) in &job.env {
+    for (name, value) in ctx.env_file.iter().chain(&job.env) {
         env.insert(name.into(), value.into());
     }
     for (name, value) in [
@@ -139,38 +168,64 @@ fn spawn_error(job: &Job, program: &str, err: &io::Error) -> String {
     }
 }
 
-/// Waits for the child, stopping its group on timeout or on `stop`.
+/// Waits for the child and then for its whole group, stopping the group
+/// on timeout or on `stop`.
 async fn supervise(
     child: &mut Child,
     group: Pid,
-    job: &Job,
-    kill_grace: Duration,
+    ctx: &RunContext,
+    exec: &Executor,
     stop: impl Future<Output = StopReason>,
 ) -> Finish {
+    let job = &ctx.job;
     let job_timeout = async {
         match job.timeout {
             Some(limit) => sleep(limit).await,
             None => pending().await,
         }
     };
-    let stopped_by = tokio::select! {
-        status = child.wait() => return exited(status, group, job),
-        () = job_timeout => Outcome::TimedOut,
-        reason = stop => Outcome::from(reason),
+    tokio::pin!(job_timeout, stop);
+    let status = tokio::select! {
+        status = child.wait() => status,
+        () = &mut job_timeout => return stopped(child, group, ctx, exec, Outcome::TimedOut).await,
+        reason = &mut stop => return stopped(child, group, ctx, exec, Outcome::from(reason)).await,
     };
-    let status = terminate(child, group, kill_grace).await;
+    if is_group_alive(group) {
+        tracing::warn!(job = %job.name, occurrence = %ctx.occurrence, node = %ctx.node, fence = ctx.fence,
+            pgid = group.as_raw(),
+            "job exited but left processes running in its process group: the run (and its lock) lasts until they end or its timeout");
+        loop {
+            tokio::select! {
+                () = sleep(LEFTOVER_POLL) => if !is_group_alive(group) { break },
+                () = &mut job_timeout => return stopped(child, group, ctx, exec, Outcome::TimedOut).await,
+                reason = &mut stop => return stopped(child, group, ctx, exec, Outcome::from(reason)).await,
+            }
+        }
+    }
+    exited(status, group, job)
+}
+
+/// Stops the group for `outcome` and waits until it is empty.
+async fn stopped(
+    child: &mut Child,
+    group: Pid,
+    ctx: &RunContext,
+    exec: &Executor,
+    outcome: Outcome,
+) -> Finish {
+    let grace = match outcome {
+        Outcome::LockLost => exec.kill_grace.min(ctx.lost_lease_grace),
+        _ => exec.kill_grace,
+    };
+    let status = terminate(child, group, ctx, outcome, grace, &exec.hurry).await;
     Finish {
         exit_code: status.ok().and_then(|status| status.code()),
-        ..Finish::new(stopped_by)
+        ..Finish::new(outcome)
     }
 }
 
-/// Classifies an exit nobody asked for.
+/// Classifies an exit nobody asked for (the group is empty by now).
 fn exited(status: io::Result<ExitStatus>, group: Pid, job: &Job) -> Finish {
-    if is_group_alive(group) {
-        tracing::warn!(job = %job.name, pgid = group.as_raw(),
-            "job exited but left processes running in its process group");
-    }
     match status {
         Ok(status) if status.success() => Finish {
             exit_code: Some(0),
@@ -201,27 +256,55 @@ fn signal_name(signal: i32) -> String {
     }
 }
 
-/// SIGTERM to the group; SIGKILL to whatever is left after `grace`; reaps the leader.
-async fn terminate(child: &mut Child, group: Pid, grace: Duration) -> io::Result<ExitStatus> {
-    let _ = killpg(group, Signal::SIGTERM);
+/// SIGTERM to the group; SIGKILL to whatever is left after `grace` (at
+/// once if `hurry` is or becomes cancelled); reaps the leader and returns
+/// only once the group is empty. Both signals are logged.
+async fn terminate(
+    child: &mut Child,
+    group: Pid,
+    ctx: &RunContext,
+    why: Outcome,
+    grace: Duration,
+    hurry: &CancellationToken,
+) -> io::Result<ExitStatus> {
     let deadline = Instant::now() + grace;
-    let status = tokio::select! {
-        status = child.wait() => Some(status),
-        () = sleep_until(deadline) => None,
-    };
-    if status.is_some() {
-        // The leader is gone, but members that ignore SIGTERM still get the grace.
-        while is_group_alive(group) && Instant::now() < deadline {
-            sleep(GROUP_POLL).await;
+    if !hurry.is_cancelled() {
+        log_signal(ctx, group, why, "SIGTERM", grace);
+        let _ = killpg(group, Signal::SIGTERM);
+        let leader = tokio::select! {
+            status = child.wait() => Some(status),
+            () = sleep_until(deadline) => None,
+            () = hurry.cancelled() => None,
+        };
+        if leader.is_some() {
+            // The leader is gone, but members that ignore SIGTERM still get the grace.
+            while is_group_alive(group) && Instant::now() < deadline && !hurry.is_cancelled() {
+                tokio::select! {
+                    () = sleep(GROUP_POLL) => {}
+                    () = hurry.cancelled() => {}
+                }
+            }
         }
     }
     if is_group_alive(group) {
+        log_signal(ctx, group, why, "SIGKILL", grace);
         let _ = killpg(group, Signal::SIGKILL);
     }
-    match status {
-        Some(status) => status,
-        None => child.wait().await,
+    let status = child.wait().await;
+    // SIGKILL cannot be refused; members may take a moment to be reaped.
+    while is_group_alive(group) {
+        let _ = killpg(group, Signal::SIGKILL);
+        sleep(GROUP_POLL).await;
     }
+    status
+}
+
+fn log_signal(ctx: &RunContext, group: Pid, why: Outcome, signal: &str, grace: Duration) {
+    let reason = why.as_str();
+    let grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
+    tracing::warn!(job = %ctx.job.name, occurrence = %ctx.occurrence, node = %ctx.node, fence = ctx.fence,
+        pgid = group.as_raw(), signal, reason, grace_ms,
+        "sending {signal} to the job's process group");
 }
 
 /// Whether a process that is not a zombie is still in the group.
@@ -271,6 +354,7 @@ fn start_readers(
     stderr: OwnedFd,
     ctx: &RunContext,
     echo: bool,
+    output: &Arc<RunOutput>,
 ) -> io::Result<Vec<JoinHandle<()>>> {
     let fields = LineFields {
         job: ctx.job.name.clone(),
@@ -278,6 +362,7 @@ fn start_readers(
         node: ctx.node.clone(),
         fence: ctx.fence,
         echo,
+        output: Arc::clone(output),
     };
     let stdout = pipe::Receiver::from_owned_fd(stdout)?;
     let stderr = pipe::Receiver::from_owned_fd(stderr)?;

@@ -15,6 +15,13 @@
 //!
 //! Extend and release compare the full lock value first: a node never
 //! touches a lock it no longer holds (no bare `DEL`).
+//!
+//! The history gets every occurrence once (SPEC §2.3): a run's outcome in
+//! the release, a skip in the claim, a miss in [`Locker::record_missed`];
+//! the occurrences nobody decided (all nodes down, Redis away) are named by
+//! the next decision's [`ClaimReply::previous_ms`] and recorded by
+//! [`Locker::record_gap`]; a run whose node died is found by the next claim
+//! or by [`Locker::check_abandoned`] once its lock expired unreleased.
 
 mod scripts;
 pub mod watchdog;
@@ -114,16 +121,64 @@ pub enum Claim {
     Superseded { last_ms: i64 },
 }
 
-/// How long a node retries a failed release of a lease with `ttl`.
-pub fn release_retry_window(ttl: Duration) -> Duration {
-    ttl.max(Duration::from_secs(5))
+/// A [`Claim`] with what the caller owes the history besides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimReply {
+    pub claim: Claim,
+    /// For a won or skipped scheduled occurrence: the job's occurrence
+    /// decided before it (UTC epoch ms), if any. Occurrences of the schedule
+    /// between the two were decided by nobody: record them with
+    /// [`Locker::record_gap`].
+    pub previous_ms: Option<i64>,
+    /// What is left of the lock's TTL when someone else holds it.
+    pub lock_ttl_left: Option<Duration>,
+    /// A run this claim found abandoned and recorded so.
+    pub abandoned: Option<Abandoned>,
 }
 
-/// How long Redis remembers that a lease's release was recorded: beyond the
-/// retry window by a margin for a retry that sat in a socket.
-fn release_remembered(ttl: Duration) -> Duration {
-    release_retry_window(ttl) + Duration::from_secs(10)
+/// A run recorded `abandoned`: its lock expired without a release.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Abandoned {
+    /// The node that ran it (and stopped renewing its lock).
+    pub node: String,
+    pub fence: u64,
+    pub occurrence: String,
 }
+
+/// What [`Locker::check_abandoned`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AbandonCheck {
+    /// The lock is held by `holder`; look again once `ttl_left` has passed.
+    Held { ttl_left: Duration, holder: String },
+    /// The last run's lock expired unreleased; recorded now.
+    Abandoned(Abandoned),
+    /// Nothing runs and nothing is owed.
+    Idle,
+}
+
+/// The answer to a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Released {
+    /// The lock still held our token and is deleted now.
+    pub lock_was_ours: bool,
+    /// The run had been recorded `abandoned` (its node was cut off from
+    /// Redis past the TTL); that entry was replaced by the run's outcome.
+    pub replaced_abandoned: bool,
+}
+
+/// The answer to a miss record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Missed {
+    /// Recorded now (not decided before by anyone).
+    pub recorded: bool,
+    /// As [`ClaimReply::previous_ms`].
+    pub previous_ms: Option<i64>,
+}
+
+/// How long Redis remembers that a release (or a gap) was recorded, so that
+/// a retry of it records nothing twice: beyond a node's retry pause once
+/// Redis answers again, by a wide margin for a retry that sat in a socket.
+const RECORD_REMEMBERED: Duration = Duration::from_secs(60);
 
 /// A held lock: what extend and release need to prove ownership.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,6 +213,8 @@ pub struct Locker {
     extend: Script,
     release: Script,
     missed: Script,
+    gap: Script,
+    abandon: Script,
 }
 
 impl Locker {
@@ -168,10 +225,12 @@ impl Locker {
             prefix: prefix.to_string(),
             node: node.to_string(),
             history_max,
-            claim: Script::new(scripts::CLAIM),
+            claim: Script::new(&scripts::with_prelude(scripts::CLAIM)),
             extend: Script::new(scripts::EXTEND),
-            release: Script::new(scripts::RELEASE),
-            missed: Script::new(scripts::MISSED),
+            release: Script::new(&scripts::with_prelude(scripts::RELEASE)),
+            missed: Script::new(&scripts::with_prelude(scripts::MISSED)),
+            gap: Script::new(&scripts::with_prelude(scripts::GAP)),
+            abandon: Script::new(&scripts::with_prelude(scripts::ABANDON)),
         }
     }
 
@@ -199,6 +258,17 @@ impl Locker {
         token: &str,
         ttl: Duration,
     ) -> Result<Claim, LockError> {
+        Ok(self.claim_detailed(job, target, token, ttl).await?.claim)
+    }
+
+    /// [`Locker::claim`] with what the claim found besides (see [`ClaimReply`]).
+    pub async fn claim_detailed(
+        &self,
+        job: &str,
+        target: &Target,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<ClaimReply, LockError> {
         let keys = self.keys(job);
         let (mode, at_ms, deadline_ms) = match target {
             Target::Scheduled {
@@ -227,33 +297,63 @@ impl Locker {
             job: job.to_string(),
             reply: format!("{reply:?}"),
         };
-        let fence_at = |i: usize| reply.get(i).and_then(|f| f.parse::<u64>().ok());
-        match reply.first().map(String::as_str) {
-            Some("won") => Ok(Claim::Won(Lease {
-                job: job.to_string(),
-                keys,
-                token: token.to_string(),
-                fence: fence_at(1).ok_or_else(bad)?,
-                ttl,
-            })),
-            Some("claimed") => Ok(Claim::Taken {
-                by: reply.get(1).cloned().ok_or_else(bad)?,
-                fence: fence_at(2).unwrap_or(0),
-                decision: reply.get(3).cloned().unwrap_or_default(),
-            }),
-            Some("late") => Ok(Claim::TooLate),
-            Some("superseded") => Ok(Claim::Superseded {
-                last_ms: reply
-                    .get(1)
-                    .and_then(|ms| ms.parse().ok())
-                    .ok_or_else(bad)?,
-            }),
-            Some("busy") => Ok(Claim::Busy {
-                holder: reply.get(1).cloned().ok_or_else(bad)?,
-                fence: fence_at(2).unwrap_or(0),
-            }),
-            _ => Err(bad()),
-        }
+        let text = |i: usize| reply.get(i).map(String::as_str).unwrap_or_default();
+        let number = |i: usize| text(i).parse::<i64>().ok();
+        let fence_at = |i: usize| text(i).parse::<u64>().ok();
+        let abandoned_at = |i: usize| {
+            (!text(i).is_empty()).then(|| Abandoned {
+                node: text(i).to_string(),
+                fence: fence_at(i + 1).unwrap_or(0),
+                occurrence: text(i + 2).to_string(),
+            })
+        };
+        let ttl_left = |i: usize| {
+            number(i)
+                .and_then(|ms| u64::try_from(ms).ok())
+                .map(Duration::from_millis)
+        };
+        let mut answer = ClaimReply {
+            claim: Claim::TooLate,
+            previous_ms: None,
+            lock_ttl_left: None,
+            abandoned: None,
+        };
+        answer.claim = match text(0) {
+            "won" => {
+                answer.previous_ms = number(2);
+                answer.abandoned = abandoned_at(3);
+                Claim::Won(Lease {
+                    job: job.to_string(),
+                    keys,
+                    token: token.to_string(),
+                    fence: fence_at(1).ok_or_else(bad)?,
+                    ttl,
+                })
+            }
+            "claimed" => {
+                answer.lock_ttl_left = ttl_left(4);
+                answer.abandoned = abandoned_at(5);
+                Claim::Taken {
+                    by: reply.get(1).cloned().ok_or_else(bad)?,
+                    fence: fence_at(2).unwrap_or(0),
+                    decision: text(3).to_string(),
+                }
+            }
+            "late" => Claim::TooLate,
+            "superseded" => Claim::Superseded {
+                last_ms: number(1).ok_or_else(bad)?,
+            },
+            "busy" => {
+                answer.previous_ms = number(3);
+                answer.lock_ttl_left = ttl_left(4);
+                Claim::Busy {
+                    holder: reply.get(1).cloned().ok_or_else(bad)?,
+                    fence: fence_at(2).unwrap_or(0),
+                }
+            }
+            _ => return Err(bad()),
+        };
+        Ok(answer)
     }
 
     /// Extends the lease by its TTL. `Ok(false)`: the lock is no longer ours.
@@ -270,11 +370,11 @@ impl Locker {
     }
 
     /// Releases the lease (only if still ours) and appends `entry` to the
-    /// job's history, once per lease: a retry (within
-    /// [`release_retry_window`]) whose first attempt reached Redis records
-    /// nothing. `Ok(false)`: the
-    /// lock was not ours any more; the entry is recorded anyway.
-    pub async fn release(&self, lease: &Lease, entry: &Entry) -> Result<bool, LockError> {
+    /// job's history, once per lease: a retry whose first attempt reached
+    /// Redis records nothing. The entry is recorded also when the lock was
+    /// not ours any more (`lock_was_ours: false`), and replaces an
+    /// `abandoned` entry of the same run.
+    pub async fn release(&self, lease: &Lease, entry: &Entry) -> Result<Released, LockError> {
         let mut invocation = self.release.prepare_invoke();
         invocation
             .key(&lease.keys.lock)
@@ -283,24 +383,28 @@ impl Locker {
             .arg(lease.value(&self.node))
             .arg(&lease.token)
             .arg(self.history_max)
-            .arg(ttl_ms(release_remembered(lease.ttl)));
+            .arg(ttl_ms(RECORD_REMEMBERED))
+            .arg(lease.fence);
         for (field, value) in entry.to_fields() {
             invocation.arg(field).arg(value);
         }
-        let released: i64 = invocation
+        let reply: Vec<i64> = invocation
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|source| redis_error("release", &lease.job, source))?;
-        Ok(released == 1)
+        Ok(Released {
+            lock_was_ours: reply.first() == Some(&1),
+            replaced_abandoned: reply.get(1) == Some(&1),
+        })
     }
 
     /// Records the scheduled occurrence `at_ms` (named `name`) of `job` as
     /// missed, unless it or a newer one was already decided by someone else.
     /// `token` is the one this node's claims of it used (empty if it never
     /// sent one): if such a claim reached Redis after the node gave up and
-    /// won, its lock is deleted and the decision becomes `missed`. `Ok(true)`
-    /// if recorded. Call it only once the starting deadline has passed: a
-    /// recorded miss refuses every later claim of the occurrence.
+    /// won, its lock is deleted and the decision becomes `missed`. Call it
+    /// only once the starting deadline has passed: a recorded miss refuses
+    /// every later claim of the occurrence.
     pub async fn record_missed(
         &self,
         job: &str,
@@ -308,9 +412,9 @@ impl Locker {
         name: &str,
         reason: &str,
         token: &str,
-    ) -> Result<bool, LockError> {
+    ) -> Result<Missed, LockError> {
         let keys = self.keys(job);
-        let recorded: i64 = self
+        let reply: Vec<String> = self
             .missed
             .key(&keys.state)
             .key(&keys.history)
@@ -324,7 +428,94 @@ impl Locker {
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|source| redis_error("record missed", job, source))?;
+        Ok(Missed {
+            recorded: reply.first().map(String::as_str) == Some("1"),
+            previous_ms: reply.get(1).and_then(|ms| ms.parse().ok()),
+        })
+    }
+
+    /// Records `entries` (occurrence name, reason) of `job` as missed, once
+    /// per `gap_id` (a retry records nothing twice). Only for occurrences a
+    /// [`ClaimReply::previous_ms`] or [`Missed::previous_ms`] showed nobody
+    /// decided. `Ok(false)`: already recorded.
+    pub async fn record_gap(
+        &self,
+        job: &str,
+        gap_id: &str,
+        entries: &[(String, String)],
+    ) -> Result<bool, LockError> {
+        let keys = self.keys(job);
+        let mut invocation = self.gap.prepare_invoke();
+        invocation
+            .key(&keys.state)
+            .key(&keys.history)
+            .arg(gap_id)
+            .arg(self.history_max)
+            .arg(ttl_ms(RECORD_REMEMBERED))
+            .arg(&self.node);
+        for (occurrence, reason) in entries {
+            invocation.arg(occurrence).arg(reason);
+        }
+        let recorded: i64 = invocation
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|source| redis_error("record missed", job, source))?;
         Ok(recorded == 1)
+    }
+
+    /// Whether the last run of `job` was abandoned (its lock expired without
+    /// a release); if so it is recorded now, once cluster-wide.
+    pub async fn check_abandoned(&self, job: &str) -> Result<AbandonCheck, LockError> {
+        let keys = self.keys(job);
+        let reply: Vec<String> = self
+            .abandon
+            .key(&keys.lock)
+            .key(&keys.state)
+            .key(&keys.history)
+            .arg(&self.node)
+            .arg(self.history_max)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|source| redis_error("abandon check", job, source))?;
+        let text = |i: usize| reply.get(i).cloned().unwrap_or_default();
+        Ok(match text(0).as_str() {
+            "held" => AbandonCheck::Held {
+                ttl_left: Duration::from_millis(text(1).parse::<u64>().unwrap_or(0)),
+                holder: text(2),
+            },
+            "abandoned" => AbandonCheck::Abandoned(Abandoned {
+                node: text(1),
+                fence: text(2).parse().unwrap_or(0),
+                occurrence: text(3),
+            }),
+            "idle" => AbandonCheck::Idle,
+            _ => {
+                return Err(LockError::Reply {
+                    step: "abandon check",
+                    job: job.to_string(),
+                    reply: format!("{reply:?}"),
+                });
+            }
+        })
+    }
+
+    /// Loads every script into Redis now: at start, so that a user without
+    /// the right to run them (ACL) is refused before the first occurrence.
+    pub async fn load_scripts(&self) -> Result<(), redis::RedisError> {
+        for script in [
+            &self.claim,
+            &self.extend,
+            &self.release,
+            &self.missed,
+            &self.gap,
+            &self.abandon,
+        ] {
+            script
+                .prepare_invoke()
+                .load_async(&mut self.conn.clone())
+                .await?;
+        }
+        Ok(())
     }
 
     /// The key prefix.

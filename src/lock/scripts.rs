@@ -1,65 +1,132 @@
-//! The three Lua scripts behind a lease: claim, extend, release.
+//! The Lua scripts behind a lease and the history: claim, extend, release,
+//! missed, gap and abandon.
 //!
 //! Each is one round trip and runs atomically in Redis. Keys of one job share
 //! the hash tag `{PREFIX:JOB}`, so the scripts also run on Redis Cluster.
 //! Numbers that do not fit Lua's `%.14g` number-to-string conversion (fences
 //! are microsecond timestamps) are formatted with `%.0f` before Redis sees them.
+//!
+//! The job's state hash keeps the last decided scheduled occurrence
+//! (`last_*`), the current or last holder of the lock (`holder_*`), the
+//! ids recorded lately (`recorded`: a retried release or gap record writes
+//! nothing twice) and the runs recorded `abandoned` lately (`abandoned`:
+//! `FENCE:STREAMID ...`, so the run's own outcome can replace that entry if
+//! its node was only cut off, not dead). Every script that decides a newer
+//! occurrence stores the one decided before it in `last_prev` and answers
+//! it: the occurrences between the two were decided by nobody (Redis was
+//! unreachable, or every node was down), and the caller records them
+//! `missed` with [`GAP`].
+
+/// Helpers every script starts with.
+const PRELUDE: &str = r#"
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
+end
+local function ms_str(n) return string.format('%.0f', n) end
+-- Whether `id` is among the ids recorded lately (`recorded` = `ID@MS ...`).
+local function was_recorded(state, id)
+  local recorded = redis.call('HGET', state, 'recorded') or ''
+  return string.find(' ' .. recorded, ' ' .. id .. '@', 1, true) ~= nil
+end
+-- Adds `id` to the ids recorded lately, forgetting those older than `keep` ms.
+local function remember(state, id, keep, now)
+  local recorded = redis.call('HGET', state, 'recorded') or ''
+  while recorded ~= '' do
+    local space = string.find(recorded, ' ', 1, true)
+    local first = space and string.sub(recorded, 1, space - 1) or recorded
+    local at = tonumber(string.match(first, '@(%d+)$'))
+    if at and now - at <= tonumber(keep) then break end
+    recorded = space and string.sub(recorded, space + 1) or ''
+  end
+  local mine = id .. '@' .. ms_str(now)
+  if recorded == '' then recorded = mine else recorded = recorded .. ' ' .. mine end
+  redis.call('HSET', state, 'recorded', recorded)
+end
+-- The last decided occurrence is still `running` but its lock is gone: it
+-- expired without a release, so its node stopped renewing it. Records it
+-- `abandoned` (once: the outcome is no longer `running` afterwards) and
+-- answers {node, fence, occurrence}, or nil if there is nothing to record.
+local function abandon(state, history, maxlen, recorder, now)
+  local f = redis.call('HMGET', state, 'last_outcome', 'last_outcome_occ', 'last_node', 'last_fence',
+    'last_since', 'abandoned')
+  if f[1] ~= 'running' then return nil end
+  local node, fence = f[3] or '', f[4] or '0'
+  local id = redis.call('XADD', history, 'MAXLEN', '~', maxlen, '*', 'occurrence', f[2] or '', 'node', node,
+    'fence', fence, 'outcome', 'abandoned', 'started_at', f[5] or ms_str(now), 'finished_at', ms_str(now),
+    'error', 'the lock expired without a release: node ' .. node .. ' stopped renewing it (it died, or lost redis); recorded by ' .. recorder)
+  local list, kept = fence .. ':' .. id, 1
+  for item in string.gmatch(f[6] or '', '%S+') do
+    if kept < 8 then list = list .. ' ' .. item; kept = kept + 1 end
+  end
+  redis.call('HSET', state, 'last_outcome', 'abandoned', 'abandoned', list)
+  return {node, fence, f[2] or ''}
+end
+"#;
 
 /// KEYS: lock, state, history. ARGV: mode (`scheduled`|`manual`), occurrence
 /// ms (scheduled only), token, node, ttl ms, occurrence string, history max,
-/// deadline ms (scheduled only: occurrence + starting_deadline).
+/// deadline ms (scheduled only: the last instant it may still be claimed,
+/// the earlier of occurrence + starting_deadline and the next occurrence).
 ///
-/// Replies:
-/// - `{"won", fence}`: the lock is ours; a retry with the same token gets the
-///   same fence back.
-/// - `{"claimed", node, fence, decision}`: this scheduled occurrence is the
-///   last decided one; `decision` is `claimed`, `skipped` or `missed`.
+/// Replies (`PREV` is the occurrence decided before this one, ms, or ``;
+/// `AB…` name a run this claim recorded `abandoned`, or are ``):
+/// - `{"won", fence, PREV, ABNODE, ABFENCE, ABOCC}`: the lock is ours; a
+///   retry with the same token gets the same fence back.
+/// - `{"claimed", node, fence, decision, pttl, ABNODE, ABFENCE, ABOCC}`:
+///   this scheduled occurrence is the last decided one; `decision` is
+///   `claimed`, `skipped` or `missed`; `pttl` of the lock (-2: free).
 /// - `{"superseded", last}`: a newer occurrence (epoch ms `last`) was decided
 ///   before this claim arrived; who decided this one is not known any more.
 /// - `{"late", now}`: Redis `TIME` is past the deadline. A claim can reach
 ///   Redis long after it was sent (it sat in a paused server's socket), when
 ///   its node has already given up: it must not take the lock then.
-/// - `{"busy", holder, fence}`: the lock is held (overlap). For a scheduled
-///   occurrence the skip is recorded once, in state and history.
+/// - `{"busy", holder, fence, PREV, pttl}`: the lock is held (overlap). For a
+///   scheduled occurrence the skip is recorded once, in state and history.
 pub const CLAIM: &str = r#"
 local mode, occ, token, node = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local ttl, occ_str, maxlen = ARGV[5], ARGV[6], ARGV[7]
 local value = token .. ' ' .. node
 local current = redis.call('GET', KEYS[1])
 if current == value then
-  return {'won', redis.call('HGET', KEYS[2], 'holder_fence') or '0'}
+  local again = redis.call('HMGET', KEYS[2], 'holder_fence', 'last_prev')
+  return {'won', again[1] or '0', again[2] or '', '', '', ''}
 end
-local st = redis.call('HMGET', KEYS[2], 'last_occ', 'last_node', 'last_fence', 'last_token', 'last_decision')
-if mode == 'scheduled' then
-  local last = tonumber(st[1])
-  if last and occ <= last then
-    if occ == last and st[4] == token and not current then
-      redis.call('SET', KEYS[1], value, 'PX', ttl)
-      return {'won', st[3]}
-    end
-    if occ < last then
-      return {'superseded', st[1]}
-    end
-    return {'claimed', st[2] or '', st[3] or '0', st[5] or 'claimed'}
+local st = redis.call('HMGET', KEYS[2], 'last_occ', 'last_node', 'last_fence', 'last_token', 'last_decision', 'last_prev')
+local last = tonumber(st[1])
+if mode == 'scheduled' and last and occ == last and st[4] == token and not current then
+  -- A retry of our own won claim whose lock went away meanwhile.
+  redis.call('SET', KEYS[1], value, 'PX', ttl)
+  return {'won', st[3], st[6] or '', '', '', ''}
+end
+local now, t = now_ms()
+local ab = {'', '', ''}
+if not current then
+  ab = abandon(KEYS[2], KEYS[3], maxlen, node, now) or ab
+end
+if mode == 'scheduled' and last and occ <= last then
+  if occ < last then
+    return {'superseded', st[1]}
   end
+  return {'claimed', st[2] or '', st[3] or '0', st[5] or 'claimed', redis.call('PTTL', KEYS[1]), ab[1], ab[2], ab[3]}
 end
-local t = redis.call('TIME')
-local now_ms = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-if mode == 'scheduled' and tonumber(now_ms) > tonumber(ARGV[8]) then
-  return {'late', now_ms}
+if mode == 'scheduled' and now > tonumber(ARGV[8]) then
+  return {'late', ms_str(now)}
 end
+local prev = st[1] or ''
 if current then
   local sp = string.find(current, ' ', 1, true)
   local holder = sp and string.sub(current, sp + 1) or current
   local holder_fence = redis.call('HGET', KEYS[2], 'holder_fence') or '0'
   if mode == 'scheduled' then
     redis.call('HSET', KEYS[2], 'last_occ', ARGV[2], 'last_node', node, 'last_fence', holder_fence,
-      'last_token', token, 'last_decision', 'skipped', 'last_outcome', 'skipped', 'last_outcome_occ', occ_str)
+      'last_token', token, 'last_decision', 'skipped', 'last_outcome', 'skipped', 'last_outcome_occ', occ_str,
+      'last_prev', prev)
     redis.call('XADD', KEYS[3], 'MAXLEN', '~', maxlen, '*', 'occurrence', occ_str, 'node', node,
-      'fence', holder_fence, 'outcome', 'skipped', 'started_at', now_ms, 'finished_at', now_ms,
+      'fence', holder_fence, 'outcome', 'skipped', 'started_at', ms_str(now), 'finished_at', ms_str(now),
       'error', 'lock held by ' .. holder)
   end
-  return {'busy', holder, holder_fence}
+  return {'busy', holder, holder_fence, prev, redis.call('PTTL', KEYS[1])}
 end
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local fence = (tonumber(redis.call('HGET', KEYS[2], 'fence')) or 0) + 1
@@ -67,12 +134,15 @@ if now_us > fence then fence = now_us end
 fence = string.format('%.0f', fence)
 redis.call('SET', KEYS[1], value, 'PX', ttl)
 redis.call('HSET', KEYS[2], 'fence', fence, 'holder_node', node, 'holder_fence', fence,
-  'holder_since', now_ms, 'holder_occ', occ_str)
+  'holder_since', ms_str(now), 'holder_occ', occ_str)
 if mode == 'scheduled' then
   redis.call('HSET', KEYS[2], 'last_occ', ARGV[2], 'last_node', node, 'last_fence', fence,
-    'last_token', token, 'last_decision', 'claimed', 'last_outcome', 'running', 'last_outcome_occ', occ_str)
+    'last_token', token, 'last_decision', 'claimed', 'last_outcome', 'running', 'last_outcome_occ', occ_str,
+    'last_since', ms_str(now), 'last_prev', prev)
+else
+  prev = ''
 end
-return {'won', fence}
+return {'won', fence, prev, ab[1], ab[2], ab[3]}
 "#;
 
 /// KEYS: lock. ARGV: lock value, ttl ms. Reply 1 if still ours and extended.
@@ -85,48 +155,51 @@ return 0
 "#;
 
 /// KEYS: lock, state, history. ARGV: lock value, token, history max,
-/// remember ms, then field/value pairs of the history entry (the first pair
-/// is `occurrence`). Deletes the lock only if it still holds our value;
-/// appends the history entry once per token: the tokens recorded within the
-/// last `remember` ms (longer than a node retries a release) are kept in the
-/// state as `TOKEN@MS ...`, so a retried release whose first attempt did
+/// remember ms, fence, then field/value pairs of the history entry (the
+/// first pair is `occurrence`). Deletes the lock only if it still holds our
+/// value; appends the history entry once per token: the ids recorded within
+/// the last `remember` ms (longer than a node retries a release after Redis
+/// answers again) are kept, so a retried release whose first attempt did
 /// reach Redis records nothing, even after later runs of the job released.
-/// Reply 1 if the lock was ours and is now deleted.
+/// If the run was recorded `abandoned` meanwhile (its node was cut off from
+/// Redis longer than the lock's TTL, not dead), that entry is replaced by
+/// this one. Reply `{released, replaced}`: 1 if the lock was ours and is now
+/// deleted; 1 if an `abandoned` entry was replaced.
 pub const RELEASE: &str = r#"
 local released = 0
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   released = 1
 end
-local recorded = redis.call('HGET', KEYS[2], 'recorded') or ''
-if string.find(recorded, ARGV[2] .. '@', 1, true) then
-  return released
+if was_recorded(KEYS[2], ARGV[2]) then
+  return {released, 0}
 end
 local fields = {}
 local outcome = ''
-for i = 5, #ARGV, 2 do
+for i = 6, #ARGV, 2 do
   fields[#fields + 1] = ARGV[i]
   fields[#fields + 1] = ARGV[i + 1]
   if ARGV[i] == 'outcome' then outcome = ARGV[i + 1] end
+end
+local replaced, kept = 0, {}
+for item in string.gmatch(redis.call('HGET', KEYS[2], 'abandoned') or '', '%S+') do
+  local fence, id = string.match(item, '^(%d+):(.+)$')
+  if fence == ARGV[5] then
+    redis.call('XDEL', KEYS[3], id)
+    replaced = 1
+  else
+    kept[#kept + 1] = item
+  end
+end
+if replaced == 1 then
+  redis.call('HSET', KEYS[2], 'abandoned', table.concat(kept, ' '))
 end
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', unpack(fields))
 if redis.call('HGET', KEYS[2], 'last_token') == ARGV[2] then
   redis.call('HSET', KEYS[2], 'last_outcome', outcome)
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- Oldest first: forget the entries recorded longer ago than `remember`.
-while recorded ~= '' do
-  local space = string.find(recorded, ' ', 1, true)
-  local first = space and string.sub(recorded, 1, space - 1) or recorded
-  local at = tonumber(string.match(first, '@(%d+)$'))
-  if at and now - at <= tonumber(ARGV[4]) then break end
-  recorded = space and string.sub(recorded, space + 1) or ''
-end
-local mine = ARGV[2] .. '@' .. string.format('%.0f', now)
-if recorded == '' then recorded = mine else recorded = recorded .. ' ' .. mine end
-redis.call('HSET', KEYS[2], 'recorded', recorded)
-return released
+remember(KEYS[2], ARGV[2], ARGV[4], now_ms())
+return {released, replaced}
 "#;
 
 /// KEYS: state, history, lock. ARGV: occurrence ms, occurrence string, node,
@@ -134,27 +207,70 @@ return released
 /// Records a scheduled occurrence as missed (past its starting deadline) once:
 /// if it is newer than the last decided occurrence, or if the last decision
 /// is this node's own claim of it with `token`, which then won only after the
-/// node had given up (its lock is deleted: no run holds it). Reply 1 if
-/// recorded.
+/// node had given up (its lock is deleted: no run holds it). Reply
+/// `{recorded, PREV}`: `1` if recorded, with the occurrence decided before
+/// it (ms, or ``).
 pub const MISSED: &str = r#"
-local st = redis.call('HMGET', KEYS[1], 'last_occ', 'last_token')
+local st = redis.call('HMGET', KEYS[1], 'last_occ', 'last_token', 'last_prev')
 local last, occ = tonumber(st[1]), tonumber(ARGV[1])
+local prev = st[1] or ''
 if last and occ < last then
-  return 0
+  return {'0', ''}
 end
 if last and occ == last then
   if ARGV[6] == '' or st[2] ~= ARGV[6] then
-    return 0
+    return {'0', ''}
   end
   if redis.call('GET', KEYS[3]) == ARGV[6] .. ' ' .. ARGV[3] then
     redis.call('DEL', KEYS[3])
   end
+  prev = st[3] or ''
 end
-local t = redis.call('TIME')
-local now_ms = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+local now_s = ms_str(now_ms())
 redis.call('HSET', KEYS[1], 'last_occ', ARGV[1], 'last_node', ARGV[3], 'last_fence', '0', 'last_token', '',
-  'last_decision', 'missed', 'last_outcome', 'missed', 'last_outcome_occ', ARGV[2])
+  'last_decision', 'missed', 'last_outcome', 'missed', 'last_outcome_occ', ARGV[2], 'last_prev', prev)
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'occurrence', ARGV[2], 'node', ARGV[3],
-  'fence', '0', 'outcome', 'missed', 'started_at', now_ms, 'finished_at', now_ms, 'error', ARGV[5])
+  'fence', '0', 'outcome', 'missed', 'started_at', now_s, 'finished_at', now_s, 'error', ARGV[5])
+return {'1', prev}
+"#;
+
+/// KEYS: state, history. ARGV: gap id, history max, remember ms, node, then
+/// occurrence/error pairs. Records each occurrence as `missed`, once per gap
+/// id. The caller passes only occurrences older than the last decided one
+/// and newer than the one decided before it, which no claim or miss record
+/// can decide any more, so nothing else writes them. Reply 1 if recorded.
+pub const GAP: &str = r#"
+if was_recorded(KEYS[1], ARGV[1]) then
+  return 0
+end
+local now = now_ms()
+for i = 5, #ARGV, 2 do
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'occurrence', ARGV[i], 'node', ARGV[4],
+    'fence', '0', 'outcome', 'missed', 'started_at', ms_str(now), 'finished_at', ms_str(now), 'error', ARGV[i + 1])
+end
+remember(KEYS[1], ARGV[1], ARGV[3], now)
 return 1
 "#;
+
+/// KEYS: lock, state, history. ARGV: node (the recorder), history max.
+/// Looks whether the job's last run was abandoned: `{"held", pttl, holder}`
+/// while its lock exists, `{"abandoned", node, fence, occurrence}` when this
+/// call recorded it, `{"idle"}` when there is nothing to record.
+pub const ABANDON: &str = r#"
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl ~= -2 then
+  local value = redis.call('GET', KEYS[1]) or ''
+  local sp = string.find(value, ' ', 1, true)
+  return {'held', pttl, sp and string.sub(value, sp + 1) or value}
+end
+local ab = abandon(KEYS[2], KEYS[3], ARGV[2], ARGV[1], now_ms())
+if ab then
+  return {'abandoned', ab[1], ab[2], ab[3]}
+end
+return {'idle'}
+"#;
+
+/// The full text of `body` with the helpers it uses.
+pub fn with_prelude(body: &str) -> String {
+    format!("{PRELUDE}{body}")
+}

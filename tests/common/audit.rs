@@ -352,3 +352,42 @@ fn check_overlaps(sorted: &[&Run], report: &mut Report) {
 pub fn instants(ats: impl IntoIterator<Item = DateTime<Utc>>) -> BTreeSet<DateTime<Utc>> {
     ats.into_iter().collect()
 }
+
+/// How the history covers the windows' occurrences: each must be there
+/// exactly once (SPEC §2.3: run, skipped, paused, missed or abandoned).
+#[derive(Debug, Default)]
+pub struct HistoryReport {
+    /// Occurrences due in a window with no entry at all.
+    pub absent: Vec<(String, DateTime<Utc>)>,
+    /// Occurrences with more than one entry, with their outcomes.
+    pub repeated: Vec<(String, DateTime<Utc>, Vec<String>)>,
+}
+
+impl HistoryReport {
+    /// Every due occurrence has exactly one entry.
+    pub fn is_exact(&self) -> bool {
+        self.absent.is_empty() && self.repeated.is_empty()
+    }
+}
+
+/// Checks that every occurrence due in `windows` has exactly one entry in
+/// `decisions`.
+pub fn history_exactly_once(decisions: &[Decision], windows: &[Window]) -> HistoryReport {
+    let mut report = HistoryReport::default();
+    for window in windows {
+        for at in window.occurrences() {
+            let name = at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            let outcomes: Vec<String> = decisions
+                .iter()
+                .filter(|d| d.job == window.job && d.occurrence == name)
+                .map(|d| d.outcome.clone())
+                .collect();
+            match outcomes.len() {
+                0 => report.absent.push((window.job.clone(), at)),
+                1 => {}
+                _ => report.repeated.push((window.job.clone(), at, outcomes)),
+            }
+        }
+    }
+    report
+}

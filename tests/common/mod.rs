@@ -26,6 +26,7 @@ pub struct RedisServer {
     pub port: u16,
     dir: TempDir,
     persistence: Persistence,
+    extra: Vec<String>,
 }
 
 /// What a [`RedisServer`] keeps across a [`RedisServer::restart`].
@@ -61,14 +62,26 @@ impl RedisServer {
         RedisServer::start_with(free_port(), persistence)
     }
 
+    /// Starts a server with extra `redis-server` arguments (e.g.
+    /// `--requirepass`).
+    pub fn start_with_args(args: &[&str]) -> RedisServer {
+        RedisServer::start_full(free_port(), Persistence::None, args)
+    }
+
     fn start_with(port: u16, persistence: Persistence) -> RedisServer {
+        RedisServer::start_full(port, persistence, &[])
+    }
+
+    fn start_full(port: u16, persistence: Persistence, args: &[&str]) -> RedisServer {
         let dir = tempfile::tempdir().expect("create temp dir");
-        let child = spawn_redis(port, dir.path(), persistence);
+        let extra: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+        let child = spawn_redis(port, dir.path(), persistence, &extra);
         let server = RedisServer {
             child,
             port,
             dir,
             persistence,
+            extra,
         };
         server.wait_accepting();
         server
@@ -78,7 +91,7 @@ impl RedisServer {
     /// same directory and persistence (without persistence: empty).
     pub fn restart(&mut self) {
         self.kill();
-        self.child = spawn_redis(self.port, self.dir.path(), self.persistence);
+        self.child = spawn_redis(self.port, self.dir.path(), self.persistence, &self.extra);
         self.wait_accepting();
     }
 
@@ -91,7 +104,7 @@ impl RedisServer {
 
     /// Starts a killed server again on the same port and directory.
     pub fn start_again(&mut self) {
-        self.child = spawn_redis(self.port, self.dir.path(), self.persistence);
+        self.child = spawn_redis(self.port, self.dir.path(), self.persistence, &self.extra);
         self.wait_accepting();
     }
 
@@ -150,7 +163,7 @@ impl RedisServer {
     }
 }
 
-fn spawn_redis(port: u16, dir: &Path, persistence: Persistence) -> Child {
+fn spawn_redis(port: u16, dir: &Path, persistence: Persistence, extra: &[String]) -> Child {
     let mut command = Command::new("redis-server");
     command
         .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
@@ -162,6 +175,7 @@ fn spawn_redis(port: u16, dir: &Path, persistence: Persistence) -> Child {
     command
         .arg("--dir")
         .arg(dir)
+        .args(extra)
         .stdout(Stdio::null())
         .spawn()
         .expect("`redis-server` must be on PATH to run these tests (apt-get install redis-server)")
@@ -251,16 +265,17 @@ impl Workdir {
     }
 
     /// Writes `jobs.toml`. A file needs a `[redis]` section; when `toml`
-    /// has none, one is put first whose `url` names a port nobody listens
-    /// on: the nodes get their real server from `--redis`, and a test that
-    /// forgot it fails to reach Redis instead of finding some other one.
-    /// Tests of a file without `[redis]` write it with `fs::write`.
+    /// has none, one is added at the end (line numbers stay those of
+    /// `toml`) whose `url` names a port nobody listens on: the nodes get
+    /// their real server from `--redis`, and a test that forgot it fails to
+    /// reach Redis instead of finding some other one. Tests of a file
+    /// without `[redis]` write it with `fs::write`.
     pub fn write_config(&self, toml: &str) -> PathBuf {
         let path = self.path("jobs.toml");
         let text = if toml.lines().any(|line| line.trim() == "[redis]") {
             toml.to_string()
         } else {
-            format!("[redis]\nurl = \"redis://127.0.0.1:1/\"\n\n{toml}")
+            format!("{toml}\n[redis]\nurl = \"redis://127.0.0.1:1/\"\n")
         };
         fs::write(&path, text).expect("write jobs.toml");
         path

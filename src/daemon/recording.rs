@@ -1,0 +1,419 @@
+//! What this node owes the history besides its claims: a finished run's
+//! outcome, the occurrences it gave up on, the occurrences nobody decided,
+//! and runs whose node died (SPEC §2.3: every occurrence ends up in the
+//! history exactly once).
+//!
+//! Failure model: Redis may be away for a long time, and this node may stop
+//! at any moment. A finished run's outcome is held in memory and retried
+//! until Redis takes it ([`release`]); at most [`PENDING_MAX`] records wait
+//! at once (beyond that an outcome is logged whole and dropped, and says
+//! so), and at shutdown they get [`SHUTDOWN_WAIT`]. Every script here is
+//! idempotent per run (token) or per gap, so a retry whose first attempt
+//! did reach Redis writes nothing twice. A record lost with its node (kill
+//! -9 while Redis is away) is the documented limit: the run's log line
+//! stays, and a run that was still going is found `abandoned` by another
+//! node.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::time::Instant;
+use tracing::{debug, error, info, warn};
+
+use super::Shared;
+use super::timetable::rfc3339;
+use crate::config::Job;
+use crate::history::Entry;
+use crate::lock::{AbandonCheck, Abandoned, Lease, LockError, Locker, Missed};
+
+/// First and longest pause between retries while Redis fails.
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(1);
+/// Records waiting for Redis at once, at most.
+pub const PENDING_MAX: usize = 10_000;
+/// How long records still wait for Redis once the daemon is stopping.
+pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
+/// How long a missed occurrence is kept for recording while Redis is away.
+const RECORD_MISSED_FOR: Duration = Duration::from_secs(3600);
+/// Occurrences of one gap recorded one by one; the rest get one entry.
+pub const GAP_LISTED: usize = 100;
+/// How far a gap is counted for its summary entry.
+const GAP_COUNTED: usize = 10_000;
+/// Look for an abandoned run only when the next claim of the job (which
+/// would find it) is further away than the lock's expiry plus this.
+const WATCH_IF_NEXT_BEYOND: Duration = Duration::from_secs(5);
+/// After the lock's TTL has run out, wait this long before looking.
+const WATCH_SLACK: Duration = Duration::from_millis(500);
+
+/// Counts the records waiting for Redis.
+#[derive(Default)]
+pub struct Pending(AtomicUsize);
+
+impl Pending {
+    /// How many records wait now.
+    pub fn count(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Takes a slot; `None` when [`PENDING_MAX`] records already wait.
+    fn enter(&self) -> Option<PendingSlot<'_>> {
+        let before = self.0.fetch_add(1, Ordering::Relaxed);
+        if before >= PENDING_MAX {
+            self.0.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(PendingSlot(self))
+    }
+}
+
+struct PendingSlot<'a>(&'a Pending);
+
+impl Drop for PendingSlot<'_> {
+    fn drop(&mut self) {
+        self.0.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Releases `lease` and records `entry`, retrying while Redis is away: the
+/// outcome waits in memory until Redis takes it, or the daemon stops and
+/// [`SHUTDOWN_WAIT`] has passed. Used by the daemon (`shared`) and by
+/// `trigger` (`None`: retries for [`SHUTDOWN_WAIT`] only).
+pub async fn release(locker: &Locker, shared: Option<&Shared>, lease: &Lease, entry: &Entry) {
+    let slot = shared.map(|shared| shared.pending.enter());
+    if matches!(slot, Some(None)) {
+        error!(job = %lease.job, occurrence = %entry.occurrence, node = %entry.node, fence = lease.fence,
+            outcome = %entry.outcome, pending = PENDING_MAX,
+            "outcome not recorded: too many records already wait for redis (this line is the record)");
+        return;
+    }
+    let mut give_up: Option<Instant> = match shared {
+        Some(_) => None,
+        None => Some(Instant::now() + SHUTDOWN_WAIT),
+    };
+    let mut pause = RETRY_FIRST;
+    let mut waited = false;
+    loop {
+        match locker.release(lease, entry).await {
+            Ok(released) => {
+                if let Some(shared) = shared {
+                    shared.health.answered();
+                }
+                if waited {
+                    info!(job = %lease.job, occurrence = %entry.occurrence, node = %entry.node, fence = lease.fence,
+                        outcome = %entry.outcome, "outcome recorded now that redis answers");
+                }
+                if released.replaced_abandoned {
+                    warn!(job = %lease.job, occurrence = %entry.occurrence, node = %entry.node, fence = lease.fence,
+                        outcome = %entry.outcome,
+                        "this run had been recorded abandoned while this node could not reach redis; its own outcome replaces that entry");
+                } else if !released.lock_was_ours {
+                    warn!(job = %lease.job, occurrence = %entry.occurrence, node = %entry.node, fence = lease.fence,
+                        "lock was no longer ours at release; outcome recorded");
+                }
+                return;
+            }
+            Err(err) => {
+                if let Some(shared) = shared {
+                    shared.health.failed("release", &err, err.is_refusal());
+                    if give_up.is_none() && shared.cancel.is_cancelled() {
+                        give_up = Some(Instant::now() + SHUTDOWN_WAIT);
+                    }
+                }
+                if give_up.is_some_and(|at| Instant::now() + pause >= at) {
+                    error!(job = %lease.job, occurrence = %entry.occurrence, node = %entry.node, fence = lease.fence,
+                        outcome = %entry.outcome, exit_code = entry.exit_code, duration_ms = entry.duration_ms,
+                        error = %err,
+                        "outcome not recorded: redis unreachable while stopping (this line is the record; the lock expires by itself)");
+                    return;
+                }
+                if !waited {
+                    waited = true;
+                    debug!(job = %lease.job, occurrence = %entry.occurrence, node = %entry.node, error = %err,
+                        "release failed; the outcome waits in memory until redis answers");
+                }
+            }
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(RETRY_MAX);
+    }
+}
+
+/// Records `at` of `job` as missed in the background, retrying while Redis
+/// is unreachable (up to an hour, or until shutdown), then any older
+/// occurrences nobody decided. `token` is the one this node's claims of
+/// `at` used, empty if it sent none.
+pub fn spawn_record_missed(
+    shared: &Arc<Shared>,
+    job: &Arc<Job>,
+    at: DateTime<Utc>,
+    reason: &'static str,
+    token: &str,
+) {
+    crate::metrics::missed(&job.name);
+    let shared = Arc::clone(shared);
+    let job = Arc::clone(job);
+    let token = token.to_string();
+    shared.tracker.clone().spawn(async move {
+        let name = rfc3339(at);
+        let give_up = Instant::now() + RECORD_MISSED_FOR;
+        let mut pause = RETRY_FIRST;
+        loop {
+            match shared
+                .locker
+                .record_missed(&job.name, at.timestamp_millis(), &name, reason, &token)
+                .await
+            {
+                Ok(Missed {
+                    recorded,
+                    previous_ms,
+                }) => {
+                    shared.health.answered();
+                    debug!(job = %job.name, occurrence = %name, recorded, "missed occurrence recorded");
+                    if recorded {
+                        record_gap_before(&shared, &job, previous_ms, at).await;
+                    }
+                    return;
+                }
+                Err(err) => {
+                    shared.health.failed("record missed", &err, err.is_refusal());
+                    if Instant::now() + pause >= give_up {
+                        return;
+                    }
+                }
+            }
+            tokio::select! {
+                _ = shared.cancel.cancelled() => return,
+                _ = tokio::time::sleep(pause) => {}
+            }
+            pause = (pause * 2).min(RETRY_MAX);
+        }
+    });
+}
+
+/// The occurrences of `job` after `previous_ms` and before `at`, as history
+/// entries (name, reason): the first [`GAP_LISTED`] one by one, the rest in
+/// one entry. Empty when there is no gap (one schedule step, the usual case).
+pub fn gap_entries(job: &Job, previous_ms: i64, at: DateTime<Utc>) -> Vec<(String, String)> {
+    let Some(previous) = DateTime::from_timestamp_millis(previous_ms) else {
+        return Vec::new();
+    };
+    let reason = "no node claimed it: redis was unreachable or every node was down";
+    let mut entries = Vec::new();
+    let mut cursor = job.schedule.next_after(previous);
+    let mut counted = 0usize;
+    let mut first_unlisted = None;
+    let mut last_unlisted = None;
+    while let Some(occurrence) = cursor.filter(|occurrence| *occurrence < at) {
+        if entries.len() < GAP_LISTED {
+            entries.push((rfc3339(occurrence), reason.to_string()));
+        } else {
+            first_unlisted.get_or_insert(occurrence);
+            last_unlisted = Some(occurrence);
+            counted += 1;
+            if counted >= GAP_COUNTED {
+                break;
+            }
+        }
+        cursor = job.schedule.next_after(occurrence);
+    }
+    if let (Some(first), Some(last)) = (first_unlisted, last_unlisted) {
+        let more = if counted >= GAP_COUNTED {
+            format!("at least {counted}")
+        } else {
+            counted.to_string()
+        };
+        entries.push((
+            rfc3339(first),
+            format!(
+                "{more} occurrences from {} to {} were missed too ({reason}); \
+                 not listed one by one: at most {GAP_LISTED} per gap",
+                rfc3339(first),
+                rfc3339(last)
+            ),
+        ));
+    }
+    entries
+}
+
+/// Records the occurrences of `job` nobody decided between `previous_ms`
+/// (decided before `at`) and `at`, retrying while Redis is away.
+pub async fn record_gap_before(
+    shared: &Shared,
+    job: &Job,
+    previous_ms: Option<i64>,
+    at: DateTime<Utc>,
+) {
+    let Some(previous_ms) = previous_ms else {
+        return;
+    };
+    let entries = gap_entries(job, previous_ms, at);
+    if entries.is_empty() {
+        return;
+    }
+    let gap_id = format!("gap:{previous_ms}-{}", at.timestamp_millis());
+    let give_up = Instant::now() + RECORD_MISSED_FOR;
+    let mut pause = RETRY_FIRST;
+    loop {
+        match shared.locker.record_gap(&job.name, &gap_id, &entries).await {
+            Ok(recorded) => {
+                shared.health.answered();
+                if recorded {
+                    crate::metrics::missed_by(&job.name, entries.len() as u64);
+                    warn!(job = %job.name, node = %shared.locker.node(), count = entries.len(),
+                        from = %entries[0].0, until = %rfc3339(at),
+                        "occurrences nobody claimed (redis away or every node down) recorded as missed");
+                }
+                return;
+            }
+            Err(err) => {
+                shared
+                    .health
+                    .failed("record missed", &err, err.is_refusal());
+                if Instant::now() + pause >= give_up || shared.cancel.is_cancelled() {
+                    return;
+                }
+            }
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(RETRY_MAX);
+    }
+}
+
+/// The jobs this node watches for an abandoned run, with the fence watched.
+#[derive(Default)]
+pub struct Watches(Mutex<HashMap<String, u64>>);
+
+impl Watches {
+    /// Starts watching `fence` of `job`; `false` if it is watched already.
+    fn start(&self, job: &str, fence: u64) -> bool {
+        let mut watches = match self.0.lock() {
+            Ok(watches) => watches,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        watches.insert(job.to_string(), fence) != Some(fence)
+    }
+
+    fn stop(&self, job: &str, fence: u64) {
+        let mut watches = match self.0.lock() {
+            Ok(watches) => watches,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if watches.get(job) == Some(&fence) {
+            watches.remove(job);
+        }
+    }
+}
+
+/// Another node holds `job`'s lock (`fence`, `ttl_left` to run): if the
+/// job's next claim is too far away to notice an abandoned run in time,
+/// look at the lock once its TTL has run out, and again while it is held,
+/// so that a run whose node died is recorded `abandoned` within `lock_ttl`
+/// plus a few seconds (SPEC §2.3). One watch per job and fence per node.
+pub fn watch_lock(shared: &Arc<Shared>, job: &Arc<Job>, fence: u64, ttl_left: Option<Duration>) {
+    let Some(ttl_left) = ttl_left else {
+        return;
+    };
+    let now = Utc::now();
+    let next_claim = job
+        .schedule
+        .next_after(now)
+        .and_then(|next| (next - now).to_std().ok())
+        .unwrap_or(Duration::MAX);
+    if next_claim <= ttl_left + WATCH_IF_NEXT_BEYOND || !shared.watches.start(&job.name, fence) {
+        return;
+    }
+    let shared = Arc::clone(shared);
+    let job = Arc::clone(job);
+    shared.tracker.clone().spawn(async move {
+        let mut wait = ttl_left + WATCH_SLACK;
+        loop {
+            tokio::select! {
+                _ = shared.cancel.cancelled() => break,
+                _ = tokio::time::sleep(wait) => {}
+            }
+            match shared.locker.check_abandoned(&job.name).await {
+                // This node's own run: its watchdog knows better.
+                Ok(AbandonCheck::Held { holder, .. }) if holder == shared.locker.node() => {
+                    shared.health.answered();
+                    break;
+                }
+                Ok(AbandonCheck::Held { ttl_left, .. }) => {
+                    shared.health.answered();
+                    wait = ttl_left + WATCH_SLACK;
+                }
+                Ok(AbandonCheck::Abandoned(abandoned)) => {
+                    shared.health.answered();
+                    log_abandoned(&shared, &job.name, &abandoned);
+                    break;
+                }
+                Ok(AbandonCheck::Idle) => {
+                    shared.health.answered();
+                    break;
+                }
+                Err(err) => {
+                    shared
+                        .health
+                        .failed("abandon check", &err, err.is_refusal());
+                    wait = job.lock_ttl.max(Duration::from_secs(1));
+                }
+            }
+        }
+        shared.watches.stop(&job.name, fence);
+    });
+}
+
+/// At start: every job whose last run's lock expired unreleased while no
+/// node looked (the whole fleet was down) is recorded `abandoned` now.
+pub fn spawn_startup_check(shared: &Arc<Shared>, jobs: &[Arc<Job>]) {
+    let shared = Arc::clone(shared);
+    let jobs: Vec<Arc<Job>> = jobs.to_vec();
+    shared.tracker.clone().spawn(async move {
+        for job in &jobs {
+            if shared.cancel.is_cancelled() {
+                return;
+            }
+            match shared.locker.check_abandoned(&job.name).await {
+                Ok(AbandonCheck::Abandoned(abandoned)) => {
+                    shared.health.answered();
+                    log_abandoned(&shared, &job.name, &abandoned);
+                }
+                Ok(AbandonCheck::Held { ttl_left, holder }) => {
+                    shared.health.answered();
+                    // Held by a run this node knows nothing of: fence 0.
+                    if holder != shared.locker.node() {
+                        watch_lock(&shared, job, 0, Some(ttl_left));
+                    }
+                }
+                Ok(AbandonCheck::Idle) => shared.health.answered(),
+                // Redis is away: the claims will find such runs later.
+                Err(err) => {
+                    shared
+                        .health
+                        .failed("abandon check", &err, err.is_refusal());
+                    return;
+                }
+            }
+        }
+    });
+}
+
+/// The decision line for a run found abandoned.
+pub fn log_abandoned(shared: &Shared, job: &str, abandoned: &Abandoned) {
+    crate::metrics::abandoned(job);
+    warn!(job = %job, occurrence = %abandoned.occurrence, node = %shared.locker.node(),
+        runner = %abandoned.node, fence = abandoned.fence, outcome = "abandoned",
+        "run abandoned: its lock expired without a release (the runner died or lost redis); recorded");
+}
+
+impl LockError {
+    /// Whether Redis refused us (credentials, ACL) rather than being away.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            LockError::Redis { cause, .. } => super::health::is_refusal(cause),
+            LockError::Reply { .. } => false,
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! Where log lines go, and why writing one never stops a run (SPEC §2.10).
+//!
+//! Every event is formatted on the thread that logs it and handed to one
+//! writer thread through a bounded queue; the writer thread does the only
+//! blocking `write` to stderr. So a closed pipe (`solocron run | head`), a
+//! full disk or a reader that stopped reading costs log lines, never a run:
+//! the logging thread only ever does a non-blocking `try_send`. A line that
+//! finds the queue full, or that the writer cannot write, is dropped and
+//! counted (`solocron_log_lines_lost_total`, [`lines_lost`]). Nothing here
+//! prints with `println!`/`eprintln!`, which panic on a closed stream.
+//!
+//! Why not `tracing-appender`'s non-blocking writer: its guard prints with
+//! `println!` when the queue is still full at exit (a stuck stderr), which
+//! panics when stdout is closed too, and its writer thread counts no write
+//! errors; the queue and thread here are fifty lines.
+//!
+//! Text lines name a run's numbers the way people read them (`exit=0
+//! duration=41.2s`); JSON lines carry the same fields as numbers
+//! (`exit_code`, `duration_ms`), matching the history (SPEC §6).
+
+use std::fmt;
+use std::io::{IsTerminal as _, Write as _};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::time::Duration;
+
+use tracing::field::{Field, Visit};
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::field::RecordFields;
+use tracing_subscriber::fmt::format::{FormatFields, Writer};
+
+/// Lines waiting for the writer before new ones are dropped: a few seconds
+/// of a busy node's output, at most a few MB.
+const QUEUE_LINES: usize = 8192;
+/// How long [`Logging::finish`] waits for queued lines to be written.
+const FINISH_WAIT: Duration = Duration::from_secs(1);
+
+/// Lines dropped (queue full) or not written (stderr failed) so far.
+static LOST: AtomicU64 = AtomicU64::new(0);
+
+/// Log lines lost since start: dropped because the writer fell behind, or
+/// not written because stderr failed (closed pipe, full disk).
+pub fn lines_lost() -> u64 {
+    LOST.load(Ordering::Relaxed)
+}
+
+fn lose_line() {
+    let total = LOST.fetch_add(1, Ordering::Relaxed) + 1;
+    crate::metrics::log_lines_lost(total);
+}
+
+/// The log format: `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+enum Message {
+    Line(Vec<u8>),
+    /// Answered once every line queued before it was handled.
+    Flush(SyncSender<()>),
+}
+
+/// The logging set-up of the process; [`Logging::finish`] before exit.
+pub struct Logging {
+    queue: SyncSender<Message>,
+    format: LogFormat,
+}
+
+/// Starts logging to stderr in `format`, filtered by `SOLOCRON_LOG` (else
+/// `default_filter`). Call once, first thing in `main`.
+pub fn init(format: LogFormat, default_filter: &str) -> Logging {
+    let (queue, lines) = sync_channel(QUEUE_LINES);
+    // Without its thread the queue fills and every line is counted lost:
+    // logging degrades, the daemon goes on.
+    let _ = std::thread::Builder::new()
+        .name("solocron-log".to_string())
+        .spawn(move || write_lines(&lines));
+    let filter =
+        EnvFilter::try_from_env("SOLOCRON_LOG").unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let writer = QueueWriter(queue.clone());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_ansi(std::io::stderr().is_terminal())
+        .log_internal_errors(false)
+        .with_writer(move || writer.clone());
+    // Err: a subscriber is already set (a test set one); keep it.
+    let _ = match format {
+        LogFormat::Text => builder.fmt_fields(TextFields).try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .try_init(),
+    };
+    Logging { queue, format }
+}
+
+impl Logging {
+    /// The format chosen at start.
+    pub fn format(&self) -> LogFormat {
+        self.format
+    }
+
+    /// A fatal error, for the person at the terminal or the journal: in
+    /// text, `error: …` as written (a config error's snippet keeps its
+    /// lines); in JSON, one `ERROR` object with the text in `error`.
+    pub fn fatal(&self, err: &anyhow::Error) {
+        let text = format!("{err:#}");
+        match self.format {
+            LogFormat::Json => tracing::error!(error = %text, "fatal error, solocron stops"),
+            LogFormat::Text => {
+                let _ = self
+                    .queue
+                    .try_send(Message::Line(format!("error: {text}\n").into_bytes()));
+            }
+        }
+    }
+
+    /// Waits (at most a second) until the lines logged so far are written
+    /// or given up on.
+    pub fn finish(&self) {
+        let (done, wait) = sync_channel(1);
+        if self.queue.try_send(Message::Flush(done)).is_ok() {
+            let _ = wait.recv_timeout(FINISH_WAIT);
+        }
+    }
+}
+
+/// Writes `text` to stderr for a person (`trigger`'s report, notes of the
+/// read-only commands); a closed or full stderr loses it, nothing else.
+pub fn to_stderr(text: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(text.as_bytes()).and_then(|()| err.flush());
+}
+
+fn write_lines(lines: &Receiver<Message>) {
+    let mut stderr = std::io::stderr();
+    while let Ok(message) = lines.recv() {
+        match message {
+            Message::Line(line) => {
+                if stderr.write_all(&line).is_err() {
+                    lose_line();
+                }
+            }
+            Message::Flush(done) => {
+                let _ = done.try_send(());
+            }
+        }
+    }
+}
+
+/// The per-event writer: one `write` per formatted event, never blocking.
+#[derive(Clone)]
+struct QueueWriter(SyncSender<Message>);
+
+impl std::io::Write for QueueWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self.0.try_send(Message::Line(buf.to_vec())) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => lose_line(),
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Text fields as the default formatter writes them (`key=value`, the
+/// message first), except `exit_code=N` reads `exit=N` and `duration_ms=N`
+/// reads `duration=41.2s`.
+struct TextFields;
+
+impl<'writer> FormatFields<'writer> for TextFields {
+    fn format_fields<R: RecordFields>(&self, writer: Writer<'writer>, fields: R) -> fmt::Result {
+        let mut visitor = TextVisitor {
+            writer,
+            first: true,
+            result: Ok(()),
+        };
+        fields.record(&mut visitor);
+        visitor.result
+    }
+}
+
+struct TextVisitor<'writer> {
+    writer: Writer<'writer>,
+    first: bool,
+    result: fmt::Result,
+}
+
+impl TextVisitor<'_> {
+    fn field(&mut self, name: &str, value: &dyn fmt::Display) {
+        if self.result.is_err() {
+            return;
+        }
+        let pad = if std::mem::take(&mut self.first) {
+            ""
+        } else {
+            " "
+        };
+        self.result = if name == "message" {
+            write!(self.writer, "{pad}{value}")
+        } else {
+            write!(self.writer, "{pad}{name}={value}")
+        };
+    }
+
+    fn number(&mut self, field: &Field, value: i128) {
+        match field.name() {
+            "duration_ms" => self.field("duration", &seconds(value)),
+            "exit_code" => self.field("exit", &value),
+            name => self.field(name, &value),
+        }
+    }
+}
+
+/// `41.2s` for 41,200 ms, `850ms` below a second.
+fn seconds(ms: i128) -> String {
+    if ms.abs() < 1000 {
+        format!("{ms}ms")
+    } else {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    }
+}
+
+impl Visit for TextVisitor<'_> {
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.number(field, value.into());
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.number(field, value.into());
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            self.field("message", &value);
+        } else {
+            self.field(field.name(), &format_args!("{value:?}"));
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.field(field.name(), &format_args!("{value:?}"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_like_people_write_them() {
+        assert_eq!(seconds(41_200), "41.2s");
+        assert_eq!(seconds(850), "850ms");
+        assert_eq!(seconds(0), "0ms");
+    }
+
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if let Ok(mut lines) = self.0.lock() {
+                lines.extend_from_slice(buf);
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn text_fields_rename_exit_code_and_duration_ms() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .without_time()
+            .with_level(false)
+            .with_target(false)
+            .fmt_fields(TextFields)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(job = %"report", stream = "stdout", exit_code = 0, duration_ms = 41_200_u64,
+                "run finished");
+        });
+        let text = String::from_utf8(captured.0.lock().expect("lines").clone()).expect("utf-8");
+        assert_eq!(
+            text.trim(),
+            "run finished job=report stream=\"stdout\" exit=0 duration=41.2s"
+        );
+    }
+
+    #[test]
+    fn a_closed_stderr_costs_counted_lines_not_a_panic() {
+        // The queue of a logging set-up whose writer thread is gone: every
+        // line is lost and counted, and writing returns at once.
+        let (queue, lines) = sync_channel(1);
+        drop(lines);
+        let mut writer = QueueWriter(queue);
+        let before = lines_lost();
+        for _ in 0..3 {
+            writer.write_all(b"a line\n").expect("never an error");
+        }
+        assert!(lines_lost() >= before + 3);
+    }
+}
