@@ -27,8 +27,8 @@ pub struct Config {
     /// jobs get them in their environment. Values may be secrets.
     pub env: BTreeMap<String, String>,
     /// What `check` prints as `warning:` and `run` logs at start and on
-    /// reload; never a reason to refuse the file.
-    pub warnings: Vec<String>,
+    /// reload; never a reason to refuse the file. In file order.
+    pub warnings: Vec<super::Warning>,
 }
 
 /// `[redis]`.

@@ -1,7 +1,7 @@
 //! Unit tests for the config loader: every SPEC §4 rule, with inline TOML,
 //! and the exact text of the errors people will read.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::*;
@@ -18,8 +18,26 @@ pub(super) fn env(name: &str) -> Option<String> {
     }
 }
 
+/// `text` with what every file needs and the test is not about, appended
+/// so that its lines stay where they are: a `[redis]` naming a server (when
+/// `text` has no `[redis]`) and a job (when it has none).
+pub(super) fn complete(text: &str) -> String {
+    let mut out = text.to_string();
+    let has_redis = text.lines().any(|line| {
+        let line = line.trim_start();
+        line.starts_with("[redis]") || line.starts_with("redis ")
+    });
+    if !has_redis {
+        out.push_str("\n[redis]\nurl = \"redis://127.0.0.1:6379\"\n");
+    }
+    if !text.contains("[jobs.") {
+        out.push_str("\n[jobs.added-by-test]\nschedule = \"@daily\"\ncommand = \"true\"\n");
+    }
+    out
+}
+
 pub(super) fn config(text: &str) -> Config {
-    parse(text, Path::new(PATH), &env).unwrap_or_else(|err| panic!("{err}"))
+    parse(&complete(text), Path::new(PATH), &env).unwrap_or_else(|err| panic!("{err}"))
 }
 
 pub(super) fn job(text: &str) -> Arc<Job> {
@@ -30,7 +48,7 @@ pub(super) fn job(text: &str) -> Arc<Job> {
 
 /// The first line of the error (the snippet follows on the next lines).
 pub(super) fn error(text: &str) -> String {
-    let err = parse(text, Path::new(PATH), &env).expect_err("config must be refused");
+    let err = parse(&complete(text), Path::new(PATH), &env).expect_err("config must be refused");
     let full = err.to_string();
     assert!(!full.contains(SECRET), "secret leaked: {full}");
     full.lines().next().unwrap_or_default().to_string()
@@ -64,8 +82,6 @@ fn jobs_keep_file_order_and_zero_jobs_is_fine() {
                 [jobs.mid]\nschedule = \"@daily\"\ncommand = \"m\"\n";
     let names: Vec<_> = config(text).jobs.iter().map(|j| j.name.clone()).collect();
     assert_eq!(names, ["zeta", "alpha", "mid"]);
-    assert!(config("").jobs.is_empty());
-    assert!(config("[jobs]\n").jobs.is_empty());
 }
 
 #[test]
@@ -100,7 +116,7 @@ env = { B = "from-job", C = "job-only" }
 #[test]
 fn the_whole_message_has_position_key_and_snippet() {
     let text = "[jobs.nightly-report]\nschedule = \"0 2 * * *\"\ncommand = \"true\"\ntimezone = \"Asia/Tashkentt\"\n";
-    let err = parse(text, Path::new(PATH), &env).expect_err("bad zone");
+    let err = parse(&complete(text), Path::new(PATH), &env).expect_err("bad zone");
     assert_eq!(
         err.to_string(),
         "/etc/solocron/jobs.toml:4:12: [jobs.nightly-report] `timezone`: unknown time zone \
@@ -125,7 +141,44 @@ fn toml_syntax_errors_get_the_same_prefix() {
     let err = error("[jobs.a]\nschedule = \"@daily\ncommand = \"x\"\n");
     assert!(err.starts_with("/etc/solocron/jobs.toml:2:"), "{err}");
     let err = error("[jobs.a]\nschedule = \"@daily\"\nschedule = \"@hourly\"\n");
-    assert_eq!(err, "/etc/solocron/jobs.toml:3:1: duplicate key");
+    assert_eq!(
+        err,
+        "/etc/solocron/jobs.toml:3:1: duplicate key: `schedule` is defined twice, first defined at line 2; keep one"
+    );
+}
+
+/// toml names only the second `[jobs.x]`; the message points at the first
+/// one too, with both lines shown (issue #9).
+#[test]
+fn a_duplicated_job_names_both_definitions() {
+    let text = "[redis]\nurl = \"redis://db\"\n\n[jobs.x]\nschedule = \"@daily\"\ncommand = \"true\"\n\n\
+                [jobs.y]\nschedule = \"@daily\"\ncommand = \"true\"\n\n[jobs.x]\ntimeout = \"5m\"\n";
+    let err = parse(text, Path::new(PATH), &env).expect_err("duplicate job");
+    assert_eq!(
+        err.to_string(),
+        "/etc/solocron/jobs.toml:12:7: duplicate key: job `x` is defined twice, first defined at line 4; \
+         merge the two tables or rename one\n   |\n12 | [jobs.x]\n   |       ^\n  |\n4 | [jobs.x]\n  \
+         | ^^^^^^^^ first defined here"
+    );
+    // Another table, and a key inside a job.
+    let other = error("[daemon]\nhistory_max = 5\n[ daemon ]\n");
+    assert!(
+        other.contains("table `[daemon]` is defined twice, first defined at line 1"),
+        "{other}"
+    );
+    let key = error("[jobs.x]\nschedule = \"@daily\"\ncommand = \"a\"\n\n  command = \"b\"\n");
+    assert!(
+        key.ends_with("`command` is defined twice, first defined at line 3; keep one"),
+        "{key}"
+    );
+    // A key of another table with the same name is not "the first".
+    let inline = error(
+        "[jobs.x]\nschedule = \"@daily\"\n[jobs.y]\nschedule = \"@daily\"\nschedule = \"@daily\"\n",
+    );
+    assert!(
+        inline.ends_with("first defined at line 4; keep one"),
+        "{inline}"
+    );
 }
 
 #[test]
@@ -380,4 +433,370 @@ fn load_reads_files_and_names_unreadable_ones() {
         "cannot read `/nonexistent/jobs.toml`: No such file or directory (os error 2)"
     );
     assert_eq!(default_path(), Path::new("/etc/solocron/jobs.toml"));
+}
+
+/// SPEC §2.7: an empty or truncated file must not quietly stop a node.
+#[test]
+fn an_empty_or_truncated_file_is_refused() {
+    let first = |text: &str| {
+        let err = parse(text, Path::new(PATH), &env).expect_err("refused");
+        assert_eq!(err.errors().len(), 1, "{err}");
+        err.to_string()
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    };
+    for empty in ["", "\n\n", "# only a comment\n"] {
+        assert_eq!(
+            first(empty),
+            "/etc/solocron/jobs.toml:1:1: the file is empty: it may be truncated; restore it, \
+             or write `[redis]` with `url = \"redis://10.0.0.5:6379\"` and at least one `[jobs.NAME]` table"
+        );
+    }
+    assert!(
+        first("[daemon]\nhistory_max = 10\n")
+            .ends_with(":1:1: the file has no `[redis]` section and no job: it may be truncated; restore it, \
+                        or write `[redis]` with `url = \"redis://10.0.0.5:6379\"` and at least one `[jobs.NAME]` table")
+    );
+    assert_eq!(
+        first("[redis]\nurl = \"redis://db\"\n\n"),
+        "/etc/solocron/jobs.toml:2:19: no job: the file defines no `[jobs.NAME]` table, so this node \
+         would run nothing; add a job, or restore the file if it was truncated"
+    );
+    assert!(
+        first("[redis]\nurl = \"redis://db\"\n[jobs]\n")
+            .starts_with("/etc/solocron/jobs.toml:3:1: no job:")
+    );
+    assert_eq!(
+        first("[jobs.a]\nschedule = \"@daily\"\ncommand = \"true\"\n"),
+        "/etc/solocron/jobs.toml:1:1: no `[redis]` section: add `[redis]` with \
+         `url = \"redis://10.0.0.5:6379\"` naming this fleet's Redis (the file may be truncated)"
+    );
+    assert!(
+        first("[redis]\nkey_prefix = \"x\"\n[jobs.a]\nschedule = \"@daily\"\ncommand = \"true\"\n")
+            .ends_with(
+                ":1:1: [redis]: no Redis server: set `url`, like `url = \"redis://10.0.0.5:6379\"` \
+                        (if the file used to have it, it may have been truncated)"
+            )
+    );
+    // `[redis]` that is not a table, `jobs` that is not one: one error each.
+    assert!(
+        first("redis = 1\n[jobs.a]\nschedule = \"@daily\"\ncommand = \"true\"\n")
+            .contains("expected a [redis] table")
+    );
+    assert!(first("jobs = 1\n[redis]\nurl = \"redis://db\"\n").contains("expected a [jobs] table"));
+}
+
+/// SPEC §2.7: every error of a file, each with its line, in file order.
+#[test]
+fn every_error_of_the_file_is_reported() {
+    let text = "\
+[redis]
+url = \"redis://db\"
+
+[jobs.one]
+schedule = \"0 25 * * *\"
+command = \"true\"
+
+[jobs.two]
+schedule = \"@daily\"
+command = \"true\"
+timeout = \"soon\"
+lock_ttl = \"1ms\"
+
+[jobs.fine]
+schedule = \"@daily\"
+command = \"true\"
+
+[jobs.three]
+schedule = \"@daily\"
+command = \"true\"
+timezone = \"Mars/Olympus\"
+";
+    let err = parse(text, Path::new(PATH), &env).expect_err("four errors");
+    let heads: Vec<String> = err
+        .errors()
+        .iter()
+        .map(|err| {
+            err.to_string()
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        heads,
+        [
+            "/etc/solocron/jobs.toml:5:12: [jobs.one] `schedule`: invalid cron expression `0 25 * * *`: \
+             hour `25` is out of range 0–23",
+            "/etc/solocron/jobs.toml:11:11: [jobs.two] `timeout`: invalid duration `soon`; \
+             write it like `500ms`, `30s`, `5m` or `1h30m`",
+            "/etc/solocron/jobs.toml:12:12: [jobs.two] `lock_ttl`: must be at least 1s, found `1ms`",
+            "/etc/solocron/jobs.toml:21:12: [jobs.three] `timezone`: unknown time zone `Mars/Olympus`; \
+             use an IANA name such as `Europe/Berlin`",
+        ]
+    );
+    let shown = err.to_string();
+    assert!(shown.starts_with(&heads[0]), "{shown}");
+    assert!(shown.contains("\n12 | lock_ttl = \"1ms\"\n"), "{shown}");
+    assert!(
+        shown.ends_with("\n\n4 errors in /etc/solocron/jobs.toml"),
+        "{shown}"
+    );
+    assert_eq!(err.position(), Some((5, 12)));
+    // Within one table every key is checked, unknown ones too; the checks
+    // of the job as a whole wait until its keys are fine.
+    let err = error("[jobs.x]\nschedul = \"@daily\"\ncommand = \"\"\ntimeout = 5\n");
+    assert!(
+        err.ends_with("unknown key `schedul` in [jobs.x], did you mean `schedule`?"),
+        "{err}"
+    );
+    let all = parse(
+        &complete("[jobs.x]\nschedul = \"@daily\"\ncommand = \"\"\ntimeout = 5\n"),
+        Path::new(PATH),
+        &env,
+    )
+    .expect_err("three errors");
+    assert_eq!(all.errors().len(), 3, "{all}");
+    assert!(!all.to_string().contains("is required"), "{all}");
+    // A syntax error stops there.
+    let syntax = parse("[jobs.x\nschedule = 5\n", Path::new(PATH), &env).expect_err("syntax");
+    assert!(matches!(syntax, ConfigError::Syntax { .. }), "{syntax}");
+}
+
+#[test]
+fn run_time_variables_say_what_to_write() {
+    let with = |line: &str| format!("[jobs.x]\nschedule = \"@daily\"\n{line}\n");
+    assert_eq!(
+        error(&with("command = \"report --at ${SOLOCRON_OCCURRENCE}\"")),
+        "/etc/solocron/jobs.toml:3:11: [jobs.x] `command`: `${SOLOCRON_OCCURRENCE}` is set for each run, \
+         not when the file loads (`${...}` is filled in at load time): write `$${SOLOCRON_OCCURRENCE}` \
+         so that the shell expands it when the job runs"
+    );
+    let header = "http = { url = \"http://h/\", headers = { X-Job = \"${SOLOCRON_JOB}\" } }";
+    assert!(
+        error(&with(header))
+            .ends_with("every request already carries it in the `Solocron-Job` header")
+    );
+    let written = job(&with("command = \"report --at $${SOLOCRON_OCCURRENCE}\""));
+    assert!(
+        matches!(&written.action, Action::Command(c) if c == "report --at ${SOLOCRON_OCCURRENCE}")
+    );
+}
+
+#[test]
+fn output_log_max_takes_sizes() {
+    let with = |value: &str| {
+        format!("[jobs.x]\nschedule = \"@daily\"\ncommand = \"x\"\noutput_log_max = {value}\n")
+    };
+    assert_eq!(
+        job(&with("\"1s\"").replace("output_log_max = \"1s\"\n", "")).output_log_max,
+        DEFAULT_OUTPUT_LOG_MAX
+    );
+    for (written, bytes) in [
+        ("64KiB", 65_536),
+        ("1MiB", 1_048_576),
+        ("500B", 500),
+        ("65536", 65_536),
+        ("0", 0),
+        ("64 KiB", 65_536),
+        ("2kb", 2_000),
+    ] {
+        assert_eq!(
+            job(&with(&format!("\"{written}\""))).output_log_max,
+            bytes,
+            "{written}"
+        );
+    }
+    for bad in ["lots", "-1", "", "1e3", "KiB", "1.2.3MiB", "64KiBB"] {
+        assert_eq!(
+            error(&with(&format!("\"{bad}\""))),
+            format!(
+                "/etc/solocron/jobs.toml:4:18: [jobs.x] `output_log_max`: invalid size `{bad}`; write it like \
+                 `64KiB`, `1MiB`, `500B` or `0` (KiB and MiB count in 1024s, KB and MB in 1000s)"
+            ),
+            "{bad}"
+        );
+    }
+    assert!(error(&with("65536")).ends_with("expected a size string like `64KiB`, found integer"));
+    let text = "[defaults]\noutput_log_max = \"1KiB\"\n[jobs.a]\nschedule = \"@daily\"\ncommand = \"x\"\n\
+                [jobs.b]\nschedule = \"@daily\"\ncommand = \"x\"\noutput_log_max = \"0\"\n";
+    let sizes: Vec<u64> = config(text)
+        .jobs
+        .iter()
+        .map(|job| job.output_log_max)
+        .collect();
+    assert_eq!(sizes, [1024, 0]);
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write");
+    path
+}
+
+#[test]
+fn env_file_fills_variables_before_the_process_environment() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write(
+        dir.path(),
+        "secrets.env",
+        "# rotated\nWARM_TOKEN=rotated-in-file\nONLY_FILE='a b'\n",
+    );
+    let text = complete(
+        "[daemon]\nenv_file = \"secrets.env\"\n[jobs.x]\nschedule = \"@daily\"\n\
+         command = \"use ${WARM_TOKEN} ${ONLY_FILE} ${HOST}\"\n",
+    );
+    // `env` has a stale WARM_TOKEN (the value the daemon started with).
+    let config =
+        parse(&text, &dir.path().join("jobs.toml"), &env).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        matches!(&config.jobs[0].action, Action::Command(c) if c == "use rotated-in-file a b hooks.internal")
+    );
+    assert_eq!(config.daemon.env_file, Some(dir.path().join("secrets.env")));
+    let pairs: Vec<String> = config.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    assert_eq!(pairs, ["ONLY_FILE=a b", "WARM_TOKEN=rotated-in-file"]);
+    // An absolute path is taken as written, and the file is read again at
+    // every load.
+    let absolute = dir.path().join("secrets.env");
+    let text = text.replace(
+        "\"secrets.env\"",
+        &format!("{:?}", absolute.display().to_string()),
+    );
+    write(
+        dir.path(),
+        "secrets.env",
+        "WARM_TOKEN=rotated-again\nONLY_FILE=x\n",
+    );
+    let config = parse(&text, Path::new(PATH), &env).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        matches!(&config.jobs[0].action, Action::Command(c) if c == "use rotated-again x hooks.internal")
+    );
+    assert_eq!(config.daemon.env_file, Some(absolute));
+}
+
+#[test]
+fn env_file_errors_name_the_file_and_line_never_a_value() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let jobs = dir.path().join("jobs.toml");
+    let text = complete("[daemon]\nhistory_max = 5\nenv_file = \"app.env\"\n");
+    let err = parse(&text, &jobs, &env)
+        .expect_err("missing env file")
+        .to_string();
+    let env_path = dir.path().join("app.env");
+    assert!(
+        err.starts_with(&format!(
+            "{}:3:12: [daemon] `env_file`: cannot read env file `{}`: No such file or directory",
+            jobs.display(),
+            env_path.display()
+        )),
+        "{err}"
+    );
+    write(
+        dir.path(),
+        "app.env",
+        "A=1\nTOKEN=s3cret value\nSOLOCRON_JOB=x\n",
+    );
+    let err = parse(&text, &jobs, &env).expect_err("bad lines");
+    let heads: Vec<String> = err
+        .errors()
+        .iter()
+        .map(|err| {
+            err.to_string()
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
+    let head = format!(
+        "{}:3:12: [daemon] `env_file`: `{}`",
+        jobs.display(),
+        env_path.display()
+    );
+    assert_eq!(
+        heads,
+        [
+            format!(
+                "{head} line 2: not a `NAME=value` line (quote a value that has blanks: `NAME=\"a b\"`)"
+            ),
+            format!(
+                "{head} line 3: `SOLOCRON_JOB`: `SOLOCRON_` variables are solocron's own; the env file is \
+                 for the values of `${{VAR}}`"
+            ),
+        ]
+    );
+    assert!(!err.to_string().contains("s3cret"), "{err}");
+    assert!(
+        error("[daemon]\nenv_file = \"\"\n").ends_with("[daemon] `env_file`: must not be empty")
+    );
+}
+
+/// `status` and `history` work without the jobs' secrets (SPEC §3).
+#[test]
+fn inspection_needs_no_secrets() {
+    let text = complete(
+        "[daemon]\nenv_file = \"/nonexistent/secrets.env\"\n\
+         [jobs.a]\nschedule = \"@daily\"\ncommand = \"curl -H 'T: ${NOPE}' x\"\n\
+         [jobs.b]\nschedule = \"@hourly\"\nhttp = { url = \"https://${NOPE_HOST}/x\", headers = { A = \"${NOPE}\" } }\n\
+         [jobs.c]\nschedule = \"@daily\"\ncommand = \"${NOPE}\"\nenv = { T = \"${NOPE}\" }\n",
+    );
+    let refused = parse(&text, Path::new(PATH), &env).expect_err("load refuses");
+    assert_eq!(refused.errors().len(), 6, "{refused}");
+    let config =
+        parse_for_inspection(&text, Path::new(PATH), &env).unwrap_or_else(|e| panic!("{e}"));
+    let names: Vec<&str> = config.jobs.iter().map(|job| job.name.as_str()).collect();
+    assert_eq!(names, ["a", "b", "c"]);
+    assert!(matches!(&config.jobs[0].action, Action::Command(c) if c == "curl -H 'T: ${NOPE}' x"));
+    assert!(matches!(&config.jobs[1].action, Action::Http(h) if h.url == "https://${NOPE_HOST}/x"));
+    assert!(config.env.is_empty() && config.warnings.is_empty());
+    // Everything else is still checked.
+    let job = |lines: &str| complete(&format!("[jobs.a]\nschedule = \"@daily\"\n{lines}\n"));
+    for bad in [
+        complete("[jobs.a]\nschedule = \"0 25 * * *\"\ncommand = \"${NOPE}\"\n"),
+        job("command = \"${NOPE\""),
+        job("command = \"${SOLOCRON_JOB}\""),
+        job("http = { url = \"ftp://h/\" }"),
+        job("command = \"x\"\nfrobnicate = 1"),
+        "[redis]\nurl = \"redis://db\"\n".to_string(),
+        "[jobs.a]\nschedule = \"@daily\"\ncommand = \"x\"\n".to_string(),
+    ] {
+        assert!(
+            parse_for_inspection(&bad, Path::new(PATH), &env).is_err(),
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn warnings_point_at_their_key_and_never_fail() {
+    let text = complete(
+        "[defaults]\nworking_dir = \"/nonexistent/solocron-wd\"\n\
+         [jobs.a]\nschedule = \"@daily\"\nargv = [\"/nonexistent/bin/tool\", \"x\"]\n\
+         [jobs.b]\nschedule = \"@daily\"\nargv = [\"surely-not-on-path-solocron\"]\nenv = { PATH = \"/nonexistent\" }\n\
+         [jobs.c]\nschedule = \"@daily\"\nhttp = { url = \"http://h/\", method = \"purge\" }\nworking_dir = \"/\"\n\
+         [jobs.d]\nschedule = \"@daily\"\nargv = [\"sh\", \"-c\", \"true\"]\n",
+    );
+    let config = parse(&text, Path::new(PATH), &env).unwrap_or_else(|e| panic!("{e}"));
+    let shown: Vec<String> = config.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        shown,
+        [
+            "/etc/solocron/jobs.toml:2:15: [defaults] `working_dir`: `/nonexistent/solocron-wd` does not \
+             exist on this machine; the job cannot start here",
+            "/etc/solocron/jobs.toml:5:8: [jobs.a] `argv`: `/nonexistent/bin/tool` does not exist on this \
+             machine; the job cannot start here",
+            "/etc/solocron/jobs.toml:8:8: [jobs.b] `argv`: `surely-not-on-path-solocron` is not found in PATH \
+             (`/nonexistent`) on this machine; the job cannot start here: give its full path, or set `PATH` in `env`",
+            "/etc/solocron/jobs.toml:12:38: [jobs.c] `http.method`: `PURGE` is an unusual HTTP method \
+             (expected one of GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS); check the spelling",
+        ]
+    );
+    assert_eq!(config.warnings[2].key, "jobs.b.argv");
+    assert_eq!(
+        (config.warnings[0].line, config.warnings[0].column),
+        (2, 15)
+    );
 }
