@@ -7,6 +7,12 @@
 //! interpolation, so a resolved secret can never appear in one; a
 //! `scheme://user:password@` in the shown line is masked all the same,
 //! because the Redis URL may carry its password in the file.
+//!
+//! A file with several errors is refused with all of them
+//! ([`ConfigError::Several`], in file order, each shown whole). toml's
+//! "duplicate key" names only the second definition; we find the first one
+//! in the text and show both, because "which other `[jobs.x]`?" is the
+//! first thing a reader of a 2,000-line file asks.
 
 use std::fmt::Write as _;
 use std::io;

@@ -22,33 +22,7 @@ use super::keys::HTTP as HTTP_KEYS;
 pub(super) fn http_action(table: &Table<'_, '_>, ctx: &Context<'_>) -> Option<HttpAction> {
     let before = ctx.error_count();
     table.check_keys(HTTP_KEYS, ctx);
-    let url = match ctx.keep(table.string("url")) {
-        Some(Some(url)) => {
-            let written = *url.get_ref();
-            match ctx.fill(written) {
-                Ok(filled) => {
-                    // A value still holding an unset `${VAR}` (inspection)
-                    // cannot be checked.
-                    if filled.complete
-                        && let Err(problem) = check_url(&filled.text)
-                    {
-                        let message = format!("`{written}` {problem}");
-                        ctx.error(table.error(url.span(), "url", message));
-                    }
-                    filled.text
-                }
-                Err(err) => {
-                    ctx.error(table.error(url.span(), "url", err.describe(Place::Http)));
-                    String::new()
-                }
-            }
-        }
-        Some(None) => {
-            ctx.error(table.error_here("`url` is required"));
-            String::new()
-        }
-        None => String::new(),
-    };
+    let url = read_url(table, ctx);
     let method = match ctx.keep(table.string("method")).flatten() {
         None => "POST".to_string(),
         Some(method) if is_token(method.get_ref()) => {
@@ -90,6 +64,35 @@ pub(super) fn http_action(table: &Table<'_, '_>, ctx: &Context<'_>) -> Option<Ht
         headers,
         body,
     })
+}
+
+/// `url`, interpolated and checked (unless it still holds an unset
+/// `${VAR}`, when loading for inspection); empty after an error.
+fn read_url(table: &Table<'_, '_>, ctx: &Context<'_>) -> String {
+    let url = match ctx.keep(table.string("url")) {
+        Some(Some(url)) => url,
+        Some(None) => {
+            ctx.error(table.error_here("`url` is required"));
+            return String::new();
+        }
+        None => return String::new(),
+    };
+    let written = *url.get_ref();
+    match ctx.fill(written) {
+        Ok(filled) => {
+            if filled.complete
+                && let Err(problem) = check_url(&filled.text)
+            {
+                let message = format!("`{written}` {problem}");
+                ctx.error(table.error(url.span(), "url", message));
+            }
+            filled.text
+        }
+        Err(err) => {
+            ctx.error(table.error(url.span(), "url", err.describe(Place::Http)));
+            String::new()
+        }
+    }
 }
 
 /// `Err` completes "`URL` ..." (the URL as written).

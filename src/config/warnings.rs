@@ -92,8 +92,10 @@ pub(super) fn program(program: &str, path: &str) -> Option<String> {
     if found {
         None
     } else {
+        // The PATH itself is not shown: it may come from an interpolated
+        // `env` value.
         Some(format!(
-            "`{program}` is not found in PATH (`{path}`) on this machine; the job cannot start \
+            "`{program}` is not found in the job's PATH on this machine; the job cannot start \
              here: give its full path, or set `PATH` in `env`"
         ))
     }
@@ -148,8 +150,8 @@ mod tests {
         assert_eq!(
             program("surely-not-a-program", "/nonexistent:/also-not").as_deref(),
             Some(
-                "`surely-not-a-program` is not found in PATH (`/nonexistent:/also-not`) on this \
-                 machine; the job cannot start here: give its full path, or set `PATH` in `env`"
+                "`surely-not-a-program` is not found in the job's PATH on this machine; the job \
+                 cannot start here: give its full path, or set `PATH` in `env`"
             )
         );
         assert!(program("sh", "/nonexistent").is_some());
