@@ -173,12 +173,23 @@ pub fn node_id(cli: &Cli) -> anyhow::Result<String> {
 
 fn check(cli: &Cli) -> anyhow::Result<ExitCode> {
     let config = load(cli)?;
+    // Warnings never fail the check: they go to stderr, before the jobs.
+    let mut err = std::io::BufWriter::new(std::io::stderr().lock());
+    for warning in &config.warnings {
+        writeln!(err, "warning: {warning}")?;
+    }
+    err.flush()?;
+    drop(err);
     // One write per buffer, not per line (10,000 jobs are 50,000 lines); a
     // closed pipe (`check | head`) is an error to report, not a panic.
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let warned = match config.warnings.len() {
+        0 => String::new(),
+        n => format!(", {n} warning(s)"),
+    };
     writeln!(
         out,
-        "{}: valid, {} job(s)",
+        "{}: valid, {} job(s){warned}",
         config.path.display(),
         config.jobs.len()
     )?;

@@ -24,6 +24,10 @@
 //! and reloads use it. croner is given the years 1970–2199 ([`YEARS`])
 //! rather than all of them, which makes parsing ~10× faster; no occurrence
 //! after 2199 is computed.
+//!
+//! croner's messages name neither the field nor its range ("Number out of
+//! bounds"); when it refuses a pattern, `fields` explains the first bad
+//! field instead ("hour `25` is out of range 0–23").
 
 use std::collections::HashMap;
 use std::fmt;
@@ -148,9 +152,9 @@ fn parsed(pattern: &str) -> Result<Arc<Cron>, Refused> {
         .seconds(Seconds::Required)
         .year(Year::Required)
         .build();
-    let cron = parser
-        .parse(&spelled_out(pattern))
-        .map_err(|err| Refused::Invalid(describe(&err)))?;
+    let cron = parser.parse(&spelled_out(pattern)).map_err(|err| {
+        Refused::Invalid(fields::explain(pattern).unwrap_or_else(|| describe(&err)))
+    })?;
     let reference = Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).single();
     let fires = reference.is_some_and(|at| cron.find_next_occurrence(&at, false).is_ok());
     if !fires {
@@ -268,6 +272,8 @@ fn describe(err: &croner::errors::CronError) -> String {
         None => String::new(),
     }
 }
+
+mod fields;
 
 #[cfg(test)]
 mod tests;

@@ -6,7 +6,12 @@
 //! so the message must begin with `PATH:LINE:COL: `. A `# rule:` line says
 //! what the file breaks. Every file goes through [`config::parse`] and through
 //! the real binary (`solocron check --config FILE`: exit 1, the same message
-//! on stderr after `error: `).
+//! on stderr after `error: `). A file breaks one rule once, so the loader
+//! reports exactly one error, unless an `# errors: N` line says it reports
+//! N (`check` reports every error of a file). So that each file is about
+//! its own rule, every file has a `[redis]` naming a server and a job
+//! unless that is what it is about (appended at the end, where they move
+//! no line of the rest).
 //!
 //! `${VAR}` look-ups see only [`ENV`] (the binary runs with exactly these
 //! variables): `HOST` and `EMPTY` (set to "") for ordinary values;
@@ -63,6 +68,14 @@ fn expectations(text: &str) -> Vec<String> {
         .filter_map(|line| line.strip_prefix("# expect: "))
         .map(str::to_string)
         .collect()
+}
+
+/// How many errors the file says it causes (`# errors: N`, default 1).
+fn expected_count(text: &str) -> usize {
+    text.lines()
+        .take_while(|line| line.starts_with('#'))
+        .find_map(|line| line.strip_prefix("# errors: "))
+        .map_or(1, |count| count.trim().parse().expect("`# errors: N`"))
 }
 
 /// What is wrong with `message` as the error for `path`, if anything.
@@ -123,6 +136,10 @@ fn every_bad_config_is_refused_by_the_loader_with_its_message() {
                 let mut found = problems(path, &message, &expect);
                 if err.position().is_none() {
                     found.push("has no line and column".to_string());
+                }
+                let (count, expected) = (err.errors().len(), expected_count(&text));
+                if count != expected {
+                    found.push(format!("reports {count} error(s), not {expected}"));
                 }
                 found
                     .into_iter()

@@ -2,6 +2,7 @@
 //! files point at `path:line:col` and the key.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -86,13 +87,36 @@ fn example_jobs_fire_when_the_demo_expects() {
     assert_eq!(job("rotate").schedule.expression(), "@hourly");
 }
 
-/// Writes `text` to a fresh `jobs.toml` and loads it.
+/// What every file needs and these tests are not about; appended, so that
+/// the lines of a test's text stay where they are.
+const REDIS: &str = "\n[redis]\nurl = \"redis://127.0.0.1:6379\"\n";
+
+/// Writes `text` (with a `[redis]` section) to a fresh `jobs.toml` and
+/// loads it.
 fn load_text(text: &str) -> (tempfile::TempDir, PathBuf, ConfigError) {
+    let (dir, path) = write_text(&format!("{text}{REDIS}"));
+    let err = config::load(&path).expect_err("config must be refused");
+    (dir, path, err)
+}
+
+/// Writes `text` as is to a fresh `jobs.toml`.
+fn write_text(text: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("jobs.toml");
     std::fs::write(&path, text).expect("write jobs.toml");
-    let err = config::load(&path).expect_err("config must be refused");
-    (dir, path, err)
+    (dir, path)
+}
+
+/// `solocron SUBCOMMAND --config PATH` with a clean environment.
+fn solocron(args: &[&str], path: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_solocron"))
+        .args(args)
+        .arg("--config")
+        .arg(path)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .output()
+        .expect("run solocron")
 }
 
 #[test]
@@ -164,5 +188,134 @@ fn a_missing_file_is_named() {
             "cannot read `{}`: No such file or directory (os error 2)",
             path.display()
         )
+    );
+}
+
+/// Warnings never fail `check`: it prints each with its position to
+/// stderr, says how many, and exits 0.
+#[test]
+fn check_prints_warnings_and_exits_0() {
+    let text = "[redis]\nurl = \"redis://127.0.0.1:6379\"\n\n\
+                [jobs.report]\nschedule = \"@daily\"\ncommand = \"true\"\nworking_dir = \"/nonexistent/reports\"\n\n\
+                [jobs.rotate]\nschedule = \"@hourly\"\nargv = [\"/nonexistent/logrotate\", \"/etc/x\"]\n\n\
+                [jobs.hook]\nschedule = \"@hourly\"\nhttp = { url = \"http://127.0.0.1/\", method = \"PURGE\" }\n";
+    let (_dir, path) = write_text(text);
+    let output = solocron(&["check"], &path);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let p = path.display();
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            format!(
+                "warning: {p}:7:15: [jobs.report] `working_dir`: `/nonexistent/reports` does not exist \
+                 on this machine; the job cannot start here"
+            ),
+            format!(
+                "warning: {p}:11:8: [jobs.rotate] `argv`: `/nonexistent/logrotate` does not exist on \
+                 this machine; the job cannot start here"
+            ),
+            format!(
+                "warning: {p}:15:46: [jobs.hook] `http.method`: `PURGE` is an unusual HTTP method \
+                 (expected one of GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS); check the spelling"
+            ),
+        ]
+    );
+    assert!(
+        stdout.starts_with(&format!("{p}: valid, 3 job(s), 3 warning(s)\n")),
+        "{stdout}"
+    );
+}
+
+/// SPEC §2.7: `check` reports every error of a file, then how many, exit 1.
+#[test]
+fn check_lists_every_error_and_exits_1() {
+    let text = "[redis]\nurl = \"redis://127.0.0.1:6379\"\n\n\
+                [jobs.a]\nschedule = \"0 25 * * *\"\ncommand = \"true\"\n\n\
+                [jobs.b]\nschedule = \"@daily\"\ncommand = \"true\"\ntimeout = \"soon\"\non_lock_lost = \"ignore\"\n\n\
+                [jobs.c]\nschedule = \"@daily\"\nargv = []\n";
+    let (_dir, path) = write_text(text);
+    let output = solocron(&["check"], &path);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(output.stdout.is_empty());
+    let p = path.display();
+    let heads: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.starts_with(&format!("{p}:")) || line.starts_with("error: "))
+        .collect();
+    assert_eq!(
+        heads,
+        [
+            format!(
+                "error: {p}:5:12: [jobs.a] `schedule`: invalid cron expression `0 25 * * *`: hour `25` \
+                 is out of range 0–23"
+            ),
+            format!(
+                "{p}:11:11: [jobs.b] `timeout`: invalid duration `soon`; write it like `500ms`, `30s`, \
+                 `5m` or `1h30m`"
+            ),
+            format!(
+                "{p}:12:16: [jobs.b] `on_lock_lost`: expected `kill` or `continue`, found `ignore`"
+            ),
+            format!("{p}:16:8: [jobs.c] `argv`: must name a program; it is empty"),
+        ]
+    );
+    assert!(
+        stderr.ends_with(&format!("\n\n4 errors in {p}\n")),
+        "{stderr}"
+    );
+}
+
+/// A truncated (empty) file stops `check` and `run` with a clear error:
+/// exit 1 and 78, not a daemon with nothing to do (issue #9).
+#[test]
+fn an_empty_file_is_refused_by_check_and_run() {
+    let (_dir, path) = write_text("");
+    let message = format!(
+        "error: {}:1:1: the file is empty: it may be truncated; restore it, or write `[redis]` \
+         with `url = \"redis://10.0.0.5:6379\"` and at least one `[jobs.NAME]` table",
+        path.display()
+    );
+    for (command, code) in [("check", 1), ("run", 78)] {
+        let output = solocron(&[command], &path);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(code), "{command}: {stderr}");
+        assert!(stderr.contains(&message), "{command}: {stderr}");
+    }
+    // `--redis` does not stand in for the file's `[redis]`.
+    let (_dir, jobs_only) = write_text("[jobs.a]\nschedule = \"@daily\"\ncommand = \"true\"\n");
+    let output = solocron(&["check", "--redis", "redis://127.0.0.1:6379"], &jobs_only);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no `[redis]` section"));
+}
+
+/// `status` and `history` load the file without the jobs' secrets: unset
+/// `${VAR}`s and an unreadable `env_file` or `password_file` are fine
+/// there, and only there (SPEC §3).
+#[test]
+fn inspection_loads_a_file_whose_secrets_are_not_here() {
+    let text = "[redis]\nurl = \"redis://solocron@127.0.0.1:6379\"\npassword_file = \"redis.pass\"\n\n\
+                [daemon]\nenv_file = \"secrets.env\"\n\n\
+                [jobs.warm]\nschedule = \"*/30 * * * * *\"\n\
+                http = { url = \"https://${SOLOCRON_TEST_UNSET_HOST}/warm\", headers = { Authorization = \"Bearer ${SOLOCRON_TEST_UNSET_TOKEN}\" } }\n\n\
+                [jobs.report]\nschedule = \"0 2 * * *\"\ncommand = \"send --token ${SOLOCRON_TEST_UNSET_TOKEN}\"\n";
+    let (_dir, path) = write_text(text);
+    let refused = config::load(&path).expect_err("load needs the secrets");
+    assert_eq!(refused.errors().len(), 5, "{refused}");
+    let config = config::load_for_inspection(&path).unwrap_or_else(|err| panic!("{err}"));
+    let names: Vec<&str> = config.jobs.iter().map(|job| job.name.as_str()).collect();
+    assert_eq!(names, ["warm", "report"]);
+    assert_eq!(config.redis.password, None);
+    assert_eq!(config.redis.url, "redis://solocron@127.0.0.1:6379");
+    assert!(config.env.is_empty());
+    // Not a way around the rules that need no secret.
+    let (_dir, broken) = write_text(&text.replace("0 2 * * *", "0 25 * * *"));
+    let err = config::load_for_inspection(&broken).expect_err("bad schedule");
+    assert!(
+        err.to_string().contains("hour `25` is out of range 0–23"),
+        "{err}"
     );
 }

@@ -133,7 +133,8 @@ fn a_reload_republishes_the_new_job_fingerprints_at_once() {
     let before = "[jobs.report]\nschedule = \"0 2 * * *\"\ncommand = \"echo v1\"\n";
     let after = "[jobs.report]\nschedule = \"0 3 * * *\"\ncommand = \"echo v1\"\n";
     let fingerprint = |text: &str| {
-        solocron::config::parse(text, std::path::Path::new("jobs.toml"), &|_| None)
+        let text = format!("[redis]\nurl = \"redis://127.0.0.1:1/\"\n\n{text}");
+        solocron::config::parse(&text, std::path::Path::new("jobs.toml"), &|_| None)
             .expect("valid")
             .jobs[0]
             .fingerprint()
@@ -152,7 +153,7 @@ fn a_reload_republishes_the_new_job_fingerprints_at_once() {
     wait_until(Duration::from_secs(10), "the first publish", || {
         published() == Some(fingerprint(before))
     });
-    std::fs::write(&path, after).expect("write");
+    assert_eq!(work.write_config(after), path);
     node.signal("HUP");
     node.wait_for_log(Duration::from_secs(5), "config reloaded");
     // Well before the 10 s refresh: the reload itself triggers the publish.

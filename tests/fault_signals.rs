@@ -121,7 +121,7 @@ fn sighup_with_a_broken_a_missing_and_a_valid_file_under_load_loses_and_repeats_
     sleep_until(from + TimeDelta::milliseconds(1500));
     let mut broken = cluster.config_text(&jobs);
     broken.push_str("timeout = \"soon\"\n");
-    std::fs::write(&config, broken).expect("write");
+    cluster.work.write_config(&broken);
     hup_all(&cluster, "reload failed", 1);
     // No file at all.
     sleep_until(from + TimeDelta::milliseconds(3500));

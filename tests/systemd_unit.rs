@@ -57,8 +57,10 @@ fn unit_does_not_restart_a_bad_config_and_stops_gracefully() {
     assert_eq!(service("Restart"), "on-failure");
     assert_eq!(service("KillMode"), "mixed");
 
-    let config = solocron::config::parse("", Path::new("jobs.toml"), &|_| None)
-        .expect("an empty jobs.toml is valid");
+    let minimal = "[redis]\nurl = \"redis://127.0.0.1:6379\"\n\
+                   [jobs.a]\nschedule = \"@daily\"\ncommand = \"true\"\n";
+    let config = solocron::config::parse(minimal, Path::new("jobs.toml"), &|_| None)
+        .expect("a minimal jobs.toml is valid");
     // SPEC §5: the job's group gets SIGKILL 10 s after SIGTERM.
     let needed = config.daemon.shutdown_grace + Duration::from_secs(10);
     let stop = humantime::parse_duration(&service("TimeoutStopSec")).expect("TimeoutStopSec");

@@ -222,7 +222,12 @@ pub fn check(report: &mut Report) {
     let scenario = "g check";
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("jobs.toml");
-    std::fs::write(&path, idle_config(JOBS)).expect("write jobs.toml");
+    // `check` needs the `[redis]` that `write_config` adds for the daemons.
+    let text = format!(
+        "[redis]\nurl = \"redis://127.0.0.1:6379\"\n\n{}",
+        idle_config(JOBS)
+    );
+    std::fs::write(&path, text).expect("write jobs.toml");
     let mut times = Vec::new();
     let mut peak = 0;
     for _ in 0..5 {

@@ -7,6 +7,12 @@
 //! interpolation, so a resolved secret can never appear in one; a
 //! `scheme://user:password@` in the shown line is masked all the same,
 //! because the Redis URL may carry its password in the file.
+//!
+//! A file with several errors is refused with all of them
+//! ([`ConfigError::Several`], in file order, each shown whole). toml's
+//! "duplicate key" names only the second definition; we find the first one
+//! in the text and show both, because "which other `[jobs.x]`?" is the
+//! first thing a reader of a 2,000-line file asks.
 
 use std::fmt::Write as _;
 use std::io;
@@ -45,6 +51,24 @@ pub enum ConfigError {
         message: String,
         snippet: String,
     },
+    /// More than one error in the file (SPEC §2.7: every error of a file is
+    /// reported), in file order. Never empty and never holds a `Several`; a
+    /// single error is reported as itself. `Display` shows each one whole,
+    /// then `N errors in PATH`.
+    #[error("{}", show_several(path, errors))]
+    Several {
+        path: PathBuf,
+        errors: Vec<ConfigError>,
+    },
+}
+
+fn show_several(path: &Path, errors: &[ConfigError]) -> String {
+    let mut out = String::new();
+    for err in errors {
+        let _ = write!(out, "{err}\n\n");
+    }
+    let _ = write!(out, "{} errors in {}", errors.len(), path.display());
+    out
 }
 
 impl ConfigError {
@@ -55,6 +79,36 @@ impl ConfigError {
             ConfigError::Read { .. } => None,
             ConfigError::Syntax { line, column, .. }
             | ConfigError::Invalid { line, column, .. } => Some((*line, *column)),
+            ConfigError::Several { errors, .. } => errors.first().and_then(Self::position),
+        }
+    }
+
+    /// The errors this one stands for: itself, or each of a `Several`.
+    pub fn errors(&self) -> &[ConfigError] {
+        match self {
+            ConfigError::Several { errors, .. } => errors,
+            single => std::slice::from_ref(single),
+        }
+    }
+
+    /// One error for `errors` found in `path`: `None` for none, the error
+    /// itself for one, else a `Several` in file order (line, column).
+    pub(super) fn combine(path: &Path, errors: Vec<ConfigError>) -> Option<ConfigError> {
+        let mut errors: Vec<ConfigError> = errors
+            .into_iter()
+            .flat_map(|err| match err {
+                ConfigError::Several { errors, .. } => errors,
+                single => vec![single],
+            })
+            .collect();
+        errors.sort_by_key(|err| err.position());
+        match errors.len() {
+            0 => None,
+            1 => errors.pop(),
+            _ => Some(ConfigError::Several {
+                path: path.to_path_buf(),
+                errors,
+            }),
         }
     }
 }
@@ -128,21 +182,107 @@ impl Source<'_> {
         }
     }
 
-    /// The toml crate's own parse error, in our format.
+    /// The toml crate's own parse error, in our format. A duplicate table
+    /// or key also points at its first definition, which toml's error does
+    /// not name.
     pub fn syntax(&self, err: &toml::de::Error) -> ConfigError {
+        let span = err.span().unwrap_or(0..0);
         let Position {
             line,
             column,
-            snippet,
-        } = locate(self.text, err.span().unwrap_or(0..0));
+            mut snippet,
+        } = locate(self.text, span.clone());
+        let mut message = lowercase_first(err.message().trim_end_matches('.'));
+        if message == "duplicate key"
+            && let Some((first, what, advice)) = first_definition(self.text, span.start)
+        {
+            let first = locate(self.text, first);
+            message = format!(
+                "duplicate key: {what} is defined twice, first defined at line {}; {advice}",
+                first.line
+            );
+            let _ = write!(snippet, "\n{} first defined here", first.snippet);
+        }
         ConfigError::Syntax {
             path: self.path.to_path_buf(),
             line,
             column,
-            message: lowercase_first(err.message().trim_end_matches('.')),
+            message,
             snippet,
         }
     }
+}
+
+/// For toml's "duplicate key" at byte `at`: the span of the first
+/// definition, what is duplicated (for "… is defined twice") and what to do.
+/// A header (`[jobs.x]`) is looked for on the lines before; a key in the
+/// lines of its table before it. `None` when it is neither (an inline
+/// table), and the message stays toml's.
+fn first_definition(text: &str, at: usize) -> Option<(Range<usize>, String, &'static str)> {
+    let at = floor_char_boundary(text, at.min(text.len()));
+    let line_start = text[..at].rfind('\n').map_or(0, |newline| newline + 1);
+    let line = text[line_start..].lines().next().unwrap_or_default();
+    let before = &text[..line_start];
+    // Earlier lines, last first, each with its byte offset.
+    let earlier: Vec<(usize, &str)> = before
+        .split_inclusive('\n')
+        .scan(0, |offset, line| {
+            let start = *offset;
+            *offset += line.len();
+            Some((start, line.trim_end_matches(['\n', '\r'])))
+        })
+        .collect();
+    if let Some(header) = table_header(line) {
+        let (start, first) = earlier
+            .iter()
+            .find(|(_, line)| table_header(line).as_deref() == Some(header.as_str()))?;
+        let indent = first.len() - first.trim_start().len();
+        let what = match header
+            .strip_prefix("[jobs.")
+            .and_then(|h| h.strip_suffix(']'))
+        {
+            Some(name) => format!("job `{name}`"),
+            None => format!("table `{header}`"),
+        };
+        let span = start + indent..start + first.trim_end().len();
+        return Some((span, what, "merge the two tables or rename one"));
+    }
+    let key_end = at + text[at..].find(|c: char| c == '=' || c == '.' || c.is_whitespace())?;
+    let key = text[at..key_end].trim();
+    if key.is_empty() {
+        return None;
+    }
+    for (start, earlier_line) in earlier.iter().rev() {
+        let trimmed = earlier_line.trim_start();
+        if trimmed.starts_with('[') {
+            return None;
+        }
+        let Some(rest) = trimmed.strip_prefix(key) else {
+            continue;
+        };
+        if rest.trim_start().starts_with(['=', '.']) {
+            let indent = earlier_line.len() - trimmed.len();
+            let span = start + indent..start + indent + key.len();
+            return Some((span, format!("`{key}`"), "keep one"));
+        }
+    }
+    None
+}
+
+/// `[a.b]` of a table header line, without blanks and comment; `None` for
+/// any other line (and for `[[array]]` headers, which may repeat).
+fn table_header(line: &str) -> Option<String> {
+    let trimmed = line.trim();
+    if !trimmed.starts_with('[') || trimmed.starts_with("[[") {
+        return None;
+    }
+    let close = trimmed.find(']')?;
+    Some(
+        trimmed[..=close]
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect(),
+    )
 }
 
 /// Masks every `scheme://user:password@` password in a line of the file.

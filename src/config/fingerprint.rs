@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 
 use sha2::{Digest, Sha256};
 
-use super::model::{Action, Config, Job, OnLockLost, Overlap};
+use super::model::{Action, Config, DEFAULT_OUTPUT_LOG_MAX, Job, OnLockLost, Overlap};
 
 /// Hex digits kept from the SHA-256.
 const LEN: usize = 12;
@@ -102,6 +102,11 @@ fn canonical(job: &Job) -> String {
     }
     line("env", format!("{:?}", job.env));
     line("working_dir", format!("{:?}", job.working_dir));
+    // Only when set: jobs that keep the default keep the fingerprints they
+    // had before the key existed (no drift shown during a rolling upgrade).
+    if job.output_log_max != DEFAULT_OUTPUT_LOG_MAX {
+        line("output_log_max", job.output_log_max.to_string());
+    }
     text
 }
 
@@ -111,9 +116,13 @@ mod tests {
 
     use super::*;
 
+    use crate::config::tests::complete;
+
     fn parse(text: &str) -> Config {
-        super::super::parse(text, Path::new("jobs.toml"), &|_| Some("v".to_string()))
-            .expect("valid config")
+        super::super::parse(&complete(text), Path::new("jobs.toml"), &|_| {
+            Some("v".to_string())
+        })
+        .expect("valid config")
     }
 
     #[test]
@@ -131,7 +140,14 @@ mod tests {
             "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\nlock_ttl = \"31s\"\n",
             "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\nenv = { X = \"1\" }\n",
             "[defaults]\ntimeout = \"2h\"\n[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\n",
+            "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\noutput_log_max = \"1KiB\"\n",
         ];
+        let default_size =
+            "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\noutput_log_max = \"64KiB\"\n";
+        assert_eq!(
+            a1.jobs[0].fingerprint(),
+            parse(default_size).jobs[0].fingerprint()
+        );
         for changed in changes {
             assert_ne!(
                 a1.jobs[0].fingerprint(),
@@ -143,7 +159,7 @@ mod tests {
 
     #[test]
     fn interpolated_values_count_but_never_show() {
-        let text = "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"echo ${TOKEN}\"\n";
+        let text = &complete("[jobs.a]\nschedule = \"@hourly\"\ncommand = \"echo ${TOKEN}\"\n");
         let one = super::super::parse(text, Path::new("j"), &|_| Some("s3cret-one".into()))
             .expect("valid");
         let two = super::super::parse(text, Path::new("j"), &|_| Some("s3cret-two".into()))

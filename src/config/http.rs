@@ -2,60 +2,97 @@
 //!
 //! `url`, header values and `body` are interpolated from the environment;
 //! what they resolve to may be a secret, so messages quote the value as
-//! written in the file, never as resolved. Headers keep file order.
+//! written in the file, never as resolved. Headers keep file order. Each
+//! key is checked on its own, so one bad key never hides another.
 
 use std::time::Duration;
 
 use toml::de::DeValue;
 
-use super::error::ConfigError;
-use super::interpolate::interpolate;
+use super::context::Context;
+use super::interpolate::Place;
 use super::model::HttpAction;
 use super::table::Table;
+use super::warnings;
 
 use super::keys::HTTP as HTTP_KEYS;
 
-/// Reads the `http` table of a job (or of `[defaults]`).
-pub(super) fn http_action(
-    table: &Table<'_, '_>,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<HttpAction, ConfigError> {
-    table.check_keys(HTTP_KEYS)?;
-    let Some(url) = table.string("url")? else {
-        return Err(table.error_here("`url` is required"));
-    };
-    let written = *url.get_ref();
-    let resolved =
-        interpolate(written, env).map_err(|err| table.error(url.span(), "url", err.describe()))?;
-    check_url(&resolved)
-        .map_err(|problem| table.error(url.span(), "url", format!("`{written}` {problem}")))?;
-    let method = match table.string("method")? {
+/// Reads the `http` table of a job (or of `[defaults]`); `None` after an
+/// error, which went to `ctx`.
+pub(super) fn http_action(table: &Table<'_, '_>, ctx: &Context<'_>) -> Option<HttpAction> {
+    let before = ctx.error_count();
+    table.check_keys(HTTP_KEYS, ctx);
+    let url = read_url(table, ctx);
+    let method = match ctx.keep(table.string("method")).flatten() {
         None => "POST".to_string(),
-        Some(method) if is_token(method.get_ref()) => method.get_ref().to_ascii_uppercase(),
+        Some(method) if is_token(method.get_ref()) => {
+            let upper = method.get_ref().to_ascii_uppercase();
+            if !ctx.inspect
+                && let Some(warning) = warnings::method(&upper)
+            {
+                ctx.warn(table.warning(method.span(), "method", warning));
+            }
+            upper
+        }
         Some(method) => {
             let message = format!("`{}` is not an HTTP method", method.get_ref());
-            return Err(table.error(method.span(), "method", message));
+            ctx.error(table.error(method.span(), "method", message));
+            String::new()
         }
     };
-    let timeout = table.duration("timeout", Duration::from_millis(1))?;
-    let headers = match table.table("headers")? {
-        Some(headers) => read_headers(&headers, env)?,
+    let timeout = ctx
+        .keep(table.duration("timeout", Duration::from_millis(1)))
+        .flatten();
+    let headers = match ctx.keep(table.table("headers")).flatten() {
+        Some(headers) => read_headers(&headers, ctx),
         None => Vec::new(),
     };
-    let body = match table.string("body")? {
-        Some(body) => Some(
-            interpolate(body.get_ref(), env)
-                .map_err(|err| table.error(body.span(), "body", err.describe()))?,
-        ),
-        None => None,
-    };
-    Ok(HttpAction {
-        url: resolved,
+    let body =
+        ctx.keep(table.string("body"))
+            .flatten()
+            .and_then(|body| match ctx.fill(body.get_ref()) {
+                Ok(filled) => Some(filled.text),
+                Err(err) => {
+                    ctx.error(table.error(body.span(), "body", err.describe(Place::Http)));
+                    None
+                }
+            });
+    (ctx.error_count() == before).then_some(HttpAction {
+        url,
         method,
         timeout,
         headers,
         body,
     })
+}
+
+/// `url`, interpolated and checked (unless it still holds an unset
+/// `${VAR}`, when loading for inspection); empty after an error.
+fn read_url(table: &Table<'_, '_>, ctx: &Context<'_>) -> String {
+    let url = match ctx.keep(table.string("url")) {
+        Some(Some(url)) => url,
+        Some(None) => {
+            ctx.error(table.error_here("`url` is required"));
+            return String::new();
+        }
+        None => return String::new(),
+    };
+    let written = *url.get_ref();
+    match ctx.fill(written) {
+        Ok(filled) => {
+            if filled.complete
+                && let Err(problem) = check_url(&filled.text)
+            {
+                let message = format!("`{written}` {problem}");
+                ctx.error(table.error(url.span(), "url", message));
+            }
+            filled.text
+        }
+        Err(err) => {
+            ctx.error(table.error(url.span(), "url", err.describe(Place::Http)));
+            String::new()
+        }
+    }
 }
 
 /// `Err` completes "`URL` ..." (the URL as written).
@@ -76,29 +113,29 @@ fn check_url(resolved: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
-fn read_headers(
-    headers: &Table<'_, '_>,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Vec<(String, String)>, ConfigError> {
+fn read_headers(headers: &Table<'_, '_>, ctx: &Context<'_>) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for (key, value) in headers.in_file_order() {
         let name: &str = key.get_ref();
         if !is_token(name) {
             let message = "not a valid header name (use letters, digits and `-`)";
-            return Err(headers.error(key.span(), name, message));
+            ctx.error(headers.error(key.span(), name, message));
+            continue;
         }
         let DeValue::String(template) = value.get_ref() else {
-            return Err(headers.expected(name, value, "a string"));
+            ctx.error(headers.expected(name, value, "a string"));
+            continue;
         };
-        let resolved = interpolate(template, env)
-            .map_err(|err| headers.error(value.span(), name, err.describe()))?;
-        if resolved.contains(['\r', '\n', '\0']) {
-            let message = "a header value cannot contain a line break or NUL";
-            return Err(headers.error(value.span(), name, message));
+        match ctx.fill(template) {
+            Ok(filled) if filled.text.contains(['\r', '\n', '\0']) => {
+                let message = "a header value cannot contain a line break or NUL";
+                ctx.error(headers.error(value.span(), name, message));
+            }
+            Ok(filled) => out.push((name.to_string(), filled.text)),
+            Err(err) => ctx.error(headers.error(value.span(), name, err.describe(Place::Http))),
         }
-        out.push((name.to_string(), resolved));
     }
-    Ok(out)
+    out
 }
 
 /// An RFC 9110 token: what a method or a header name may be.

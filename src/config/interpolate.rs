@@ -4,6 +4,24 @@
 //! start (or reload), not at 2 a.m. `$${` is an escape for a literal `${`;
 //! any other `$` is kept as written. The resolved values may be secrets, so
 //! errors name the variable, never a value.
+//!
+//! The `SOLOCRON_*` variables a run sees (SPEC §5) do not exist yet when
+//! the file loads: `${SOLOCRON_OCCURRENCE}` is refused with what to write
+//! instead, even when the loading process happens to have it set (a
+//! `check` run by a job would otherwise bake in that run's value).
+
+/// Set by solocron for each run (and notifier), never at load time.
+const RUN_TIME: &[&str] = &[
+    "SOLOCRON_JOB",
+    "SOLOCRON_OCCURRENCE",
+    "SOLOCRON_FENCE",
+    "SOLOCRON_NODE",
+    "SOLOCRON_ATTEMPT",
+    "SOLOCRON_OUTCOME",
+    "SOLOCRON_EXIT_CODE",
+    "SOLOCRON_ERROR",
+    "SOLOCRON_OUTPUT_TAIL",
+];
 
 /// Why a template could not be filled in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,11 +32,33 @@ pub(super) enum InterpolateError {
     Unterminated,
     /// `${...}` whose content is not a variable name.
     BadName(String),
+    /// `${SOLOCRON_OCCURRENCE}` and the like: set for each run.
+    RunTime(String),
+}
+
+/// Where a template sits, for what to write instead of a run-time variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Place {
+    /// `command`, run by `/bin/sh -c`.
+    Command,
+    /// `http.url`, `http.headers`, `http.body`.
+    Http,
+    /// A value of `env`.
+    Env,
+}
+
+/// A filled-in template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Filled {
+    pub text: String,
+    /// `false` when an unset `${VAR}` was kept as written (only when
+    /// loading for inspection): checks of the resolved value do not apply.
+    pub complete: bool,
 }
 
 impl InterpolateError {
     /// The reason, lowercase, for after "[jobs.x] `key`: ".
-    pub fn describe(&self) -> String {
+    pub fn describe(&self, place: Place) -> String {
         match self {
             InterpolateError::Missing(name) => format!(
                 "environment variable `{name}` is not set (write `$${{` for a literal `${{`)"
@@ -29,17 +69,55 @@ impl InterpolateError {
             InterpolateError::BadName(name) => format!(
                 "`${{{name}}}` is not a variable name: use letters, digits and `_`, not starting with a digit"
             ),
+            InterpolateError::RunTime(name) => {
+                let when = format!(
+                    "`${{{name}}}` is set for each run, not when the file loads (`${{...}}` is filled in at load time)"
+                );
+                match place {
+                    Place::Command => format!(
+                        "{when}: write `$${{{name}}}` so that the shell expands it when the job runs"
+                    ),
+                    Place::Http => format!(
+                        "{when}: every request already carries it in the `{}` header",
+                        header_name(name)
+                    ),
+                    Place::Env => {
+                        format!("{when}: every run already has `{name}` in its environment")
+                    }
+                }
+            }
         }
     }
 }
 
+/// `SOLOCRON_EXIT_CODE` -> `Solocron-Exit-Code`.
+fn header_name(variable: &str) -> String {
+    variable
+        .split('_')
+        .map(|word| {
+            let mut chars = word.chars();
+            match chars.next() {
+                Some(first) => first
+                    .to_uppercase()
+                    .chain(chars.flat_map(char::to_lowercase))
+                    .collect(),
+                None => String::new(),
+            }
+        })
+        .collect::<Vec<String>>()
+        .join("-")
+}
+
 /// Replaces every `${NAME}` in `template` with `env(NAME)` and every `$${`
-/// with `${`.
+/// with `${`. With `keep_unset`, an unset `${NAME}` stays as written and
+/// the result is not `complete`; every other error still counts.
 pub(super) fn interpolate(
     template: &str,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<String, InterpolateError> {
+    keep_unset: bool,
+) -> Result<Filled, InterpolateError> {
     let mut out = String::with_capacity(template.len());
+    let mut complete = true;
     let mut rest = template;
     while let Some(dollar) = rest.find('$') {
         out.push_str(&rest[..dollar]);
@@ -53,8 +131,17 @@ pub(super) fn interpolate(
             if !is_env_name(name) {
                 return Err(InterpolateError::BadName(name.to_string()));
             }
-            let value = env(name).ok_or_else(|| InterpolateError::Missing(name.to_string()))?;
-            out.push_str(&value);
+            if RUN_TIME.contains(&name) {
+                return Err(InterpolateError::RunTime(name.to_string()));
+            }
+            match env(name) {
+                Some(value) => out.push_str(&value),
+                None if keep_unset => {
+                    out.push_str(&tail[..close + 3]);
+                    complete = false;
+                }
+                None => return Err(InterpolateError::Missing(name.to_string())),
+            }
             rest = &after[close + 1..];
         } else {
             out.push('$');
@@ -62,7 +149,10 @@ pub(super) fn interpolate(
         }
     }
     out.push_str(rest);
-    Ok(out)
+    Ok(Filled {
+        text: out,
+        complete,
+    })
 }
 
 /// `[A-Za-z_][A-Za-z0-9_]*`: a name a shell would accept.
@@ -86,39 +176,86 @@ mod tests {
         }
     }
 
+    fn filled(template: &str) -> Result<String, InterpolateError> {
+        interpolate(template, &env, false).map(|filled| filled.text)
+    }
+
     #[test]
     fn replaces_variables_and_keeps_other_text() {
-        let filled = interpolate("Bearer ${TOKEN}!${EMPTY} $5 a$b $", &env);
+        let filled = filled("Bearer ${TOKEN}!${EMPTY} $5 a$b $");
         assert_eq!(filled, Ok("Bearer s3cret! $5 a$b $".to_string()));
     }
 
     #[test]
     fn double_dollar_brace_is_a_literal() {
-        assert_eq!(
-            interpolate("$${TOKEN} $$x", &env),
-            Ok("${TOKEN} $$x".to_string())
-        );
+        assert_eq!(filled("$${TOKEN} $$x"), Ok("${TOKEN} $$x".to_string()));
         // Read left to right: a lone `$`, then the escape.
-        assert_eq!(interpolate("$$${TOKEN}", &env), Ok("$${TOKEN}".to_string()));
+        assert_eq!(filled("$$${TOKEN}"), Ok("$${TOKEN}".to_string()));
     }
 
     #[test]
     fn missing_unterminated_and_bad_names_are_errors() {
         assert_eq!(
-            interpolate("x ${NOPE} y", &env),
+            filled("x ${NOPE} y"),
             Err(InterpolateError::Missing("NOPE".to_string()))
         );
+        assert_eq!(filled("${TOKEN"), Err(InterpolateError::Unterminated));
         assert_eq!(
-            interpolate("${TOKEN", &env),
-            Err(InterpolateError::Unterminated)
-        );
-        assert_eq!(
-            interpolate("${1X}", &env),
+            filled("${1X}"),
             Err(InterpolateError::BadName("1X".to_string()))
         );
         assert_eq!(
-            InterpolateError::Missing("NOPE".to_string()).describe(),
+            InterpolateError::Missing("NOPE".to_string()).describe(Place::Command),
             "environment variable `NOPE` is not set (write `$${` for a literal `${`)"
+        );
+    }
+
+    #[test]
+    fn keep_unset_keeps_the_text_and_says_it_is_incomplete() {
+        let filled = interpolate("a ${NOPE} ${TOKEN} $${X}", &env, true);
+        assert_eq!(
+            filled,
+            Ok(Filled {
+                text: "a ${NOPE} s3cret ${X}".to_string(),
+                complete: false
+            })
+        );
+        assert_eq!(
+            interpolate("${TOKEN", &env, true),
+            Err(InterpolateError::Unterminated)
+        );
+        let full = interpolate("${TOKEN}", &env, true).map(|f| f.complete);
+        assert_eq!(full, Ok(true));
+    }
+
+    #[test]
+    fn run_time_variables_are_refused_with_what_to_write() {
+        let set = |_: &str| Some("stale".to_string());
+        let err = interpolate("echo ${SOLOCRON_OCCURRENCE}", &set, false).expect_err("run time");
+        assert_eq!(
+            err.describe(Place::Command),
+            "`${SOLOCRON_OCCURRENCE}` is set for each run, not when the file loads \
+             (`${...}` is filled in at load time): write `$${SOLOCRON_OCCURRENCE}` so that \
+             the shell expands it when the job runs"
+        );
+        assert!(
+            err.describe(Place::Http)
+                .ends_with("already carries it in the `Solocron-Occurrence` header")
+        );
+        let err = InterpolateError::RunTime("SOLOCRON_EXIT_CODE".to_string());
+        assert!(err.describe(Place::Http).contains("`Solocron-Exit-Code`"));
+        assert!(
+            err.describe(Place::Env)
+                .ends_with("every run already has `SOLOCRON_EXIT_CODE` in its environment")
+        );
+        // Other `SOLOCRON_` names are ordinary variables.
+        assert_eq!(
+            interpolate("${SOLOCRON_NODE_ID}", &set, false).map(|f| f.text),
+            Ok("stale".to_string())
+        );
+        assert_eq!(
+            filled("$${SOLOCRON_JOB}"),
+            Ok("${SOLOCRON_JOB}".to_string())
         );
     }
 

@@ -7,19 +7,27 @@
 //! the built-in default; `env` maps merge key by key (the job's value wins)
 //! and `http` is taken whole, never merged field by field. Exactly one of
 //! `command`, `argv`, `http` must be set after that merge.
+//!
+//! Every key is checked even after another one failed, and the checks of
+//! the job as a whole (a schedule, one action) run only when every key of
+//! the job and of `[defaults]` was fine: "`schedule` is required" after a
+//! refused `schedule` would only confuse.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use chrono_tz::Tz;
 use toml::de::DeValue;
 
+use super::context::Context;
 use super::error::ConfigError;
 use super::http::http_action;
-use super::interpolate::{interpolate, is_env_name};
-use super::model::{Action, HttpAction, Job, OnLockLost, Overlap};
+use super::interpolate::{Place, is_env_name};
+use super::model::{Action, DEFAULT_OUTPUT_LOG_MAX, HttpAction, Job, OnLockLost, Overlap};
 use super::table::{Table, closest};
+use super::warnings;
 use crate::schedule::{Schedule, ScheduleError};
 
 pub(super) use super::keys::JOB as JOB_KEYS;
@@ -43,90 +51,85 @@ pub(super) struct JobFields {
     http: Option<HttpAction>,
     env: BTreeMap<String, String>,
     working_dir: Option<PathBuf>,
+    output_log_max: Option<u64>,
+    /// Some key of the table was refused (the error is recorded): the
+    /// checks of the job as a whole would only repeat it.
+    failed: bool,
 }
 
 impl JobFields {
-    /// Reads and checks every key of `table`, interpolating from `env`.
-    pub fn read(
-        table: &Table<'_, '_>,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<JobFields, ConfigError> {
-        table.check_keys(JOB_KEYS)?;
+    /// Reads and checks every key of `table`, each on its own: an error
+    /// goes to `ctx` and the next key is read all the same.
+    pub fn read(table: &Table<'_, '_>, ctx: &Context<'_>) -> JobFields {
+        let before = ctx.error_count();
+        table.check_keys(JOB_KEYS, ctx);
         let mut fields = JobFields::default();
-        if let Some(expr) = table.string("schedule")? {
+        if let Some(expr) = ctx.keep(table.string("schedule")).flatten() {
             // Parsed here, in UTC, so the error points at this line; the
             // job then moves it to its own zone.
-            let schedule = Schedule::parse(expr.get_ref(), Tz::UTC)
-                .map_err(|err| table.error(expr.span(), "schedule", describe(&err)))?;
-            fields.schedule = Some(schedule);
-        }
-        if let Some(name) = table.string("timezone")? {
-            fields.timezone = Some(
-                time_zone(name.get_ref())
-                    .map_err(|message| table.error(name.span(), "timezone", message))?,
-            );
-        }
-        fields.lock_ttl = table.duration("lock_ttl", ONE_SECOND)?;
-        fields.timeout = table.duration("timeout", ONE_SECOND)?;
-        fields.starting_deadline = table.duration("starting_deadline", Duration::from_millis(1))?;
-        if let Some(value) = table.string("on_lock_lost")? {
-            fields.on_lock_lost = Some(match *value.get_ref() {
-                "kill" => OnLockLost::Kill,
-                "continue" => OnLockLost::Continue,
-                other => {
-                    let message = format!("expected `kill` or `continue`, found `{other}`");
-                    return Err(table.error(value.span(), "on_lock_lost", message));
-                }
-            });
-        }
-        if let Some(value) = table.string("overlap")? {
-            if *value.get_ref() != "skip" {
-                let message = format!("the only policy is `skip`, found `{}`", value.get_ref());
-                return Err(table.error(value.span(), "overlap", message));
+            match Schedule::parse(expr.get_ref(), Tz::UTC) {
+                Ok(schedule) => fields.schedule = Some(schedule),
+                Err(err) => ctx.error(table.error(expr.span(), "schedule", describe(&err))),
             }
-            fields.overlap = Some(Overlap::Skip);
         }
-        fields.read_actions(table, env)?;
-        if let Some(env_table) = table.table("env")? {
-            fields.env = read_env(&env_table, env)?;
+        if let Some(name) = ctx.keep(table.string("timezone")).flatten() {
+            match time_zone(name.get_ref()) {
+                Ok(zone) => fields.timezone = Some(zone),
+                Err(message) => ctx.error(table.error(name.span(), "timezone", message)),
+            }
         }
-        if let Some(dir) = table.string("working_dir")? {
+        fields.lock_ttl = ctx.keep(table.duration("lock_ttl", ONE_SECOND)).flatten();
+        fields.timeout = ctx.keep(table.duration("timeout", ONE_SECOND)).flatten();
+        fields.starting_deadline = ctx
+            .keep(table.duration("starting_deadline", Duration::from_millis(1)))
+            .flatten();
+        fields.on_lock_lost = ctx.keep(on_lock_lost(table)).flatten();
+        fields.overlap = ctx.keep(overlap(table)).flatten();
+        fields.output_log_max = ctx.keep(table.size("output_log_max")).flatten();
+        if let Some(env_table) = ctx.keep(table.table("env")).flatten() {
+            fields.env = read_env(&env_table, ctx);
+        }
+        fields.read_actions(table, ctx);
+        if let Some(dir) = ctx.keep(table.string("working_dir")).flatten() {
             if dir.get_ref().is_empty() {
-                return Err(table.error(dir.span(), "working_dir", "must not be empty"));
+                ctx.error(table.error(dir.span(), "working_dir", "must not be empty"));
+            } else {
+                let path = PathBuf::from(*dir.get_ref());
+                if !ctx.inspect
+                    && let Some(warning) = warnings::working_dir(&path)
+                {
+                    ctx.warn(table.warning(dir.span(), "working_dir", warning));
+                }
+                fields.working_dir = Some(path);
             }
-            fields.working_dir = Some(PathBuf::from(*dir.get_ref()));
         }
-        Ok(fields)
+        fields.failed = ctx.error_count() > before;
+        fields
     }
 
-    fn read_actions(
-        &mut self,
-        table: &Table<'_, '_>,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<(), ConfigError> {
-        if let Some(command) = table.string("command")? {
-            if command.get_ref().trim().is_empty() {
-                return Err(table.error(command.span(), "command", "must not be empty"));
-            }
-            let resolved = interpolate(command.get_ref(), env)
-                .map_err(|err| table.error(command.span(), "command", err.describe()))?;
-            if resolved.trim().is_empty() {
-                // `sh -c ""` would "succeed" every time, hiding an unset value.
-                let message = format!(
-                    "`{}` is empty once its variables are filled in",
-                    command.get_ref()
-                );
-                return Err(table.error(command.span(), "command", message));
-            }
-            self.command = Some(resolved);
+    fn read_actions(&mut self, table: &Table<'_, '_>, ctx: &Context<'_>) {
+        if let Some(command) = ctx.keep(table.string("command")).flatten() {
+            self.command = read_command(table, command.get_ref(), command.span(), ctx);
         }
         if let Some(value) = table.get("argv") {
-            self.argv = Some(read_argv(table, value)?);
+            self.argv = ctx.keep(read_argv(table, value));
+            if let Some(program) = self.argv.as_ref().and_then(|argv| argv.first())
+                && !ctx.inspect
+            {
+                let path = self
+                    .env
+                    .get("PATH")
+                    .cloned()
+                    .or_else(|| ctx.var("PATH"))
+                    .unwrap_or_else(|| warnings::DEFAULT_PATH.to_string());
+                if let Some(warning) = ctx.program_warning(program, &path) {
+                    ctx.warn(table.warning(value.span(), "argv", warning));
+                }
+            }
         }
-        if let Some(http) = table.table("http")? {
-            self.http = Some(http_action(&http, env)?);
+        if let Some(http) = ctx.keep(table.table("http")).flatten() {
+            self.http = http_action(&http, ctx);
         }
-        Ok(())
     }
 
     fn has_action(&self, action: &str) -> bool {
@@ -150,13 +153,20 @@ impl JobFields {
     }
 
     /// The job `name` from its own `fields` over `defaults`; `table` is the
-    /// job's section, where errors about the whole job point.
+    /// job's section, where errors about the whole job point. `None` when
+    /// the job or `[defaults]` had an error (already recorded) or the job
+    /// as a whole breaks a rule (recorded here).
     pub fn into_job(
         mut self,
         name: &str,
         table: &Table<'_, '_>,
         defaults: &JobFields,
-    ) -> Result<Job, ConfigError> {
+        ctx: &Context<'_>,
+    ) -> Option<Job> {
+        if self.failed || defaults.failed {
+            return None;
+        }
+        let before = ctx.error_count();
         let set: Vec<String> = ACTIONS
             .iter()
             .filter_map(
@@ -172,19 +182,27 @@ impl JobFields {
                 "a job has exactly one of `command`, `argv` or `http`; found {}",
                 set.join(" and ")
             );
-            return Err(table.error_here(message));
+            ctx.error(table.error_here(message));
         }
-        let Some(utc) = self.schedule.as_ref().or(defaults.schedule.as_ref()) else {
-            return Err(table.error_here("`schedule` is required"));
-        };
-        let schedule = utc.with_timezone(self.timezone.or(defaults.timezone).unwrap_or(Tz::UTC));
-        let Some(action) = self.take_action().or_else(|| defaults.action()) else {
+        let utc = self.schedule.take().or_else(|| defaults.schedule.clone());
+        if utc.is_none() {
+            ctx.error(table.error_here("`schedule` is required"));
+        }
+        let action = self.take_action().or_else(|| defaults.action());
+        if action.is_none() {
             let message = "no action: set one of `command`, `argv` or `http`";
-            return Err(table.error_here(message));
+            ctx.error(table.error_here(message));
+        }
+        let (Some(utc), Some(action)) = (utc, action) else {
+            return None;
         };
+        if ctx.error_count() > before {
+            return None;
+        }
+        let schedule = utc.with_timezone(self.timezone.or(defaults.timezone).unwrap_or(Tz::UTC));
         let mut env = defaults.env.clone();
         env.extend(self.env);
-        Ok(Job {
+        Some(Job {
             name: name.to_string(),
             schedule,
             lock_ttl: self
@@ -208,9 +226,64 @@ impl JobFields {
             action,
             env,
             working_dir: self.working_dir.or_else(|| defaults.working_dir.clone()),
-            output_log_max: super::model::DEFAULT_OUTPUT_LOG_MAX,
+            output_log_max: self
+                .output_log_max
+                .or(defaults.output_log_max)
+                .unwrap_or(DEFAULT_OUTPUT_LOG_MAX),
         })
     }
+}
+
+fn on_lock_lost(table: &Table<'_, '_>) -> Result<Option<OnLockLost>, ConfigError> {
+    let Some(value) = table.string("on_lock_lost")? else {
+        return Ok(None);
+    };
+    match *value.get_ref() {
+        "kill" => Ok(Some(OnLockLost::Kill)),
+        "continue" => Ok(Some(OnLockLost::Continue)),
+        other => {
+            let message = format!("expected `kill` or `continue`, found `{other}`");
+            Err(table.error(value.span(), "on_lock_lost", message))
+        }
+    }
+}
+
+fn overlap(table: &Table<'_, '_>) -> Result<Option<Overlap>, ConfigError> {
+    let Some(value) = table.string("overlap")? else {
+        return Ok(None);
+    };
+    if *value.get_ref() != "skip" {
+        let message = format!("the only policy is `skip`, found `{}`", value.get_ref());
+        return Err(table.error(value.span(), "overlap", message));
+    }
+    Ok(Some(Overlap::Skip))
+}
+
+/// A `command` as run: interpolated, and not empty before or after.
+fn read_command(
+    table: &Table<'_, '_>,
+    written: &str,
+    span: Range<usize>,
+    ctx: &Context<'_>,
+) -> Option<String> {
+    if written.trim().is_empty() {
+        ctx.error(table.error(span, "command", "must not be empty"));
+        return None;
+    }
+    let filled = match ctx.fill(written) {
+        Ok(filled) => filled,
+        Err(err) => {
+            ctx.error(table.error(span, "command", err.describe(Place::Command)));
+            return None;
+        }
+    };
+    if filled.text.trim().is_empty() {
+        // `sh -c ""` would "succeed" every time, hiding an unset value.
+        let message = format!("`{written}` is empty once its variables are filled in");
+        ctx.error(table.error(span, "command", message));
+        return None;
+    }
+    Some(filled.text)
 }
 
 /// A schedule error as the rest of a `[jobs.x] `schedule`: ` message.
@@ -259,28 +332,31 @@ fn read_argv(
     }
 }
 
-fn read_env(
-    table: &Table<'_, '_>,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<BTreeMap<String, String>, ConfigError> {
+fn read_env(table: &Table<'_, '_>, ctx: &Context<'_>) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for (key, value) in table.in_file_order() {
         let name: &str = key.get_ref();
         if !is_env_name(name) {
             let message =
                 "not a variable name: use letters, digits and `_`, not starting with a digit";
-            return Err(table.error(key.span(), name, message));
+            ctx.error(table.error(key.span(), name, message));
+            continue;
         }
         if name.starts_with("SOLOCRON_") {
             let message = "`SOLOCRON_` variables are set by solocron for each run";
-            return Err(table.error(key.span(), name, message));
+            ctx.error(table.error(key.span(), name, message));
+            continue;
         }
         let DeValue::String(template) = value.get_ref() else {
-            return Err(table.expected(name, value, "a string"));
+            ctx.error(table.expected(name, value, "a string"));
+            continue;
         };
-        let resolved = interpolate(template, env)
-            .map_err(|err| table.error(value.span(), name, err.describe()))?;
-        out.insert(name.to_string(), resolved);
+        match ctx.fill(template) {
+            Ok(filled) => {
+                out.insert(name.to_string(), filled.text);
+            }
+            Err(err) => ctx.error(table.error(value.span(), name, err.describe(Place::Env))),
+        }
     }
-    Ok(out)
+    out
 }

@@ -4,6 +4,8 @@
 
 /// Top-level tables.
 pub const TOP: &[&str] = &["redis", "daemon", "defaults", "jobs"];
+/// The `[redis]` keys that name the server; a `[redis]` needs one.
+pub const REDIS_SERVER: &[&str] = &["url"];
 /// `[redis]`.
 pub const REDIS: &[&str] = &[
     "url",
@@ -14,7 +16,12 @@ pub const REDIS: &[&str] = &[
     "tls_key_file",
 ];
 /// `[daemon]`.
-pub const DAEMON: &[&str] = &["shutdown_grace", "history_max", "metrics_listen"];
+pub const DAEMON: &[&str] = &[
+    "shutdown_grace",
+    "history_max",
+    "metrics_listen",
+    "env_file",
+];
 /// `[jobs.NAME]` and `[defaults]`.
 pub const JOB: &[&str] = &[
     "schedule",
@@ -29,6 +36,7 @@ pub const JOB: &[&str] = &[
     "starting_deadline",
     "on_lock_lost",
     "overlap",
+    "output_log_max",
 ];
 /// A job's `http = { ... }`.
 pub const HTTP: &[&str] = &["url", "method", "timeout", "headers", "body"];

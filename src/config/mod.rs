@@ -3,16 +3,24 @@
 //! [`load`] reads the file and [`parse`] checks every rule at once, so a bad
 //! file is refused whole at start or on reload (the old schedule keeps
 //! running) and never half-applied. Every error a user can cause names the
-//! file, line, column and key, and shows the line (see [`ConfigError`]).
-//! `${VAR}` values are filled in here, from the environment the caller
-//! passes, which keeps [`parse`] pure for tests.
+//! file, line, column and key, and shows the line (see [`ConfigError`]);
+//! every error of a file is reported, not only the first (a TOML syntax
+//! error stops the reading there). `${VAR}` values are filled in here, from
+//! `[daemon] env_file` and then the environment the caller passes, which
+//! keeps [`parse`] pure for tests.
+//!
+//! A file without `[redis]` naming a server, or without a job, is refused:
+//! an empty or truncated file must not quietly stop a node's schedule.
 //!
 //! Files: `error` (the error type and span -> line/column/snippet),
+//! `context` (what one load carries: `${VAR}` sources, errors, warnings),
 //! `table` (reading one TOML table), `sections` (`[redis]`, `[daemon]`),
-//! `tls` (the `[redis]` certificate files), `job` (`[defaults]`,
-//! `[jobs.NAME]`), `http`, `interpolate`; the validated
-//! types live in `model`.
+//! `envfile` (`env_file`), `tls` (the `[redis]` certificate files), `job`
+//! (`[defaults]`, `[jobs.NAME]`), `http`, `interpolate`, `warnings`; the
+//! validated types live in `model`.
 
+mod context;
+mod envfile;
 mod error;
 mod fingerprint;
 mod http;
@@ -23,6 +31,7 @@ mod model;
 mod sections;
 mod table;
 mod tls;
+mod warnings;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -31,8 +40,10 @@ use toml::de::{DeTable, DeValue};
 
 pub use error::{ConfigError, Position, locate};
 pub use model::*;
-pub use sections::{DEFAULT_KEY_PREFIX, DEFAULT_REDIS_URL};
+pub use sections::DEFAULT_KEY_PREFIX;
+pub use warnings::Warning;
 
+use context::Context;
 use error::Source;
 use job::JobFields;
 use table::{Table, display_key};
@@ -45,32 +56,59 @@ pub fn default_path() -> PathBuf {
     PathBuf::from("/etc/solocron/jobs.toml")
 }
 
-/// Reads and validates `path`, filling in `${VAR}` from the process
-/// environment. `Err` names the file (and line, column, key when the
-/// content is at fault); nothing is applied on error.
+/// Reads and validates `path`, filling in `${VAR}` from its `env_file` and
+/// the process environment. `Err` names the file (and line, column, key
+/// when the content is at fault); nothing is applied on error. This is
+/// what start-up, `check` and every reload call.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
-        path: path.to_path_buf(),
-        error,
-    })?;
+    let text = read(path)?;
     parse(&text, path, &|name| std::env::var(name).ok())
 }
 
-/// Reads `path` for the read-only commands (`status`, `history`): `${VAR}`
-/// values that are not set do not matter there (on-call staff may not have
-/// the jobs' secrets), so they are not an error.
+/// Reads `path` for the read-only commands (`status`, `history`), which
+/// must work for on-call staff who do not have the jobs' secrets (SPEC §3):
+/// see [`parse_for_inspection`].
 pub fn load_for_inspection(path: &Path) -> Result<Config, ConfigError> {
-    load(path)
+    let text = read(path)?;
+    parse_for_inspection(&text, path, &|name| std::env::var(name).ok())
+}
+
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+        path: path.to_path_buf(),
+        error,
+    })
 }
 
 /// Validates `text`, read from `path` (used in messages and to find a
-/// relative `password_file`), with `env` answering `${VAR}` look-ups.
-/// Jobs come out in file order; zero jobs is a valid config.
+/// relative `password_file` or `env_file`), with `env` answering `${VAR}`
+/// look-ups the env file does not. Jobs come out in file order. `Err`
+/// holds every error found (a [`ConfigError::Several`] when there are
+/// more than one).
 pub fn parse(
     text: &str,
     path: &Path,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {
+    parse_with(text, path, &Context::new(env, false))
+}
+
+/// Like [`parse`], for `status` and `history`: a `${VAR}` that is not set
+/// keeps its text as written instead of being an error, the checks of
+/// values that depend on it (an `http.url` with an unset variable) are
+/// skipped, and an `env_file` or `password_file` that cannot be read is
+/// taken as absent (then there is no password). Everything else (syntax,
+/// schedules, names, `[redis]` and a job present) is checked as usual; no
+/// warnings are computed.
+pub fn parse_for_inspection(
+    text: &str,
+    path: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    parse_with(text, path, &Context::new(env, true))
+}
+
+fn parse_with(text: &str, path: &Path, ctx: &Context<'_>) -> Result<Config, ConfigError> {
     let src = Source { path, text };
     let document = DeTable::parse(text).map_err(|err| src.syntax(&err))?;
     let root = Table {
@@ -82,22 +120,88 @@ pub fn parse(
         prefix: String::new(),
         path: String::new(),
     };
-    root.check_keys(TOP_KEYS)?;
-    let redis = section(&root, "redis")?;
-    let daemon = section(&root, "daemon")?;
-    let defaults = match section(&root, "defaults")? {
-        Some(defaults) => JobFields::read(&defaults, env)?,
+    root.check_keys(TOP_KEYS, ctx);
+    let redis_table = ctx.keep(section(&root, "redis")).flatten();
+    let daemon_table = ctx.keep(section(&root, "daemon")).flatten();
+    // The env file first: its values fill `${VAR}` everywhere else.
+    let (daemon, pairs) = sections::daemon(daemon_table.as_ref(), path, ctx);
+    ctx.set_file_env(pairs);
+    let redis = redis_table
+        .as_ref()
+        .map(|table| sections::redis(table, path, ctx));
+    let defaults = match ctx.keep(section(&root, "defaults")).flatten() {
+        Some(defaults) => JobFields::read(&defaults, ctx),
         None => JobFields::default(),
+    };
+    let jobs = jobs(&root, &defaults, ctx);
+    require_redis_and_a_job(&root, ctx);
+    if let Some(err) = ConfigError::combine(path, ctx.take_errors()) {
+        return Err(err);
+    }
+    let Some(redis) = redis else {
+        // A missing `[redis]` was recorded above; this only keeps the
+        // compiler from trusting that.
+        return Err(no_redis(root.src));
     };
     Ok(Config {
         path: path.to_path_buf(),
-        redis: sections::redis(redis.as_ref(), path)?,
-        daemon: sections::daemon(daemon.as_ref())?,
-        jobs: jobs(&root, &defaults, env)?,
-        env: Default::default(),
-        warnings: Vec::new(),
+        redis,
+        daemon,
+        jobs,
+        env: ctx.take_file_env(),
+        warnings: ctx.take_warnings(),
     })
 }
+
+/// Records the errors of a file without `[redis]` or without a job: what
+/// an empty or truncated file looks like.
+fn require_redis_and_a_job(root: &Table<'_, '_>, ctx: &Context<'_>) {
+    let src = root.src;
+    let jobs = root.get("jobs");
+    let no_jobs = match jobs.map(|jobs| jobs.get_ref()) {
+        None => true,
+        Some(DeValue::Table(entries)) => entries.is_empty(),
+        Some(_) => false, // not a table: already an error
+    };
+    if root.get("redis").is_none() && jobs.is_none() {
+        let what = if root.entries.is_empty() {
+            "the file is empty"
+        } else {
+            "the file has no `[redis]` section and no job"
+        };
+        let message = format!(
+            "{what}: it may be truncated; restore it, or write {REDIS_EXAMPLE} and at least one \
+             `[jobs.NAME]` table"
+        );
+        ctx.error(src.invalid(0..0, String::new(), message));
+        return;
+    }
+    if root.get("redis").is_none() {
+        ctx.error(no_redis(src));
+    }
+    if no_jobs {
+        let message = "no job: the file defines no `[jobs.NAME]` table, so this node would run \
+                       nothing; add a job, or restore the file if it was truncated";
+        let span = match jobs {
+            Some(jobs) => jobs.span(),
+            None => {
+                let end = src.text.trim_end().len();
+                end..end
+            }
+        };
+        ctx.error(src.invalid(span, "jobs".to_string(), message.to_string()));
+    }
+}
+
+fn no_redis(src: &Source<'_>) -> ConfigError {
+    let message = format!(
+        "no `[redis]` section: add {REDIS_EXAMPLE} naming this fleet's Redis (the file may be truncated)"
+    );
+    src.invalid(0..0, "redis".to_string(), message)
+}
+
+/// How a message shows a minimal `[redis]`.
+const REDIS_EXAMPLE: &str = "`[redis]` with `url = \"redis://10.0.0.5:6379\"`";
 
 /// The top-level table `key`, which must be a table if present.
 fn section<'a, 'i>(root: &Table<'a, 'i>, key: &str) -> Result<Option<Table<'a, 'i>>, ConfigError> {
@@ -115,13 +219,11 @@ fn section<'a, 'i>(root: &Table<'a, 'i>, key: &str) -> Result<Option<Table<'a, '
     }
 }
 
-fn jobs(
-    root: &Table<'_, '_>,
-    defaults: &JobFields,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Vec<Arc<Job>>, ConfigError> {
-    let Some(all) = section(root, "jobs")? else {
-        return Ok(Vec::new());
+/// Every job in file order; a job with an error is left out (the error is
+/// in `ctx`) and the next one is read all the same.
+fn jobs(root: &Table<'_, '_>, defaults: &JobFields, ctx: &Context<'_>) -> Vec<Arc<Job>> {
+    let Some(all) = ctx.keep(section(root, "jobs")).flatten() else {
+        return Vec::new();
     };
     let schedules = all
         .entries
@@ -142,20 +244,24 @@ fn jobs(
             let message = format!(
                 "invalid job name `{name}` in [{path}]: use 1 to 64 of `A-Z a-z 0-9 _ . -`"
             );
-            return Err(root.src.invalid(key.span(), path, message));
+            ctx.error(root.src.invalid(key.span(), path, message));
+            continue;
         }
         let DeValue::Table(entries) = value.get_ref() else {
             let message = format!(
                 "[{path}] must be a table, found {}",
                 value.get_ref().type_str()
             );
-            return Err(root.src.invalid(value.span(), path, message));
+            ctx.error(root.src.invalid(value.span(), path, message));
+            continue;
         };
         let table = Table::section(root.src, entries, value.span(), path);
-        let fields = JobFields::read(&table, env)?;
-        jobs.push(Arc::new(fields.into_job(name, &table, defaults)?));
+        let fields = JobFields::read(&table, ctx);
+        if let Some(job) = fields.into_job(name, &table, defaults, ctx) {
+            jobs.push(Arc::new(job));
+        }
     }
-    Ok(jobs)
+    jobs
 }
 
 /// `[A-Za-z0-9_.-]{1,64}`.

@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::schedule::Schedule;
 
 /// A whole, validated `jobs.toml`.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Config {
     /// The file it was read from (for messages).
     pub path: PathBuf,
@@ -27,8 +27,22 @@ pub struct Config {
     /// jobs get them in their environment. Values may be secrets.
     pub env: BTreeMap<String, String>,
     /// What `check` prints as `warning:` and `run` logs at start and on
-    /// reload; never a reason to refuse the file.
-    pub warnings: Vec<String>,
+    /// reload; never a reason to refuse the file. In file order.
+    pub warnings: Vec<super::Warning>,
+}
+
+impl fmt::Debug for Config {
+    // The env file's values may be secrets: show only the names.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("path", &self.path)
+            .field("redis", &self.redis)
+            .field("daemon", &self.daemon)
+            .field("jobs", &self.jobs)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("warnings", &self.warnings)
+            .finish()
+    }
 }
 
 /// `[redis]`.

@@ -13,7 +13,9 @@ use std::time::Duration;
 use toml::Spanned;
 use toml::de::{DeString, DeTable, DeValue};
 
-use super::error::{ConfigError, Source};
+use super::context::Context;
+use super::error::{ConfigError, Position, Source, locate};
+use super::warnings::Warning;
 
 /// The longest duration any key accepts: 100 years. The daemon adds and
 /// subtracts durations to and from dates and clocks; `starting_deadline =
@@ -96,8 +98,9 @@ impl<'a, 'i> Table<'a, 'i> {
         entries
     }
 
-    /// Refuses the first key (in file order) that is not in `allowed`.
-    pub fn check_keys(&self, allowed: &[&str]) -> Result<(), ConfigError> {
+    /// Records an error for every key (in file order) that is not in
+    /// `allowed`.
+    pub fn check_keys(&self, allowed: &[&str], ctx: &Context<'_>) {
         for (key, _) in self.in_file_order() {
             let key_name: &str = key.get_ref();
             if allowed.contains(&key_name) {
@@ -107,11 +110,29 @@ impl<'a, 'i> Table<'a, 'i> {
             if let Some(close) = closest(key_name, allowed.iter().copied()) {
                 message.push_str(&format!(", did you mean `{close}`?"));
             }
-            return Err(self
-                .src
-                .invalid(key.span(), self.key_path(key_name), message));
+            ctx.error(
+                self.src
+                    .invalid(key.span(), self.key_path(key_name), message),
+            );
         }
-        Ok(())
+    }
+
+    /// A warning about the value of `key`, which sits at `span`, worded
+    /// like [`Table::error`].
+    pub fn warning(&self, span: Range<usize>, key: &str, message: impl AsRef<str>) -> Warning {
+        let Position { line, column, .. } = locate(self.src.text, span);
+        let owner = if self.owner.is_empty() {
+            String::new()
+        } else {
+            format!("{} ", self.owner)
+        };
+        Warning {
+            path: self.src.path.to_path_buf(),
+            line,
+            column,
+            key: self.key_path(key),
+            message: format!("{owner}`{}{key}`: {}", self.prefix, message.as_ref()),
+        }
     }
 
     /// The raw value of `key`, if present.
@@ -184,6 +205,28 @@ impl<'a, 'i> Table<'a, 'i> {
             return Err(self.error(text.span(), key, message));
         }
         Ok(Some(duration))
+    }
+
+    /// A size in bytes written like `64KiB`, `1MiB`, `500B` or `65536`
+    /// (`KiB`, `MiB`, `GiB` count in 1024s, `KB`, `MB`, `GB` in 1000s).
+    pub fn size(&self, key: &str) -> Result<Option<u64>, ConfigError> {
+        let what = "a size string like `64KiB`";
+        let Some(text) = self.string_like(key, what)? else {
+            return Ok(None);
+        };
+        let written = *text.get_ref();
+        // bytesize reads a bare number as bytes and wants digits first.
+        let starts_with_digit = written.trim().starts_with(|c: char| c.is_ascii_digit());
+        match written.trim().parse::<bytesize::ByteSize>() {
+            Ok(size) if starts_with_digit => Ok(Some(size.as_u64())),
+            _ => {
+                let message = format!(
+                    "invalid size `{written}`; write it like `64KiB`, `1MiB`, `500B` or `0` \
+                     (KiB and MiB count in 1024s, KB and MB in 1000s)"
+                );
+                Err(self.error(text.span(), key, message))
+            }
+        }
     }
 
     /// A nested table (`http = { ... }`, `env = { ... }`), or `None` when

@@ -102,13 +102,14 @@ fn has_certificate(pem: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use crate::config::parse;
-    use crate::config::tests::env;
+    use crate::config::tests::{complete, env};
 
     const CERT: &str = "-----BEGIN CERTIFICATE-----\nMAA=\n-----END CERTIFICATE-----\n";
     const KEY: &str = "-----BEGIN PRIVATE KEY-----\nMAA=\n-----END PRIVATE KEY-----\n";
 
     fn load(dir: &std::path::Path, redis: &str) -> Result<crate::config::Config, String> {
-        parse(&format!("[redis]\n{redis}"), &dir.join("jobs.toml"), &env).map_err(|e| e.to_string())
+        let text = complete(&format!("[redis]\n{redis}"));
+        parse(&text, &dir.join("jobs.toml"), &env).map_err(|e| e.to_string())
     }
 
     #[test]

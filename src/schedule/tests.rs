@@ -481,3 +481,41 @@ fn occurrences_are_computed_up_to_the_end_of_2199() {
         assert!(by_name.next_after(after).is_some(), "{name}");
     }
 }
+
+/// croner says only "number out of bounds"; the message names the field,
+/// the value and the field's range (issue #9).
+#[test]
+fn a_refused_field_is_named_with_its_range() {
+    for (expr, reason) in [
+        ("0 25 * * *", "hour `25` is out of range 0–23"),
+        ("61 * * * *", "minute `61` is out of range 0–59"),
+        ("0 0 0 32 * *", "day-of-month `32` is out of range 1–31"),
+        ("0 0 * 13 *", "month `13` is out of range 1–12 or JAN–DEC"),
+        (
+            "0 0 * * MON#6",
+            "day-of-week `MON#6` has week `6`: the number after `#` is 1–5 (the first to fifth such day of the month)",
+        ),
+        (
+            "0 0 L * L#1",
+            "day-of-week `L#1`: `L` is not a number or a name: use 0–7 or SUN–SAT",
+        ),
+        (
+            "0 0 15W 5W *",
+            "month `5W` (nearest weekday) is allowed only in day-of-month",
+        ),
+        (
+            "5/10 * * * *",
+            "minute `5/10` needs `*` or a range before the `/`: write `*/10` or `5-59/10`",
+        ),
+    ] {
+        let err = Schedule::parse(expr, Tz::UTC).expect_err(expr);
+        assert_eq!(
+            err.to_string(),
+            format!("invalid cron expression `{expr}`: {reason}")
+        );
+    }
+    // croner takes a range before `#`.
+    assert!(Schedule::parse("0 0 * * 1-5#2", Tz::UTC).is_ok());
+    let err = Schedule::parse("0 0 * * 1-5#9", Tz::UTC).expect_err("nth");
+    assert!(err.to_string().ends_with("day-of-week `1-5#9` has week `9`: the number after `#` is 1–5 (the first to fifth such day of the month)"), "{err}");
+}

@@ -1,5 +1,7 @@
 //! Unit tests for the config loader: every SPEC §4 rule, with inline TOML,
-//! and the exact text of the errors people will read.
+//! and the exact text of the errors people will read. `whole_file` has
+//! what concerns a file as a whole: required sections, every error
+//! reported, `env_file`, loading for inspection, warnings.
 
 use std::path::Path;
 use std::time::Duration;
@@ -18,8 +20,26 @@ pub(super) fn env(name: &str) -> Option<String> {
     }
 }
 
+/// `text` with what every file needs and the test is not about, appended
+/// so that its lines stay where they are: a `[redis]` naming a server (when
+/// `text` has no `[redis]`) and a job (when it has none).
+pub(super) fn complete(text: &str) -> String {
+    let mut out = text.to_string();
+    let has_redis = text.lines().any(|line| {
+        let line = line.trim_start();
+        line.starts_with("[redis]") || line.starts_with("redis ")
+    });
+    if !has_redis {
+        out.push_str("\n[redis]\nurl = \"redis://127.0.0.1:6379\"\n");
+    }
+    if !text.contains("[jobs.") {
+        out.push_str("\n[jobs.added-by-test]\nschedule = \"@daily\"\ncommand = \"true\"\n");
+    }
+    out
+}
+
 pub(super) fn config(text: &str) -> Config {
-    parse(text, Path::new(PATH), &env).unwrap_or_else(|err| panic!("{err}"))
+    parse(&complete(text), Path::new(PATH), &env).unwrap_or_else(|err| panic!("{err}"))
 }
 
 pub(super) fn job(text: &str) -> Arc<Job> {
@@ -30,7 +50,7 @@ pub(super) fn job(text: &str) -> Arc<Job> {
 
 /// The first line of the error (the snippet follows on the next lines).
 pub(super) fn error(text: &str) -> String {
-    let err = parse(text, Path::new(PATH), &env).expect_err("config must be refused");
+    let err = parse(&complete(text), Path::new(PATH), &env).expect_err("config must be refused");
     let full = err.to_string();
     assert!(!full.contains(SECRET), "secret leaked: {full}");
     full.lines().next().unwrap_or_default().to_string()
@@ -64,8 +84,6 @@ fn jobs_keep_file_order_and_zero_jobs_is_fine() {
                 [jobs.mid]\nschedule = \"@daily\"\ncommand = \"m\"\n";
     let names: Vec<_> = config(text).jobs.iter().map(|j| j.name.clone()).collect();
     assert_eq!(names, ["zeta", "alpha", "mid"]);
-    assert!(config("").jobs.is_empty());
-    assert!(config("[jobs]\n").jobs.is_empty());
 }
 
 #[test]
@@ -100,7 +118,7 @@ env = { B = "from-job", C = "job-only" }
 #[test]
 fn the_whole_message_has_position_key_and_snippet() {
     let text = "[jobs.nightly-report]\nschedule = \"0 2 * * *\"\ncommand = \"true\"\ntimezone = \"Asia/Tashkentt\"\n";
-    let err = parse(text, Path::new(PATH), &env).expect_err("bad zone");
+    let err = parse(&complete(text), Path::new(PATH), &env).expect_err("bad zone");
     assert_eq!(
         err.to_string(),
         "/etc/solocron/jobs.toml:4:12: [jobs.nightly-report] `timezone`: unknown time zone \
@@ -125,7 +143,44 @@ fn toml_syntax_errors_get_the_same_prefix() {
     let err = error("[jobs.a]\nschedule = \"@daily\ncommand = \"x\"\n");
     assert!(err.starts_with("/etc/solocron/jobs.toml:2:"), "{err}");
     let err = error("[jobs.a]\nschedule = \"@daily\"\nschedule = \"@hourly\"\n");
-    assert_eq!(err, "/etc/solocron/jobs.toml:3:1: duplicate key");
+    assert_eq!(
+        err,
+        "/etc/solocron/jobs.toml:3:1: duplicate key: `schedule` is defined twice, first defined at line 2; keep one"
+    );
+}
+
+/// toml names only the second `[jobs.x]`; the message points at the first
+/// one too, with both lines shown (issue #9).
+#[test]
+fn a_duplicated_job_names_both_definitions() {
+    let text = "[redis]\nurl = \"redis://db\"\n\n[jobs.x]\nschedule = \"@daily\"\ncommand = \"true\"\n\n\
+                [jobs.y]\nschedule = \"@daily\"\ncommand = \"true\"\n\n[jobs.x]\ntimeout = \"5m\"\n";
+    let err = parse(text, Path::new(PATH), &env).expect_err("duplicate job");
+    assert_eq!(
+        err.to_string(),
+        "/etc/solocron/jobs.toml:12:7: duplicate key: job `x` is defined twice, first defined at line 4; \
+         merge the two tables or rename one\n   |\n12 | [jobs.x]\n   |       ^\n  |\n4 | [jobs.x]\n  \
+         | ^^^^^^^^ first defined here"
+    );
+    // Another table, and a key inside a job.
+    let other = error("[daemon]\nhistory_max = 5\n[ daemon ]\n");
+    assert!(
+        other.contains("table `[daemon]` is defined twice, first defined at line 1"),
+        "{other}"
+    );
+    let key = error("[jobs.x]\nschedule = \"@daily\"\ncommand = \"a\"\n\n  command = \"b\"\n");
+    assert!(
+        key.ends_with("`command` is defined twice, first defined at line 3; keep one"),
+        "{key}"
+    );
+    // A key of another table with the same name is not "the first".
+    let inline = error(
+        "[jobs.x]\nschedule = \"@daily\"\n[jobs.y]\nschedule = \"@daily\"\nschedule = \"@daily\"\n",
+    );
+    assert!(
+        inline.ends_with("first defined at line 4; keep one"),
+        "{inline}"
+    );
 }
 
 #[test]
@@ -381,3 +436,70 @@ fn load_reads_files_and_names_unreadable_ones() {
     );
     assert_eq!(default_path(), Path::new("/etc/solocron/jobs.toml"));
 }
+
+#[test]
+fn run_time_variables_say_what_to_write() {
+    let with = |line: &str| format!("[jobs.x]\nschedule = \"@daily\"\n{line}\n");
+    assert_eq!(
+        error(&with("command = \"report --at ${SOLOCRON_OCCURRENCE}\"")),
+        "/etc/solocron/jobs.toml:3:11: [jobs.x] `command`: `${SOLOCRON_OCCURRENCE}` is set for each run, \
+         not when the file loads (`${...}` is filled in at load time): write `$${SOLOCRON_OCCURRENCE}` \
+         so that the shell expands it when the job runs"
+    );
+    let header = "http = { url = \"http://h/\", headers = { X-Job = \"${SOLOCRON_JOB}\" } }";
+    assert!(
+        error(&with(header))
+            .ends_with("every request already carries it in the `Solocron-Job` header")
+    );
+    let written = job(&with("command = \"report --at $${SOLOCRON_OCCURRENCE}\""));
+    assert!(
+        matches!(&written.action, Action::Command(c) if c == "report --at ${SOLOCRON_OCCURRENCE}")
+    );
+}
+
+#[test]
+fn output_log_max_takes_sizes() {
+    let with = |value: &str| {
+        format!("[jobs.x]\nschedule = \"@daily\"\ncommand = \"x\"\noutput_log_max = {value}\n")
+    };
+    assert_eq!(
+        job(&with("\"1s\"").replace("output_log_max = \"1s\"\n", "")).output_log_max,
+        DEFAULT_OUTPUT_LOG_MAX
+    );
+    for (written, bytes) in [
+        ("64KiB", 65_536),
+        ("1MiB", 1_048_576),
+        ("500B", 500),
+        ("65536", 65_536),
+        ("0", 0),
+        ("64 KiB", 65_536),
+        ("2kb", 2_000),
+    ] {
+        assert_eq!(
+            job(&with(&format!("\"{written}\""))).output_log_max,
+            bytes,
+            "{written}"
+        );
+    }
+    for bad in ["lots", "-1", "", "1e3", "KiB", "1.2.3MiB", "64KiBB"] {
+        assert_eq!(
+            error(&with(&format!("\"{bad}\""))),
+            format!(
+                "/etc/solocron/jobs.toml:4:18: [jobs.x] `output_log_max`: invalid size `{bad}`; write it like \
+                 `64KiB`, `1MiB`, `500B` or `0` (KiB and MiB count in 1024s, KB and MB in 1000s)"
+            ),
+            "{bad}"
+        );
+    }
+    assert!(error(&with("65536")).ends_with("expected a size string like `64KiB`, found integer"));
+    let text = "[defaults]\noutput_log_max = \"1KiB\"\n[jobs.a]\nschedule = \"@daily\"\ncommand = \"x\"\n\
+                [jobs.b]\nschedule = \"@daily\"\ncommand = \"x\"\noutput_log_max = \"0\"\n";
+    let sizes: Vec<u64> = config(text)
+        .jobs
+        .iter()
+        .map(|job| job.output_log_max)
+        .collect();
+    assert_eq!(sizes, [1024, 0]);
+}
+
+mod whole_file;

@@ -1,0 +1,112 @@
+//! What reading one `jobs.toml` carries from table to table: where `${VAR}`
+//! values come from, whether the load is for the read-only commands, and
+//! the errors and warnings found so far.
+//!
+//! Errors are collected, not returned, so that one bad key never hides the
+//! next (SPEC §2.7: `check` reports every error of a file). A reader
+//! pushes what it finds and goes on with the next key; the loader refuses
+//! the file at the end if anything was pushed. The collections sit in
+//! `RefCell`s so that every reader can take `&Context` while it also holds
+//! borrows of the document.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+
+use super::error::ConfigError;
+use super::interpolate::{Filled, InterpolateError, interpolate};
+use super::warnings::Warning;
+
+/// The state of one load.
+pub(super) struct Context<'a> {
+    /// The process environment (or what a test passes instead).
+    process_env: &'a dyn Fn(&str) -> Option<String>,
+    /// `[daemon] env_file`, once read; it wins over `process_env`.
+    file_env: RefCell<BTreeMap<String, String>>,
+    /// A load for `status` / `history` (see `config::load_for_inspection`).
+    pub inspect: bool,
+    errors: RefCell<Vec<ConfigError>>,
+    warnings: RefCell<Vec<Warning>>,
+    /// `PATH` look-ups of `argv` programs already done: (PATH, program) ->
+    /// the warning, if any (10,000 jobs often run a handful of programs).
+    programs: RefCell<HashMap<(String, String), Option<String>>>,
+}
+
+impl<'a> Context<'a> {
+    pub fn new(process_env: &'a dyn Fn(&str) -> Option<String>, inspect: bool) -> Self {
+        Context {
+            process_env,
+            file_env: RefCell::default(),
+            inspect,
+            errors: RefCell::default(),
+            warnings: RefCell::default(),
+            programs: RefCell::default(),
+        }
+    }
+
+    /// Makes the env file's pairs the first source of `${VAR}`.
+    pub fn set_file_env(&self, pairs: BTreeMap<String, String>) {
+        *self.file_env.borrow_mut() = pairs;
+    }
+
+    /// The env file's pairs (for `Config.env`).
+    pub fn take_file_env(&self) -> BTreeMap<String, String> {
+        self.file_env.take()
+    }
+
+    /// `name` from the env file, else from the process environment.
+    pub fn var(&self, name: &str) -> Option<String> {
+        let from_file = self.file_env.borrow().get(name).cloned();
+        from_file.or_else(|| (self.process_env)(name))
+    }
+
+    /// `template` with `${VAR}` filled in. Loading for inspection keeps an
+    /// unset `${VAR}` as written instead of refusing it.
+    pub fn fill(&self, template: &str) -> Result<Filled, InterpolateError> {
+        interpolate(template, &|name| self.var(name), self.inspect)
+    }
+
+    /// Records `err`; reading goes on.
+    pub fn error(&self, err: ConfigError) {
+        self.errors.borrow_mut().push(err);
+    }
+
+    /// The value of `result`, or `None` after recording its error.
+    pub fn keep<T>(&self, result: Result<T, ConfigError>) -> Option<T> {
+        result.map_err(|err| self.error(err)).ok()
+    }
+
+    /// How many errors were recorded so far (a reader compares before and
+    /// after to know whether its table was clean).
+    pub fn error_count(&self) -> usize {
+        self.errors.borrow().len()
+    }
+
+    /// Every error recorded, in the order found.
+    pub fn take_errors(&self) -> Vec<ConfigError> {
+        self.errors.take()
+    }
+
+    /// Records a warning (never a reason to refuse the file).
+    pub fn warn(&self, warning: Warning) {
+        self.warnings.borrow_mut().push(warning);
+    }
+
+    /// Every warning recorded, in file order.
+    pub fn take_warnings(&self) -> Vec<Warning> {
+        let mut warnings = self.warnings.take();
+        warnings.sort_by_key(|warning| (warning.line, warning.column));
+        warnings
+    }
+
+    /// The warning about `program` under `path` (see
+    /// `warnings::program`), looked up once per pair.
+    pub fn program_warning(&self, program: &str, path: &str) -> Option<String> {
+        let key = (path.to_string(), program.to_string());
+        if let Some(known) = self.programs.borrow().get(&key) {
+            return known.clone();
+        }
+        let found = super::warnings::program(program, path);
+        self.programs.borrow_mut().insert(key, found.clone());
+        found
+    }
+}
