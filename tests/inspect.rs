@@ -102,7 +102,7 @@ fn publish(redis: &RedisServer, nodes: &[NodeInfo]) {
         };
         let conn = solocron::daemon::connect(&config).expect("connection manager");
         for node in nodes {
-            registry::publish(&conn, "solocron", node)
+            registry::publish(&conn, "solocron", node, &BTreeMap::new(), false)
                 .await
                 .expect("publish a node");
         }
@@ -129,6 +129,8 @@ fn test_nodes(path: &Path) -> Vec<NodeInfo> {
         config_hash: config.fingerprint(),
         clock_offset_ms: Some(offset),
         jobs,
+        instance: format!("test-host:1:{id}"),
+        collision: None,
     };
     vec![node("t-a", jobs, 12), node("t-b", drifted, -340)]
 }

@@ -56,6 +56,8 @@ pub(crate) struct Shared {
     clock_offset: AtomicI64,
     /// Woken when the clock offset is first measured, to publish it at once.
     pub clock_measured: tokio::sync::Notify,
+    /// This daemon process's id in the node registry ([`registry::new_instance`]).
+    pub instance: String,
 }
 
 impl Shared {
@@ -98,6 +100,7 @@ pub async fn run(
         interrupt: CancellationToken::new(),
         clock_offset: AtomicI64::new(i64::MIN),
         clock_measured: tokio::sync::Notify::new(),
+        instance: registry::new_instance(),
     });
     info!(
         node = %options.node,
@@ -137,6 +140,7 @@ pub async fn run(
         &shared.locker.connection(),
         shared.locker.prefix(),
         &options.node,
+        &shared.instance,
     )
     .await
     {
