@@ -9,7 +9,7 @@ use solocron::cli::{self, Cli};
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    cli::init_logging(cli.log_format, cli.command.default_log_filter());
+    cli::init_logging(cli.log_format(), cli.command.default_log_filter());
     let command = cli.command.clone();
     match cli::run(cli).await {
         Ok(code) => code,
