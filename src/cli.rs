@@ -1,83 +1,188 @@
 //! Command-line types, log set-up and the subcommands.
 //!
-//! Every subcommand loads `jobs.toml` first, so a bad file is reported the
-//! same way everywhere (file:line:col, key, what to do). `run` maps it to
-//! exit 78 (EX_CONFIG) so the unit can say `RestartPreventExitStatus=78`.
+//! Each subcommand has its own options (`check --help` lists only what
+//! applies to `check`); the shared ones are small flattened groups with the
+//! same names and env fallbacks everywhere. Every subcommand loads
+//! `jobs.toml` first, so a bad file is reported the same way everywhere
+//! (file:line:col, key, what to do); `status` and `history` may go without
+//! it when given `--redis` ([`crate::inspect::Source`]). `run` maps a bad
+//! file to exit 78 (EX_CONFIG) so the unit can say
+//! `RestartPreventExitStatus=78`.
 
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 use chrono::Utc;
-use clap::{Parser, Subcommand};
+use clap::builder::PossibleValuesParser;
+use clap::{Args, Parser, Subcommand};
 
 use crate::config::{self, Action, Config};
+use crate::inspect::TimeBound;
 
 /// Runs cron jobs on a fleet of servers so that each occurrence runs on exactly one.
 #[derive(Debug, Parser)]
 #[command(name = "solocron", version, about)]
 pub struct Cli {
-    /// The jobs file.
-    #[arg(
-        long,
-        global = true,
-        env = "SOLOCRON_CONFIG",
-        default_value = "/etc/solocron/jobs.toml"
-    )]
-    pub config: PathBuf,
-    /// This node's id in locks, logs and history (default: the host name).
-    #[arg(long, global = true, env = "SOLOCRON_NODE_ID")]
-    pub node_id: Option<String>,
-    /// Redis URL; overrides `[redis] url` in the file.
-    #[arg(
-        long,
-        global = true,
-        env = "SOLOCRON_REDIS_URL",
-        hide_env_values = true
-    )]
-    pub redis: Option<String>,
-    /// Log format (the filter is taken from `SOLOCRON_LOG`, e.g. `info` or `debug`).
-    #[arg(long, global = true, env = "SOLOCRON_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
 }
 
+impl Cli {
+    /// The `--log-format` of the chosen subcommand; text for those without
+    /// one (they print for people and log nothing worth a format).
+    pub fn log_format(&self) -> LogFormat {
+        self.command.log_format()
+    }
+}
+
 pub use crate::logging::LogFormat;
 
-/// The subcommands.
+/// The subcommands; each has only the options that apply to it.
 #[derive(Debug, Clone, Subcommand)]
 pub enum Command {
     /// Run the daemon: schedule, claim, run, log, until SIGTERM/SIGINT.
-    Run,
+    Run(RunArgs),
     /// Validate the config and print every job with its next 3 occurrences.
-    Check,
+    Check(CheckArgs),
     /// Per job: lock holder, last decided occurrence, next occurrence; live nodes and config drift.
-    Status {
-        /// One JSON object (`jobs`, `nodes`, `divergences`) instead of tables.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Recent decisions (ran, failed, skipped, ...), newest first.
-    History {
-        /// Only this job (default: every job in the config).
-        job: Option<String>,
-        /// Show at most this many entries.
-        #[arg(long, default_value_t = 20)]
-        limit: usize,
-        /// Only entries that finished within this long, e.g. `90s`, `2h`, `1d`.
-        #[arg(long, value_parser = humantime::parse_duration)]
-        since: Option<std::time::Duration>,
-        /// One JSON array instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
+    Status(StatusArgs),
+    /// Recent decisions (ran, failed, skipped, ...), newest occurrence first.
+    History(HistoryArgs),
     /// Run JOB now on this node, under its lock with a new fence; exit 0 ok, 1 failed, 3 lock busy.
-    Trigger {
-        /// The job's name in the config.
-        job: String,
-    },
+    Trigger(TriggerArgs),
+}
+
+/// `--config` of the commands that need the file.
+#[derive(Debug, Clone, Args)]
+pub struct ConfigArg {
+    /// The jobs file.
+    #[arg(
+        long,
+        env = "SOLOCRON_CONFIG",
+        default_value = "/etc/solocron/jobs.toml"
+    )]
+    pub config: PathBuf,
+}
+
+/// `--node-id`.
+#[derive(Debug, Clone, Args)]
+pub struct NodeArg {
+    /// This node's id in locks, logs and history (default: the host name).
+    #[arg(long, env = "SOLOCRON_NODE_ID")]
+    pub node_id: Option<String>,
+}
+
+/// `--redis` of the commands that use the file's `[redis]`.
+#[derive(Debug, Clone, Args)]
+pub struct RedisArg {
+    /// Redis URL; overrides `[redis] url` in the file.
+    #[arg(long, env = "SOLOCRON_REDIS_URL", hide_env_values = true)]
+    pub redis: Option<String>,
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Args)]
+pub struct LogArg {
+    /// Log format (the filter is taken from `SOLOCRON_LOG`, e.g. `info` or `debug`).
+    #[arg(long, env = "SOLOCRON_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// Where `status` and `history` read: the file is optional for them.
+#[derive(Debug, Clone, Args)]
+pub struct InspectArgs {
+    /// The jobs file; not needed with `--redis` (without one, the jobs are those the live nodes run).
+    #[arg(
+        long,
+        env = "SOLOCRON_CONFIG",
+        default_value = "/etc/solocron/jobs.toml"
+    )]
+    pub config: PathBuf,
+    /// Redis URL; overrides `[redis] url` in the file, or stands in for the file.
+    #[arg(long, env = "SOLOCRON_REDIS_URL", hide_env_values = true)]
+    pub redis: Option<String>,
+    /// Key prefix; overrides `[redis] key_prefix` in the file (without a file: `solocron`).
+    #[arg(long, value_name = "PREFIX")]
+    pub key_prefix: Option<String>,
+}
+
+/// `solocron run`.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub file: ConfigArg,
+    #[command(flatten)]
+    pub node: NodeArg,
+    #[command(flatten)]
+    pub redis: RedisArg,
+    #[command(flatten)]
+    pub log: LogArg,
+}
+
+/// `solocron check`.
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub file: ConfigArg,
+}
+
+/// `solocron status`.
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    /// One JSON object (`jobs`, `nodes`, `divergences`) instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub source: InspectArgs,
+}
+
+/// `solocron history`.
+#[derive(Debug, Clone, Args)]
+pub struct HistoryArgs {
+    /// Only this job (default: every job in the config, or without one every job a live node runs).
+    pub job: Option<String>,
+    /// Show at most this many entries.
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    /// Only occurrences at or after WHEN: an RFC 3339 instant, or a duration back from now (`90s`, `2h`, `1d`).
+    #[arg(long, value_name = "WHEN", value_parser = TimeBound::parse)]
+    pub since: Option<TimeBound>,
+    /// Only occurrences at or before WHEN: an RFC 3339 instant, or a duration back from now.
+    #[arg(long, value_name = "WHEN", value_parser = TimeBound::parse)]
+    pub until: Option<TimeBound>,
+    /// Only entries of this node (repeat, or separate with commas, for several).
+    #[arg(long = "node", value_name = "ID", value_delimiter = ',')]
+    pub nodes: Vec<String>,
+    /// Only entries with this outcome (repeat, or separate with commas, for several).
+    #[arg(
+        long = "outcome",
+        value_name = "OUTCOME",
+        value_delimiter = ',',
+        value_parser = PossibleValuesParser::new(crate::inspect::OUTCOMES)
+    )]
+    pub outcomes: Vec<String>,
+    /// One JSON array instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub source: InspectArgs,
+}
+
+/// `solocron trigger`.
+#[derive(Debug, Clone, Args)]
+pub struct TriggerArgs {
+    /// The job's name in the config.
+    pub job: String,
+    #[command(flatten)]
+    pub file: ConfigArg,
+    #[command(flatten)]
+    pub node: NodeArg,
+    #[command(flatten)]
+    pub redis: RedisArg,
+    #[command(flatten)]
+    pub log: LogArg,
 }
 
 impl Command {
@@ -85,8 +190,17 @@ impl Command {
     /// job's output itself, so only warnings go to the log there.
     pub fn default_log_filter(&self) -> &'static str {
         match self {
-            Command::Trigger { .. } => "warn",
+            Command::Trigger(_) => "warn",
             _ => "info",
+        }
+    }
+
+    /// `--log-format` where the command has it (`run`, `trigger`), else text.
+    pub fn log_format(&self) -> LogFormat {
+        match self {
+            Command::Run(args) => args.log.log_format,
+            Command::Trigger(args) => args.log.log_format,
+            Command::Check(_) | Command::Status(_) | Command::History(_) => LogFormat::Text,
         }
     }
 }
@@ -98,42 +212,44 @@ pub const EXIT_BAD_CONFIG: u8 = 78;
 /// its exit code comes from [`exit_code_for`].
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
-        Command::Check => check(&cli),
-        Command::Run => {
+        Command::Check(args) => check(args),
+        Command::Run(args) => {
             // Before anything slow: a signal must never find the default action.
             let reloads =
                 crate::shutdown::reloads().context("cannot install the SIGHUP handler")?;
             let stops = crate::shutdown::stop_requests()
                 .context("cannot install the SIGTERM and SIGINT handlers")?;
-            let config = load(&cli)?;
+            let config = load(&args.file.config, args.redis.redis.as_deref())?;
             crate::memory::release_freed();
             let options = crate::daemon::Options {
-                node: node_id(&cli)?,
-                redis_override: cli.redis.clone(),
+                node: node_id(args.node.node_id.as_deref())?,
+                redis_override: args.redis.redis.clone(),
             };
             crate::daemon::run(config, options, stops, reloads).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Status { json } => {
-            crate::inspect::status(&load(&cli)?, *json).await?;
+        Command::Status(args) => {
+            crate::inspect::status(&source(&args.source)?, args.json).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::History {
-            job,
-            limit,
-            since,
-            json,
-        } => {
-            let args = crate::inspect::HistoryArgs {
-                job: job.clone(),
-                limit: *limit,
-                since: *since,
-                json: *json,
+        Command::History(args) => {
+            let query = crate::inspect::HistoryQuery {
+                job: args.job.clone(),
+                limit: args.limit,
+                since: args.since,
+                until: args.until,
+                nodes: args.nodes.clone(),
+                outcomes: args.outcomes.clone(),
+                json: args.json,
             };
-            crate::inspect::history(&load(&cli)?, &args).await?;
+            crate::inspect::history(&source(&args.source)?, &query).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Trigger { job } => crate::trigger::run(load(&cli)?, &node_id(&cli)?, job).await,
+        Command::Trigger(args) => {
+            let config = load(&args.file.config, args.redis.redis.as_deref())?;
+            let node = node_id(args.node.node_id.as_deref())?;
+            crate::trigger::run(config, &node, &args.job).await
+        }
     }
 }
 
@@ -144,23 +260,32 @@ pub fn exit_code_for(command: &Command, err: &anyhow::Error) -> u8 {
         cause.is::<config::ConfigError>() || cause.is::<crate::daemon::StartRefused>()
     });
     match command {
-        Command::Run if bad_config => EXIT_BAD_CONFIG,
+        Command::Run(_) if bad_config => EXIT_BAD_CONFIG,
         _ => 1,
     }
 }
 
-/// Loads `--config`, with `--redis` applied.
-pub fn load(cli: &Cli) -> anyhow::Result<Config> {
-    let mut config = config::load(&cli.config)?;
-    if let Some(url) = &cli.redis {
-        config.redis.url = url.clone();
+/// Loads the config at `path`, with `redis` (`--redis`) replacing its URL.
+pub fn load(path: &Path, redis: Option<&str>) -> anyhow::Result<Config> {
+    let mut config = config::load(path)?;
+    if let Some(url) = redis {
+        config.redis.url = url.to_string();
     }
     Ok(config)
 }
 
-/// `--node-id`, or the host name.
-pub fn node_id(cli: &Cli) -> anyhow::Result<String> {
-    match &cli.node_id {
+/// What `status` and `history` read ([`crate::inspect::Source::resolve`]).
+fn source(args: &InspectArgs) -> anyhow::Result<crate::inspect::Source> {
+    crate::inspect::Source::resolve(
+        &args.config,
+        args.redis.as_deref(),
+        args.key_prefix.as_deref(),
+    )
+}
+
+/// `--node-id` (`node_id`), or the host name.
+pub fn node_id(node_id: Option<&str>) -> anyhow::Result<String> {
+    match node_id {
         Some(id) if !id.trim().is_empty() => Ok(id.trim().to_string()),
         Some(_) => anyhow::bail!(
             "`--node-id` is empty; give a name such as `web-1`, or leave it out to use the host name"
@@ -171,8 +296,8 @@ pub fn node_id(cli: &Cli) -> anyhow::Result<String> {
     }
 }
 
-fn check(cli: &Cli) -> anyhow::Result<ExitCode> {
-    let config = load(cli)?;
+fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
+    let config = load(&args.file.config, None)?;
     // Warnings never fail the check: they go to stderr, before the jobs.
     let mut err = std::io::BufWriter::new(std::io::stderr().lock());
     for warning in &config.warnings {

@@ -9,7 +9,7 @@ use solocron::cli::{self, Cli};
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let logging = solocron::logging::init(cli.log_format, cli.command.default_log_filter());
+    let logging = solocron::logging::init(cli.log_format(), cli.command.default_log_filter());
     let command = cli.command.clone();
     let code = match cli::run(cli).await {
         Ok(code) => code,

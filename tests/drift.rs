@@ -207,3 +207,172 @@ fn the_registry_entry_is_refreshed_by_heartbeats_and_written_whole_again_when_lo
     );
     assert_eq!(field(&mut conn, "marker"), None);
 }
+
+/// `status --json` with `--config` and `--redis`.
+fn status_json(work: &Workdir, redis: &RedisServer) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_solocron"))
+        .args(["status", "--json", "--config"])
+        .arg(work.path("jobs.toml"))
+        .args(["--redis", &redis.url()])
+        .output()
+        .expect("run status");
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).expect("status --json is JSON")
+}
+
+/// The `nodes` entry of `id` in a `status --json` object.
+fn node_entry(status: &serde_json::Value, id: &str) -> Option<serde_json::Value> {
+    status["nodes"]
+        .as_array()?
+        .iter()
+        .find(|node| node["node"] == id)
+        .cloned()
+}
+
+fn field(redis: &RedisServer, key: &str, name: &str) -> Option<String> {
+    redis::cmd("HGET")
+        .arg(key)
+        .arg(name)
+        .query(&mut redis.conn())
+        .ok()
+        .flatten()
+}
+
+const COLLISION: &str = "another daemon uses node id `dup`";
+
+#[test]
+fn two_daemons_with_one_node_id_both_warn_and_status_shows_it_until_one_stops() {
+    let redis = RedisServer::start();
+    let (one, two) = (Workdir::new(), Workdir::new());
+    for work in [&one, &two] {
+        work.write_config("[jobs.x]\nschedule = \"@hourly\"\ncommand = \"true\"\n");
+    }
+    let first = Node::start(&one, &redis, "dup", &[]);
+    let mut second = Node::start(&two, &redis, "dup", &[]);
+    for (node, other) in [(&first, &second), (&second, &first)] {
+        node.wait_for_log(Duration::from_secs(30), COLLISION);
+        let log = node.log();
+        let line = log
+            .lines()
+            .find(|line| line.contains(COLLISION))
+            .expect("waited for it");
+        assert!(
+            line.contains(&format!("pid {}", other.pid()))
+                && line.contains(&format!("pid {}", node.pid())),
+            "names both daemons by host and pid: {line}"
+        );
+    }
+    // `status` shows it on the node, text and JSON.
+    let status = status_json(&one, &redis);
+    let entry = node_entry(&status, "dup").expect("`dup` is listed");
+    let instances: Vec<&str> = entry["collision"]["instances"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a collision: {entry}"))
+        .iter()
+        .filter_map(|i| i.as_str())
+        .collect();
+    for node in [&first, &second] {
+        let pid = format!(":{}:", node.pid());
+        assert!(instances.iter().any(|i| i.contains(&pid)), "{entry}");
+    }
+    assert!(entry["collision"]["seen_at"].is_string(), "{entry}");
+    let text = std::process::Command::new(env!("CARGO_BIN_EXE_solocron"))
+        .args(["status", "--config"])
+        .arg(one.path("jobs.toml"))
+        .args(["--redis", &redis.url()])
+        .output()
+        .expect("run status");
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(text.contains("NODE ID COLLISIONS"), "{text}");
+    for node in [&first, &second] {
+        assert!(text.contains(&format!("pid {}", node.pid())), "{text}");
+    }
+    // Each daemon keeps finding the other at its heartbeats, but warns
+    // once, not every 10 s.
+    let key = "{solocron}:node:dup";
+    let mut found_by: Vec<String> = Vec::new();
+    let mut stamp = field(&redis, key, "collision_at");
+    wait_until(
+        Duration::from_secs(40),
+        "both daemons found the collision again",
+        || {
+            let now = field(&redis, key, "collision_at");
+            if now != stamp {
+                stamp = now;
+                found_by.extend(field(&redis, key, "collision_by"));
+            }
+            found_by
+                .iter()
+                .any(|by| by.contains(&format!(":{}:", first.pid())))
+                && found_by
+                    .iter()
+                    .any(|by| by.contains(&format!(":{}:", second.pid())))
+        },
+    );
+    for node in [&first, &second] {
+        let warnings = node.log().matches(COLLISION).count();
+        assert_eq!(
+            warnings,
+            1,
+            "node {} warned {warnings} times:\n{}",
+            node.pid(),
+            node.log()
+        );
+    }
+    // One stops: the collision is over, and `status` stops showing it.
+    second.signal("TERM");
+    assert!(second.wait_exit(Duration::from_secs(20)).success());
+    let first_pid = format!(":{}:", first.pid());
+    wait_until(
+        Duration::from_secs(40),
+        "status lists `dup` (the first daemon) without a collision",
+        || {
+            node_entry(&status_json(&one, &redis), "dup").is_some_and(|entry| {
+                entry["collision"].is_null()
+                    && entry["instance"]
+                        .as_str()
+                        .is_some_and(|i| i.contains(&first_pid))
+            })
+        },
+    );
+}
+
+#[test]
+fn a_daemon_restarted_after_a_crash_is_not_a_collision() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    work.write_config("[jobs.x]\nschedule = \"@hourly\"\ncommand = \"true\"\n");
+    let key = "{solocron}:node:n1";
+    let mut crashed = Node::start(&work, &redis, "n1", &[]);
+    let old = format!(":{}:", crashed.pid());
+    wait_until(Duration::from_secs(10), "the first publish", || {
+        field(&redis, key, "instance").is_some_and(|i| i.contains(&old))
+    });
+    // kill -9: no withdraw, the entry stays for its TTL.
+    crashed.kill9();
+    let restarted = Node::start(&work, &redis, "n1", &[]);
+    let new = format!(":{}:", restarted.pid());
+    wait_until(Duration::from_secs(10), "the new process publishes", || {
+        field(&redis, key, "instance").is_some_and(|i| i.contains(&new))
+    });
+    // Two heartbeats later, still no collision.
+    let mut beats = 0;
+    let mut stamp = field(&redis, key, "updated_at");
+    wait_until(Duration::from_secs(30), "two heartbeats", || {
+        let now = field(&redis, key, "updated_at");
+        if now != stamp {
+            stamp = now;
+            beats += 1;
+        }
+        beats >= 2
+    });
+    assert!(
+        !restarted.log().contains("another daemon uses"),
+        "{}",
+        restarted.log()
+    );
+    assert_eq!(field(&redis, key, "collision_at"), None);
+    assert!(
+        node_entry(&status_json(&work, &redis), "n1").is_some_and(|n| n["collision"].is_null())
+    );
+}

@@ -20,7 +20,7 @@ use solocron::config::RedisConfig;
 use solocron::registry::{self, NodeInfo};
 
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
-const HISTORY_KEYS: [&str; 10] = [
+const HISTORY_KEYS: [&str; 13] = [
     "job",
     "occurrence",
     "node",
@@ -31,6 +31,9 @@ const HISTORY_KEYS: [&str; 10] = [
     "started_at",
     "finished_at",
     "duration_ms",
+    "error",
+    "output_tail",
+    "attempt",
 ];
 
 /// Runs `solocron ARGS --config jobs.toml --redis URL` to completion.
@@ -102,7 +105,7 @@ fn publish(redis: &RedisServer, nodes: &[NodeInfo]) {
         };
         let conn = solocron::daemon::connect(&config).expect("connection manager");
         for node in nodes {
-            registry::publish(&conn, "solocron", node)
+            registry::publish(&conn, "solocron", node, &BTreeMap::new(), false)
                 .await
                 .expect("publish a node");
         }
@@ -129,6 +132,8 @@ fn test_nodes(path: &Path) -> Vec<NodeInfo> {
         config_hash: config.fingerprint(),
         clock_offset_ms: Some(offset),
         jobs,
+        instance: format!("test-host:1:{id}"),
+        collision: None,
     };
     vec![node("t-a", jobs, 12), node("t-b", drifted, -340)]
 }
@@ -224,8 +229,8 @@ fn check_history(work: &Workdir, redis: &RedisServer) {
     }
     for pair in entries.windows(2) {
         assert!(
-            time(&pair[0]["finished_at"]) >= time(&pair[1]["finished_at"]),
-            "newest first: {pair:?}"
+            time(&pair[0]["occurrence"]) >= time(&pair[1]["occurrence"]),
+            "newest occurrence first: {pair:?}"
         );
     }
     // Both ways: the history names the node and fence the run itself saw.
@@ -288,7 +293,7 @@ fn check_history_options(work: &Workdir, redis: &RedisServer) {
     let recent = history(work, redis, &["tick", "--since", "1s", "--limit", "1000"]);
     assert!(recent.len() < ticks.len(), "{recent:?}");
     for entry in &recent {
-        let age = asked - time(&entry["finished_at"]);
+        let age = asked - time(&entry["occurrence"]);
         assert!(
             age < chrono::TimeDelta::milliseconds(1100),
             "older than 1s: {entry}"
@@ -456,7 +461,7 @@ fn check_status(work: &Workdir, redis: &RedisServer, path: &Path) {
 }
 
 #[test]
-fn a_job_that_never_ran_has_no_history_and_an_unknown_job_gets_a_note() {
+fn a_job_that_never_ran_has_no_history_and_a_removed_job_gets_a_note() {
     let redis = RedisServer::start();
     let work = Workdir::new();
     cluster_config(&work);
@@ -464,13 +469,21 @@ fn a_job_that_never_ran_has_no_history_and_an_unknown_job_gets_a_note() {
     assert!(output.status.success(), "{output:?}");
     assert_eq!(stdout(&output), "no history for job `never`\n");
     assert_eq!(history(&work, &redis, &["never"]), Vec::<Value>::new());
+    // A job removed from the config keeps its history, and it is shown.
+    add_entry(
+        &redis,
+        "ghost",
+        1_796_072_400_000,
+        &entry_fields("2026-11-30T21:00:00Z", "n1", "succeeded"),
+    );
     let output = solocron(&work, &redis.url(), &["history", "ghost"]);
     assert!(output.status.success(), "{output:?}");
     assert!(
         stderr(&output).contains("job `ghost` is not in"),
         "{output:?}"
     );
-    assert_eq!(stdout(&output), "no history for job `ghost`\n");
+    let text = stdout(&output);
+    assert!(text.contains("2026-11-30T21:00:00Z  ghost  n1"), "{text}");
     // Nothing ran and no node published: everything free and unknown.
     let status = json(&work, &redis, &["status", "--json"]);
     for job in status["jobs"].as_array().expect("jobs") {
@@ -512,4 +525,642 @@ fn status_and_history_exit_1_naming_the_redacted_url_when_redis_is_unreachable()
         );
         assert!(out.is_empty(), "{args:?}: {out}");
     }
+}
+
+// ---- the command line, and `status`/`history` for on-call staff ----
+
+/// Runs `solocron ARGS` exactly as given, with no `SOLOCRON_*` setting
+/// from the test's environment, only `env`.
+fn cli(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_solocron"));
+    command.args(args);
+    for name in [
+        "SOLOCRON_CONFIG",
+        "SOLOCRON_REDIS_URL",
+        "SOLOCRON_NODE_ID",
+        "SOLOCRON_LOG_FORMAT",
+        "SOLOCRON_LOG",
+    ] {
+        command.env_remove(name);
+    }
+    command.envs(env.iter().copied());
+    command.output().expect("run solocron")
+}
+
+/// Parses the stdout of a `--json` command that must have succeeded.
+fn parsed(output: &Output) -> Value {
+    assert!(output.status.success(), "{output:?}");
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|err| panic!("no JSON ({err}): {output:?}"))
+}
+
+/// The `occurrence` of each entry of a `history --json` output.
+fn occurrences(output: &Output) -> Vec<String> {
+    parsed(output)
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|entry| entry["occurrence"].as_str().expect("a string").to_string())
+        .collect()
+}
+
+/// 2026-11-30T21:00:00Z, UTC epoch ms: the instant the synthetic entries
+/// are placed around.
+const T0: i64 = 1_796_072_400_000;
+
+fn rfc3339(ms: i64) -> String {
+    DateTime::from_timestamp_millis(ms)
+        .expect("in range")
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// The fields of a history entry as the daemons write them, started and
+/// finished at the occurrence.
+fn entry_fields(occurrence: &str, node: &str, outcome: &str) -> Vec<(String, String)> {
+    let name = occurrence.strip_prefix("manual-").unwrap_or(occurrence);
+    let at = DateTime::parse_from_rfc3339(name)
+        .map(|at| at.timestamp_millis())
+        .unwrap_or(T0);
+    let fence = if outcome == "missed" {
+        0
+    } else {
+        at * 1000 + 7
+    };
+    [
+        ("occurrence", occurrence.to_string()),
+        ("node", node.to_string()),
+        ("fence", fence.to_string()),
+        ("outcome", outcome.to_string()),
+        ("started_at", at.to_string()),
+        ("finished_at", at.to_string()),
+    ]
+    .into_iter()
+    .map(|(key, value)| (key.to_string(), value))
+    .collect()
+}
+
+/// Appends an entry to `job`'s stream (prefix `solocron`) with stream id
+/// `ID_MS-0`, i.e. as if Redis had appended it at that time.
+fn add_entry(redis: &RedisServer, job: &str, id_ms: i64, fields: &[(String, String)]) {
+    let mut command = redis::cmd("XADD");
+    command
+        .arg(format!("{{solocron:{job}}}:history"))
+        .arg(format!("{id_ms}-0"));
+    for (key, value) in fields {
+        command.arg(key).arg(value);
+    }
+    let _: String = command.query(&mut redis.conn()).expect("XADD");
+}
+
+/// Redis `TIME` as UTC epoch ms.
+fn redis_now_ms(redis: &RedisServer) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(&mut redis.conn()).expect("TIME");
+    secs * 1000 + micros / 1000
+}
+
+/// A config with hourly jobs of these names.
+fn jobs_config(work: &Workdir, names: &[&str]) {
+    let jobs: String = names
+        .iter()
+        .map(|name| format!("[jobs.{name}]\nschedule = \"0 0 1 1 *\"\ncommand = \"true\"\n"))
+        .collect();
+    work.write_config(&jobs);
+}
+
+#[test]
+fn each_subcommand_lists_only_its_own_options() {
+    let help = |command: &str| {
+        let output = cli(
+            &[command, "--help"],
+            &[("SOLOCRON_REDIS_URL", "redis://:s3cret@10.0.0.1/")],
+        );
+        assert!(output.status.success(), "{output:?}");
+        let text = stdout(&output);
+        assert!(
+            !text.contains("s3cret"),
+            "the URL's value is hidden: {text}"
+        );
+        text
+    };
+    let expect = |command: &str, present: &[&str], absent: &[&str]| {
+        let text = help(command);
+        for option in present {
+            assert!(
+                text.contains(option),
+                "`{command} --help` lacks {option}:\n{text}"
+            );
+        }
+        for option in absent {
+            assert!(
+                !text.contains(option),
+                "`{command} --help` lists {option}:\n{text}"
+            );
+        }
+    };
+    expect(
+        "check",
+        &["--config"],
+        &["--node-id", "--redis", "--log-format", "--key-prefix"],
+    );
+    expect(
+        "run",
+        &["--config", "--node-id", "--redis", "--log-format"],
+        &["--key-prefix", "--json"],
+    );
+    expect(
+        "trigger",
+        &["--config", "--node-id", "--redis", "--log-format"],
+        &["--key-prefix"],
+    );
+    expect(
+        "status",
+        &["--config", "--redis", "--key-prefix", "--json"],
+        &["--node-id", "--log-format"],
+    );
+    expect(
+        "history",
+        &[
+            "--config",
+            "--redis",
+            "--key-prefix",
+            "--json",
+            "--limit",
+            "--since",
+            "--until",
+            "--node ",
+            "--outcome",
+            "abandoned",
+        ],
+        &["--node-id", "--log-format"],
+    );
+    let version = cli(&["--version"], &[]);
+    assert!(version.status.success(), "{version:?}");
+    assert_eq!(
+        stdout(&version).trim(),
+        format!("solocron {}", env!("CARGO_PKG_VERSION"))
+    );
+    // An option of another command is refused, not silently ignored.
+    let refused = cli(&["check", "--redis", "redis://127.0.0.1:1/"], &[]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(stderr(&refused).contains("--redis"), "{refused:?}");
+}
+
+/// `tick` every second (appending its runs to `runs`) and `report` at
+/// 02:00 in Tashkent, plus `extra` lines.
+fn node_config(work: &Workdir, extra: &str) {
+    work.write_config(&format!(
+        r#"
+[jobs.tick]
+schedule = "* * * * * *"
+lock_ttl = "2s"
+command = 'echo "$SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE" >> {}'
+
+[jobs.report]
+schedule = "0 2 * * *"
+timezone = "Asia/Tashkent"
+command = "true"
+{extra}"#,
+        toml_path(&work.path("runs"))
+    ));
+}
+
+#[test]
+fn status_and_history_without_a_config_list_the_jobs_the_live_nodes_run() {
+    let redis = RedisServer::start();
+    let (one, two) = (Workdir::new(), Workdir::new());
+    node_config(&one, "");
+    node_config(
+        &two,
+        "\n[jobs.yearly]\nschedule = \"0 0 1 1 *\"\ncommand = \"true\"\n",
+    );
+    let mut nodes = vec![
+        Node::start(&one, &redis, "n1", &[]),
+        Node::start(&two, &redis, "n2", &[]),
+    ];
+    let url = redis.url();
+    let flags = [
+        "--config",
+        "/nonexistent/jobs.toml",
+        "--redis",
+        url.as_str(),
+    ];
+    let env = [
+        ("SOLOCRON_CONFIG", "/nonexistent/jobs.toml"),
+        ("SOLOCRON_REDIS_URL", url.as_str()),
+    ];
+    let status_json = || cli(&[&["status", "--json"], &flags[..]].concat(), &[]);
+    wait_until(
+        Duration::from_secs(20),
+        "both nodes published and `tick` ran",
+        || {
+            let status = parsed(&status_json());
+            status["nodes"].as_array().is_some_and(|n| n.len() == 2)
+                && !common::history(&redis, "tick").is_empty()
+        },
+    );
+    for (args, env) in [(&flags[..], &[][..]), (&[][..], &env[..])] {
+        let output = cli(&[&["status", "--json"], args].concat(), env);
+        assert!(
+            stderr(&output).contains("cannot read `/nonexistent/jobs.toml`"),
+            "{output:?}"
+        );
+        let status = parsed(&output);
+        let jobs = status["jobs"].as_array().expect("jobs");
+        let names: Vec<&str> = jobs.iter().filter_map(|j| j["job"].as_str()).collect();
+        assert_eq!(names, ["report", "tick", "yearly"], "{status}");
+        let report = &jobs[0];
+        assert_eq!(report["schedule"], "0 2 * * *", "{report}");
+        assert_eq!(report["timezone"], "Asia/Tashkent", "{report}");
+        let zone: chrono_tz::Tz = "Asia/Tashkent".parse().expect("a zone");
+        let expected = solocron::schedule::Schedule::parse("0 2 * * *", zone)
+            .expect("valid")
+            .next_after(Utc::now())
+            .expect("fires");
+        assert_eq!(time(&report["next"]), expected, "{report}");
+        assert!(
+            report["next_local"]
+                .as_str()
+                .is_some_and(|local| local.ends_with("T02:00:00+05:00")),
+            "{report}"
+        );
+        let tick = &jobs[1];
+        assert!(
+            ["n1", "n2"].contains(&tick["last"]["node"].as_str().unwrap_or("")),
+            "{tick}"
+        );
+        let output = cli(&[&["history", "tick", "--json"], args].concat(), env);
+        let entries = parsed(&output);
+        let entries = entries.as_array().expect("an array");
+        assert!(!entries.is_empty(), "{output:?}");
+        assert!(entries.iter().all(|e| e["job"] == "tick"), "{entries:?}");
+        let output = cli(
+            &[&["history", "--limit", "50", "--json"], args].concat(),
+            env,
+        );
+        assert!(
+            occurrences(&output).len() >= entries.len().min(50),
+            "{output:?}"
+        );
+    }
+    let text = cli(&[&["status"], &flags[..]].concat(), &[]);
+    assert!(text.status.success(), "{text:?}");
+    let text = stdout(&text);
+    assert!(
+        text.contains("JOBS of the live nodes (no config was read)"),
+        "{text}"
+    );
+    let report = text
+        .lines()
+        .find(|line| line.starts_with("report "))
+        .unwrap_or_else(|| panic!("a row for `report`:\n{text}"));
+    assert!(report.contains(" 02:00:00 +05 "), "{report}");
+    // Another key prefix: nothing there. `status` says so and exits 0.
+    let other = [&flags[..], &["--key-prefix", "elsewhere"]].concat();
+    let output = cli(&[&["status"], &other[..]].concat(), &[]);
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        stdout(&output).contains("no live node publishes its jobs under key prefix `elsewhere`"),
+        "{output:?}"
+    );
+    // With every node stopped, `history JOB` still reads the job's stream.
+    for node in &mut nodes {
+        node.signal("TERM");
+        assert!(node.wait_exit(Duration::from_secs(20)).success());
+    }
+    let status = parsed(&status_json());
+    assert_eq!(status["jobs"], serde_json::json!([]), "{status}");
+    assert_eq!(status["nodes"], serde_json::json!([]), "{status}");
+    let output = cli(&[&["status"], &flags[..]].concat(), &[]);
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        stdout(&output).contains("JOBS: unknown: no config was read and no live node"),
+        "{output:?}"
+    );
+    let output = cli(&[&["history", "tick", "--json"], &flags[..]].concat(), &[]);
+    assert!(!occurrences(&output).is_empty(), "{output:?}");
+    // Without `--redis` there is nothing to read: a clear error.
+    let output = cli(&["status", "--config", "/nonexistent/jobs.toml"], &[]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        stderr(&output).contains("`--redis URL` to read Redis without a config"),
+        "{output:?}"
+    );
+}
+
+/// Passes only once `config::load_for_inspection` tolerates unset `${VAR}`s
+/// (another change of issue #9).
+#[test]
+fn status_and_history_need_no_job_secrets() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    work.write_config(
+        r#"
+[jobs.tick]
+schedule = "* * * * * *"
+command = "test -n '${SOLOCRON_TEST_TOKEN}'"
+
+[jobs.hook]
+schedule = "0 0 1 1 *"
+http = { url = "http://127.0.0.1:1/${SOLOCRON_TEST_PATH}", headers = { Authorization = "Bearer ${SOLOCRON_TEST_TOKEN}" } }
+"#,
+    );
+    let secrets = [
+        ("SOLOCRON_TEST_TOKEN", "t0ps3cret"),
+        ("SOLOCRON_TEST_PATH", "hooks/x"),
+    ];
+    let _node = Node::start(&work, &redis, "n1", &secrets);
+    wait_until(Duration::from_secs(15), "`tick` ran", || {
+        !common::history(&redis, "tick").is_empty()
+    });
+    let config = toml_path(&work.path("jobs.toml"));
+    let flags = ["--config", config.as_str(), "--redis", &redis.url()];
+    let status = cli(&[&["status", "--json"], &flags[..]].concat(), &[]);
+    let names: Vec<String> = parsed(&status)["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .filter_map(|job| job["job"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(names, ["tick", "hook"], "{status:?}");
+    let history = cli(&[&["history", "tick", "--json"], &flags[..]].concat(), &[]);
+    let entries = parsed(&history);
+    assert!(
+        entries
+            .as_array()
+            .is_some_and(|entries| !entries.is_empty()),
+        "{history:?}"
+    );
+    for output in [&status, &history] {
+        assert!(!stdout(output).contains("t0ps3cret"), "{output:?}");
+        assert!(!stderr(output).contains("t0ps3cret"), "{output:?}");
+    }
+}
+
+#[test]
+fn history_is_ordered_by_occurrence_whatever_the_order_entries_were_appended() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    jobs_config(&work, &["a", "b"]);
+    // The newest occurrence of `a` is appended first; then, after an
+    // outage, the `missed` entries of the 30 occurrences before it.
+    add_entry(
+        &redis,
+        "a",
+        T0 + 10_000,
+        &entry_fields(&rfc3339(T0 + 10_000), "n1", "succeeded"),
+    );
+    for i in 1..=30 {
+        let occurrence = rfc3339(T0 - (31 - i) * 1000);
+        add_entry(
+            &redis,
+            "a",
+            T0 + 10_000 + i * 1000,
+            &entry_fields(&occurrence, "n2", "missed"),
+        );
+    }
+    let manual = "manual-2026-11-30T21:00:05.500Z";
+    add_entry(
+        &redis,
+        "b",
+        T0 + 6_000,
+        &entry_fields(manual, "n3", "failed"),
+    );
+    let url = redis.url();
+    let run = |args: &[&str]| solocron(&work, &url, args);
+    assert_eq!(
+        occurrences(&run(&["history", "a", "--limit", "3", "--json"])),
+        [rfc3339(T0 + 10_000), rfc3339(T0 - 1000), rfc3339(T0 - 2000)]
+    );
+    assert_eq!(
+        occurrences(&run(&["history", "--limit", "4", "--json"])),
+        [
+            rfc3339(T0 + 10_000),
+            manual.to_string(),
+            rfc3339(T0 - 1000),
+            rfc3339(T0 - 2000)
+        ]
+    );
+    let all = occurrences(&run(&["history", "--limit", "100", "--json"]));
+    assert_eq!(all.len(), 32, "{all:?}");
+    let instants: Vec<DateTime<Utc>> = all
+        .iter()
+        .map(|name| {
+            time(&Value::String(
+                name.trim_start_matches("manual-").to_string(),
+            ))
+        })
+        .collect();
+    assert!(instants.windows(2).all(|w| w[0] > w[1]), "{all:?}");
+    let text = run(&["history", "--limit", "2"]);
+    assert!(text.status.success(), "{text:?}");
+    let text = stdout(&text);
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip(1)
+        .map(|row| row.split_whitespace().take(3).collect())
+        .collect();
+    assert_eq!(
+        rows,
+        [["2026-11-30T21:00:10Z", "a", "n1"], [manual, "b", "n3"]],
+        "{text}"
+    );
+}
+
+#[test]
+fn since_and_until_take_rfc3339_instants_and_durations_back_from_now() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    jobs_config(&work, &["a"]);
+    let now = redis_now_ms(&redis) / 1000 * 1000;
+    let ago = |secs: i64| now - secs * 1000;
+    for secs in [600, 120, 30] {
+        add_entry(
+            &redis,
+            "a",
+            ago(secs),
+            &entry_fields(&rfc3339(ago(secs)), "n1", "succeeded"),
+        );
+    }
+    let url = redis.url();
+    let window = |bounds: &[&str]| {
+        let args = [&["history", "a", "--json"], bounds].concat();
+        occurrences(&solocron(&work, &url, &args))
+    };
+    let names = |secs: &[i64]| -> Vec<String> { secs.iter().map(|s| rfc3339(ago(*s))).collect() };
+    assert_eq!(window(&["--since", "5m"]), names(&[30, 120]));
+    assert_eq!(window(&["--until", "1m"]), names(&[120, 600]));
+    assert_eq!(window(&["--since", "5m", "--until", "1m"]), names(&[120]));
+    let zone = chrono::FixedOffset::east_opt(5 * 3600).expect("an offset");
+    let in_tashkent = DateTime::from_timestamp_millis(ago(150))
+        .expect("in range")
+        .with_timezone(&zone)
+        .to_rfc3339();
+    assert!(in_tashkent.ends_with("+05:00"), "{in_tashkent}");
+    assert_eq!(window(&["--since", &in_tashkent]), names(&[30, 120]));
+    assert_eq!(
+        window(&["--since", &rfc3339(ago(700)), "--until", &rfc3339(ago(500))]),
+        names(&[600])
+    );
+    assert_eq!(window(&["--until", &rfc3339(ago(600))]), names(&[600]));
+    let reversed = solocron(&work, &url, &["history", "--since", "1m", "--until", "5m"]);
+    assert_eq!(reversed.status.code(), Some(1), "{reversed:?}");
+    assert!(
+        stderr(&reversed).contains("is after `--until`"),
+        "{reversed:?}"
+    );
+    let bad = solocron(&work, &url, &["history", "--since", "yesterday"]);
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    assert!(stderr(&bad).contains("RFC 3339"), "{bad:?}");
+}
+
+#[test]
+fn node_and_outcome_filters_keep_only_matching_entries() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    jobs_config(&work, &["a", "b"]);
+    let at = |secs: i64| rfc3339(T0 + secs * 1000);
+    for (secs, node, outcome) in [
+        (1, "n1", "succeeded"),
+        (2, "n2", "failed"),
+        (3, "n1", "timed_out"),
+        (4, "n2", "missed"),
+    ] {
+        add_entry(
+            &redis,
+            "a",
+            T0 + secs * 1000,
+            &entry_fields(&at(secs), node, outcome),
+        );
+    }
+    add_entry(
+        &redis,
+        "b",
+        T0 + 5000,
+        &entry_fields(&at(5), "n2", "succeeded"),
+    );
+    let url = redis.url();
+    let only = |filters: &[&str]| {
+        occurrences(&solocron(
+            &work,
+            &url,
+            &[&["history", "--json"], filters].concat(),
+        ))
+    };
+    assert_eq!(only(&["--node", "n2"]), [at(5), at(4), at(2)]);
+    assert_eq!(only(&["--node", "n1,n2", "--limit", "2"]), [at(5), at(4)]);
+    assert_eq!(only(&["--outcome", "failed"]), [at(2)]);
+    assert_eq!(only(&["--outcome", "failed,missed"]), [at(4), at(2)]);
+    assert_eq!(
+        only(&["--outcome", "failed", "--outcome", "missed"]),
+        [at(4), at(2)]
+    );
+    assert_eq!(only(&["--node", "n1", "--outcome", "timed_out"]), [at(3)]);
+    let none = solocron(&work, &url, &["history", "--node", "n3"]);
+    assert!(none.status.success(), "{none:?}");
+    assert_eq!(stdout(&none), "no history for any job (node n3)\n");
+    let bad = solocron(&work, &url, &["history", "--outcome", "sucess"]);
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    let err = stderr(&bad);
+    assert!(err.contains("sucess") && err.contains("succeeded"), "{err}");
+    assert!(err.contains("abandoned"), "lists every outcome: {err}");
+    assert!(stdout(&bad).is_empty(), "{bad:?}");
+}
+
+#[test]
+fn an_unknown_job_is_refused_with_a_suggestion() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    jobs_config(&work, &["nightly-report", "warm-cache"]);
+    let url = redis.url();
+    let typo = solocron(&work, &url, &["history", "nightly-reprot"]);
+    assert_eq!(typo.status.code(), Some(1), "{typo:?}");
+    let err = stderr(&typo);
+    assert!(err.contains("unknown job `nightly-reprot`"), "{err}");
+    assert!(err.contains("did you mean `nightly-report`?"), "{err}");
+    assert!(stdout(&typo).is_empty(), "{typo:?}");
+    let far = solocron(&work, &url, &["history", "backup", "--json"]);
+    assert_eq!(far.status.code(), Some(1), "{far:?}");
+    assert!(!stderr(&far).contains("did you mean"), "{far:?}");
+    assert!(stderr(&far).contains("solocron status"), "{far:?}");
+    // A job some live node runs is known, even with no history yet.
+    let mut node = test_nodes(&work.path("jobs.toml")).remove(0);
+    node.jobs
+        .insert("only-on-t-a".to_string(), "0123456789ab".to_string());
+    publish(&redis, &[node]);
+    let known = solocron(&work, &url, &["history", "only-on-t-a"]);
+    assert!(known.status.success(), "{known:?}");
+    assert_eq!(stdout(&known), "no history for job `only-on-t-a`\n");
+    // Without a config the live nodes' jobs are the candidates.
+    let output = cli(
+        &[
+            "history",
+            "only-on-t-b",
+            "--config",
+            "/nonexistent",
+            "--redis",
+            &url,
+        ],
+        &[],
+    );
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(
+        stderr(&output).contains("did you mean `only-on-t-a`?"),
+        "{output:?}"
+    );
+}
+
+#[test]
+fn history_json_has_exactly_the_spec_keys_in_order_and_the_table_the_whole_error() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    jobs_config(&work, &["a"]);
+    let error = format!(
+        "command of job `a` failed:\nline two\twith a tab {}",
+        "and a long explanation ".repeat(5)
+    );
+    let mut fields = entry_fields("2026-11-30T21:00:00Z", "n1", "failed");
+    fields.extend(
+        [
+            ("exit_code", "3".to_string()),
+            ("duration_ms", "41".to_string()),
+            ("error", error.clone()),
+            ("output_tail", "out\nerr\n".to_string()),
+            ("attempt", "2".to_string()),
+        ]
+        .map(|(key, value)| (key.to_string(), value)),
+    );
+    add_entry(&redis, "a", T0 + 41, &fields);
+    let output = solocron(&work, &redis.url(), &["history", "--json"]);
+    let text = stdout(&output);
+    let value = parsed(&output);
+    let entry = &value[0];
+    let keys: Vec<&String> = entry.as_object().expect("an object").keys().collect();
+    let mut sorted = HISTORY_KEYS;
+    sorted.sort();
+    assert_eq!(keys, sorted, "exactly these keys: {text}");
+    let positions: Vec<usize> = HISTORY_KEYS
+        .iter()
+        .map(|key| text.find(&format!("\"{key}\":")).expect("every key"))
+        .collect();
+    assert!(
+        positions.windows(2).all(|w| w[0] < w[1]),
+        "in order: {text}"
+    );
+    assert_eq!(entry["error"], error.as_str(), "the whole text");
+    assert_eq!(entry["output_tail"], "out\nerr\n");
+    assert_eq!(entry["attempt"], 2);
+    assert_eq!(entry["exit_code"], 3);
+    assert_eq!(entry["duration_ms"], 41);
+    let table = solocron(&work, &redis.url(), &["history"]);
+    assert!(table.status.success(), "{table:?}");
+    let table = stdout(&table);
+    assert_eq!(table.lines().count(), 2, "one line per entry: {table}");
+    let flat = error.replace(['\n', '\t'], " ");
+    assert!(
+        table
+            .lines()
+            .nth(1)
+            .is_some_and(|row| row.ends_with(flat.trim_end())),
+        "{table}"
+    );
 }

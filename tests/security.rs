@@ -398,7 +398,7 @@ fn planted_secrets_appear_in_no_output_and_no_key() {
     ];
     run(
         "status --redis",
-        &[&["status"], &flag[..]].concat(),
+        &[&["status"], &flag[..4]].concat(),
         &token,
         0,
     );
@@ -829,13 +829,24 @@ fn the_readme_acl_user_is_enough_and_restrictive() {
                 && nodes.iter().all(|node| node.log().contains("claim"))
         },
     );
-    let flags = ["--config", config.as_str(), "--node-id", "acl-cli"];
+    // A job removed from the config: only its stream says it exists.
+    let _: String = redis::cmd("XADD")
+        .arg("{solocron:removed-job}:history")
+        .arg("*")
+        .arg("occurrence")
+        .arg("2026-11-30T21:00:00Z")
+        .arg("outcome")
+        .arg("succeeded")
+        .query(&mut admin)
+        .expect("XADD");
+    let flags = ["--config", config.as_str()];
     for args in [
         &["status"][..],
         &["status", "--json"],
         &["history"],
         &["history", "--json", "tick"],
-        &["trigger", "tick"],
+        &["history", "--json", "removed-job"],
+        &["trigger", "tick", "--node-id", "acl-cli"],
     ] {
         let output = solocron(&[args, &flags[..]].concat(), &[]);
         assert!(output.status.success(), "{args:?}: {}", text(&output));

@@ -84,6 +84,8 @@ pub(crate) struct Shared {
     /// with the reason in `fatal_reason`.
     pub fatal: CancellationToken,
     fatal_reason: Mutex<Option<String>>,
+    /// This daemon process's id in the node registry ([`registry::new_instance`]).
+    pub instance: String,
 }
 
 impl Shared {
@@ -180,6 +182,7 @@ pub async fn run(
         clock_measured: tokio::sync::Notify::new(),
         fatal: CancellationToken::new(),
         fatal_reason: Mutex::new(None),
+        instance: registry::new_instance(),
     });
     info!(
         node = %options.node,
@@ -226,6 +229,7 @@ pub async fn run(
         &shared.locker.connection(),
         shared.locker.prefix(),
         &options.node,
+        &shared.instance,
     )
     .await
     {

@@ -1,9 +1,15 @@
-//! Publishes this node to the registry every few seconds and warns when live
-//! nodes disagree on a job's definition (a half-finished `jobs.toml` rollout).
+//! Publishes this node to the registry every few seconds, warns when live
+//! nodes disagree on a job's definition (a half-finished `jobs.toml`
+//! rollout), and warns when another daemon process publishes under this
+//! node's id (two daemons started with the same `--node-id`).
 //!
-//! A warning names the job and the nodes on each side. It is repeated when
-//! the set of divergences changes and every [`REPEAT`] while it lasts, so the
-//! journal of every node shows it without flooding.
+//! A drift warning names the job and the nodes on each side. It is repeated
+//! when the set of divergences changes and every [`REPEAT`] while it lasts,
+//! so the journal of every node shows it without flooding. A node-id
+//! collision is noticed by the registry scripts on every write while both
+//! daemons run (each one's write finds the other's instance); it is logged
+//! once when it starts and every [`REPEAT`] while it lasts, and its end once
+//! no write has found it for a [`registry::TTL`].
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,10 +23,10 @@ use tracing::{debug, info, warn};
 use super::Shared;
 use crate::config::Config;
 use crate::metrics;
-use crate::registry::{self, Divergence, NodeInfo};
+use crate::registry::{self, Divergence, JobSchedule, NodeInfo, Refresh};
 use redis::aio::ConnectionManager;
 
-/// How often a lasting divergence is logged again.
+/// How often a lasting divergence or node-id collision is logged again.
 const REPEAT: Duration = Duration::from_secs(300);
 
 /// Runs until shutdown; publishes at once after every reload.
@@ -28,35 +34,40 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
     let started_at = Utc::now().timestamp_millis();
     let mut warned: Vec<Divergence> = Vec::new();
     let mut warned_at = Instant::now();
+    let mut collisions = CollisionWatch::default();
     let mut config = Arc::clone(&config_rx.borrow_and_update());
     // Hashing the whole config is only redone when a reload brings a new one.
     let mut config_hash = config.fingerprint();
     // Whether Redis has this node's whole entry for the current config.
     let mut published = false;
+    // Whether this process has written its entry at least once.
+    let mut written_once = false;
     let node = shared.locker.node();
+    let instance = shared.instance.as_str();
     loop {
         let conn = shared.locker.connection();
         let prefix = shared.locker.prefix();
-        let alive = if published {
-            registry::heartbeat(&conn, prefix, node, shared.clock_offset()).await
+        let beat = if published {
+            registry::heartbeat(&conn, prefix, node, instance, shared.clock_offset()).await
         } else {
-            Ok(false)
+            Ok(Refresh::Gone)
         };
-        let sent = match alive {
-            Ok(true) => Ok(()),
-            Ok(false) => {
-                // The per-job fingerprints exist only for this rare write.
-                let info = node_info(&shared, &config, &config_hash, started_at);
-                let sent = registry::publish(&conn, prefix, &info).await;
-                drop(info);
+        let sent = match beat {
+            Ok(Refresh::Gone) => {
+                // The per-job fields exist only for this rare write.
+                let (info, schedules) = node_info(&shared, &config, &config_hash, started_at);
+                let sent = registry::publish(&conn, prefix, &info, &schedules, written_once).await;
+                drop((info, schedules));
                 crate::memory::release_freed();
                 sent
             }
-            Err(err) => Err(err),
+            other => other,
         };
         match sent {
-            Ok(()) => {
+            Ok(refresh) => {
                 published = true;
+                written_once = true;
+                collisions.observe(&refresh, node, instance);
                 match current_divergences(&conn, prefix, &config_hash).await {
                     Ok(found) => {
                         metrics::config_divergence(found.len());
@@ -93,6 +104,52 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
     }
 }
 
+/// When this node's id was last found used by another daemon, and when
+/// that was last logged.
+#[derive(Debug, Default)]
+struct CollisionWatch {
+    seen_at: Option<Instant>,
+    warned_at: Option<Instant>,
+}
+
+impl CollisionWatch {
+    /// Logs a collision when it starts and every [`REPEAT`] while it lasts,
+    /// and its end once a [`registry::TTL`] passed without one.
+    fn observe(&mut self, refresh: &Refresh, node: &str, instance: &str) {
+        let now = Instant::now();
+        match refresh {
+            Refresh::Collision { other } => {
+                if self
+                    .warned_at
+                    .is_none_or(|at| now.duration_since(at) >= REPEAT)
+                {
+                    warn!(
+                        node = %node,
+                        instance = %instance,
+                        other_instance = %other,
+                        "another daemon uses node id `{node}`: {}; this one is {}; \
+                         give each daemon its own --node-id (SOLOCRON_NODE_ID)",
+                        registry::describe_instance(other),
+                        registry::describe_instance(instance),
+                    );
+                    self.warned_at = Some(now);
+                }
+                self.seen_at = Some(now);
+            }
+            Refresh::Written | Refresh::Gone => {
+                if self
+                    .seen_at
+                    .is_some_and(|seen| now.duration_since(seen) >= registry::TTL)
+                {
+                    info!(node = %node, instance = %instance,
+                        "no other daemon has used node id `{node}` for {}", humantime::format_duration(registry::TTL));
+                    *self = CollisionWatch::default();
+                }
+            }
+        }
+    }
+}
+
 /// The live nodes' divergences; the per-job fingerprints are only read when
 /// some live node's whole-config fingerprint differs from `ours`.
 async fn current_divergences(
@@ -109,13 +166,30 @@ async fn current_divergences(
     ))
 }
 
-fn node_info(shared: &Shared, config: &Config, config_hash: &str, started_at: i64) -> NodeInfo {
+/// The whole entry, and each job's schedule (for `status` without a config).
+fn node_info(
+    shared: &Shared,
+    config: &Config,
+    config_hash: &str,
+    started_at: i64,
+) -> (NodeInfo, BTreeMap<String, JobSchedule>) {
     let jobs: BTreeMap<String, String> = config
         .jobs
         .iter()
         .map(|job| (job.name.clone(), job.fingerprint()))
         .collect();
-    NodeInfo {
+    let schedules: BTreeMap<String, JobSchedule> = config
+        .jobs
+        .iter()
+        .map(|job| {
+            let schedule = JobSchedule {
+                expression: job.schedule.expression().to_string(),
+                timezone: job.schedule.timezone().name().to_string(),
+            };
+            (job.name.clone(), schedule)
+        })
+        .collect();
+    let info = NodeInfo {
         node: shared.locker.node().to_string(),
         version: env!("CARGO_PKG_VERSION").to_string(),
         started_at,
@@ -124,7 +198,10 @@ fn node_info(shared: &Shared, config: &Config, config_hash: &str, started_at: i6
         config_hash: config_hash.to_string(),
         clock_offset_ms: shared.clock_offset(),
         jobs,
-    }
+        instance: shared.instance.clone(),
+        collision: None,
+    };
+    (info, schedules)
 }
 
 fn report(shared: &Shared, found: &[Divergence], before: &[Divergence]) {
@@ -135,5 +212,24 @@ fn report(shared: &Shared, found: &[Divergence], before: &[Divergence]) {
     }
     if found.is_empty() && !before.is_empty() {
         info!(node = %node, "all live nodes agree on every job definition again");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_collision_is_remembered_until_a_ttl_without_one() {
+        let mut watch = CollisionWatch::default();
+        let other = Refresh::Collision {
+            other: "h:2:00000002".into(),
+        };
+        watch.observe(&other, "n1", "h:1:00000001");
+        let first = watch.warned_at.expect("warned at once");
+        watch.observe(&other, "n1", "h:1:00000001");
+        assert_eq!(watch.warned_at, Some(first), "not again within REPEAT");
+        watch.observe(&Refresh::Written, "n1", "h:1:00000001");
+        assert!(watch.seen_at.is_some(), "a quiet write is not the end yet");
     }
 }

@@ -36,19 +36,11 @@ pub fn duration_ms(ms: i64) -> String {
     }
 }
 
-/// `text` cut to at most `max` characters, with `…` when cut; newlines
-/// become spaces so one entry stays on one row.
-pub fn cut(text: &str, max: usize) -> String {
-    let flat: String = text
-        .chars()
+/// `text` on one line: control characters (newlines, tabs) become spaces.
+pub fn flat(text: &str) -> String {
+    text.chars()
         .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    if flat.chars().count() <= max {
-        return flat;
-    }
-    let mut short: String = flat.chars().take(max.saturating_sub(1)).collect();
-    short.push('…');
-    short
+        .collect()
 }
 
 /// A text table: a header row and left-aligned columns two spaces apart.
@@ -112,10 +104,9 @@ mod tests {
     }
 
     #[test]
-    fn cut_keeps_short_text_and_marks_long_text() {
-        assert_eq!(cut("exit 3", 60), "exit 3");
-        assert_eq!(cut("a\nb", 60), "a b");
-        assert_eq!(cut("abcdef", 4), "abc…");
+    fn flat_puts_text_on_one_line() {
+        assert_eq!(flat("exit 3"), "exit 3");
+        assert_eq!(flat("a\nb\tc\r\n"), "a b c  ");
     }
 
     #[test]

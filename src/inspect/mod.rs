@@ -2,7 +2,8 @@
 //!
 //! Both only read what the daemons write (each job's lock, state hash and
 //! history stream, and the node registry); they never take a lock or write
-//! a key, so they are safe to run anywhere, any time. "Now" is Redis `TIME`,
+//! a key, so they are safe to run anywhere, any time, and need neither the
+//! jobs' `${VAR}` secrets nor a config file ([`Source`]). "Now" is Redis `TIME`,
 //! not this machine's clock, so "held for" and `--since` mean the same on
 //! every server, however skewed the one you type on.
 //!
@@ -13,6 +14,7 @@
 
 mod format;
 mod history;
+mod source;
 mod status;
 
 use std::io::Write as _;
@@ -23,7 +25,8 @@ use redis::aio::ConnectionManager;
 use crate::config::RedisConfig;
 use crate::lock::redis_time_ms;
 
-pub use history::{HistoryArgs, history};
+pub use history::{HistoryQuery, OUTCOMES, TimeBound, history};
+pub use source::{DEFAULT_KEY_PREFIX, Source};
 pub use status::status;
 
 /// How long the first command may take before Redis counts as unreachable.

@@ -1,6 +1,10 @@
 //! `solocron status`: per job, who holds the lock, the last decided
-//! occurrence and the next one; then the live nodes and config drift.
+//! occurrence and the next one; then the live nodes, config drift and
+//! node-id collisions.
 //!
+//! The jobs are the config's; without a config, every job some live node
+//! runs, with the schedule most of them published (so NEXT is known
+//! without the file; a job whose nodes published none shows it unknown).
 //! The per-job reads (`GET` and `PTTL` of the lock, `HGETALL` of the state)
 //! go out as one pipeline, so a thousand jobs cost one round trip, not three
 //! thousand. "Held" means the lock key exists: the state hash keeps the
@@ -9,16 +13,19 @@
 
 mod render;
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
 use redis::Value as RedisValue;
+use redis::aio::ConnectionManager;
 
+use super::Source;
 use super::format;
-use crate::config::{Config, Job};
+use super::source::node_jobs;
 use crate::lock::JobKeys;
-use crate::registry;
+use crate::registry::{self, JobSchedule, NodeInfo};
+use crate::schedule::Schedule;
 
 /// The lock of a job while someone holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,25 +54,66 @@ pub struct Last {
     pub outcome: Option<String>,
 }
 
+/// A job to show: from the config, or as the live nodes published it.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    pub name: String,
+    /// `None`: unknown (no live node published a schedule for it that
+    /// this version can read).
+    pub schedule: Option<Schedule>,
+}
+
 /// What `status` knows about one job.
 #[derive(Debug, Clone)]
 pub struct JobStatus {
-    pub job: Arc<Job>,
+    pub job: Listed,
     /// `None`: the lock is free.
     pub held: Option<Held>,
     /// `None`: no scheduled occurrence decided yet (or the state was lost).
     pub last: Option<Last>,
-    /// Computed locally from the schedule; `None` if it never fires again.
+    /// Computed locally from the schedule; `None` if it never fires again
+    /// or the schedule is unknown.
     pub next: Option<DateTime<Utc>>,
 }
 
-/// Prints the status of every job in `config` and the live nodes.
-/// `Err`: Redis is unreachable or failed, or stdout is gone.
-pub async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
-    let (conn, now_ms) = super::open(&config.redis).await?;
-    let failed = |err| super::redis_failed("cannot read the status from", &config.redis, &err);
-    let jobs = read_jobs(&conn, config, Utc::now()).await.map_err(failed)?;
-    let nodes = registry::live_nodes(&conn, &config.redis.key_prefix)
+/// Where the job list came from, for the text form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listing {
+    /// The config's jobs, in file order.
+    Config,
+    /// No config: every job a live node runs, by name.
+    LiveNodes,
+}
+
+/// Prints the status of every job (the config's, or without a config the
+/// live nodes') and the live nodes. With no config and no live node there
+/// is nothing to list: that is said plainly, and it is not an error (exit
+/// 0: Redis answered). `Err`: Redis is unreachable or failed, or stdout is
+/// gone.
+pub async fn status(source: &Source, json: bool) -> anyhow::Result<()> {
+    let redis = &source.redis;
+    let (conn, now_ms) = super::open(redis).await?;
+    let failed = |err| super::redis_failed("cannot read the status from", redis, &err);
+    let prefix = &redis.key_prefix;
+    let nodes = registry::live_nodes(&conn, prefix).await.map_err(failed)?;
+    let (listed, listing) = match &source.config {
+        Some(config) => {
+            let jobs = config
+                .jobs
+                .iter()
+                .map(|job| Listed {
+                    name: job.name.clone(),
+                    schedule: Some(job.schedule.clone()),
+                })
+                .collect();
+            (jobs, Listing::Config)
+        }
+        None => (
+            jobs_of_nodes(&conn, prefix, &nodes).await.map_err(failed)?,
+            Listing::LiveNodes,
+        ),
+    };
+    let jobs = read_jobs(&conn, prefix, listed, Utc::now())
         .await
         .map_err(failed)?;
     let drift = registry::divergences(&nodes);
@@ -73,28 +121,87 @@ pub async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
         let value = render::to_json(&jobs, &nodes, &drift, now_ms);
         return super::print(&format!("{value:#}\n"));
     }
-    super::print(&render::text(&jobs, &nodes, &drift, now_ms))
+    let view = render::View {
+        jobs: &jobs,
+        listing,
+        prefix,
+        nodes: &nodes,
+        drift: &drift,
+        now_ms,
+    };
+    super::print(&render::text(&view))
 }
 
-/// Reads the lock and state of every job in one pipeline; `next` is
-/// computed from `now` (this machine's clock, like the daemons do).
+/// Every job the live `nodes` run, with the schedule most of them
+/// published for it (ties: the first node's by id).
+async fn jobs_of_nodes(
+    conn: &ConnectionManager,
+    prefix: &str,
+    nodes: &[NodeInfo],
+) -> redis::RedisResult<Vec<Listed>> {
+    let ids: Vec<&str> = nodes.iter().map(|node| node.node.as_str()).collect();
+    let published = registry::schedules(conn, prefix, &ids).await?;
+    let mut parsed: HashMap<JobSchedule, Option<Schedule>> = HashMap::new();
+    Ok(node_jobs(nodes)
+        .into_iter()
+        .map(|name| {
+            let schedule = most_published(&published, &name).and_then(|chosen| {
+                parsed
+                    .entry(chosen.clone())
+                    .or_insert_with(|| parse_schedule(chosen))
+                    .clone()
+            });
+            Listed { name, schedule }
+        })
+        .collect())
+}
+
+/// The schedule of `job` that most nodes published (ties: the first).
+fn most_published<'a>(
+    published: &'a [BTreeMap<String, JobSchedule>],
+    job: &str,
+) -> Option<&'a JobSchedule> {
+    let mut counts: Vec<(&JobSchedule, usize)> = Vec::new();
+    for schedule in published.iter().filter_map(|schedules| schedules.get(job)) {
+        match counts.iter_mut().find(|(seen, _)| *seen == schedule) {
+            Some((_, count)) => *count += 1,
+            None => counts.push((schedule, 1)),
+        }
+    }
+    // `max_by_key` keeps the last of equal maxima; the first is wanted.
+    counts
+        .iter()
+        .rev()
+        .max_by_key(|(_, count)| *count)
+        .map(|(schedule, _)| *schedule)
+}
+
+/// A published schedule, parsed; `None` if this version cannot read it.
+fn parse_schedule(published: &JobSchedule) -> Option<Schedule> {
+    let zone: Tz = published.timezone.parse().ok()?;
+    Schedule::parse(&published.expression, zone).ok()
+}
+
+/// Reads the lock and state of every job under `prefix` in one pipeline;
+/// `next` is computed from `now` (this machine's clock, like the daemons do).
 pub async fn read_jobs(
-    conn: &redis::aio::ConnectionManager,
-    config: &Config,
+    conn: &ConnectionManager,
+    prefix: &str,
+    jobs: Vec<Listed>,
     now: DateTime<Utc>,
 ) -> redis::RedisResult<Vec<JobStatus>> {
-    if config.jobs.is_empty() {
+    if jobs.is_empty() {
         return Ok(Vec::new());
     }
     let mut pipe = redis::pipe();
-    for job in &config.jobs {
-        let keys = JobKeys::new(&config.redis.key_prefix, &job.name);
+    for job in &jobs {
+        let keys = JobKeys::new(prefix, &job.name);
         pipe.get(&keys.lock).pttl(&keys.lock).hgetall(&keys.state);
     }
     let replies: Vec<RedisValue> = pipe.query_async(&mut conn.clone()).await?;
     let mut replies = replies.into_iter();
-    let mut statuses = Vec::with_capacity(config.jobs.len());
-    for job in &config.jobs {
+    let mut statuses = Vec::with_capacity(jobs.len());
+    for job in jobs {
         let (Some(lock), Some(pttl), Some(state)) =
             (replies.next(), replies.next(), replies.next())
         else {
@@ -103,11 +210,15 @@ pub async fn read_jobs(
         let lock: Option<String> = redis::from_redis_value(lock)?;
         let pttl: i64 = redis::from_redis_value(pttl)?;
         let state: HashMap<String, String> = redis::from_redis_value(state)?;
+        let next = job
+            .schedule
+            .as_ref()
+            .and_then(|schedule| schedule.next_after(now));
         statuses.push(JobStatus {
-            job: Arc::clone(job),
+            job,
             held: lock.map(|value| held(&value, pttl, &state)),
             last: last(&state),
-            next: job.schedule.next_after(now),
+            next,
         });
     }
     Ok(statuses)
@@ -184,6 +295,32 @@ mod tests {
             (other.node.as_str(), other.fence, other.ttl_ms),
             ("web-3", None, None)
         );
+    }
+
+    #[test]
+    fn the_schedule_most_nodes_published_wins() {
+        let schedule = |expression: &str| JobSchedule {
+            expression: expression.into(),
+            timezone: "UTC".into(),
+        };
+        let node = |expression: &str| BTreeMap::from([("x".to_string(), schedule(expression))]);
+        let published = [
+            node("@daily"),
+            node("@hourly"),
+            node("@hourly"),
+            BTreeMap::new(),
+        ];
+        assert_eq!(most_published(&published, "x"), Some(&schedule("@hourly")));
+        let tie = [node("@daily"), node("@hourly")];
+        assert_eq!(most_published(&tie, "x"), Some(&schedule("@daily")));
+        assert_eq!(most_published(&tie, "y"), None);
+        let parsed = parse_schedule(&schedule("0 2 * * *")).expect("parses");
+        assert_eq!(parsed.expression(), "0 2 * * *");
+        let bad_zone = JobSchedule {
+            expression: "@daily".into(),
+            timezone: "Mars/Olympus".into(),
+        };
+        assert!(parse_schedule(&bad_zone).is_none());
     }
 
     #[test]

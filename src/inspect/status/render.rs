@@ -1,28 +1,43 @@
-//! The two faces of `status`: the text tables (JOBS, NODES, CONFIG DRIFT)
-//! and the `--json` object (`jobs`, `nodes`, `divergences`, RFC 3339 UTC
-//! times, `null` where unknown). Durations are relative to Redis `TIME`.
+//! The two faces of `status`: the text tables (JOBS, NODES, CONFIG DRIFT,
+//! NODE ID COLLISIONS) and the `--json` object (`jobs`, `nodes`,
+//! `divergences`, RFC 3339 UTC times, `null` where unknown). Durations are
+//! relative to Redis `TIME`; a node-id collision is shown while it is
+//! recent ([`Collision::is_recent`]).
 
 use serde_json::{Value, json};
 
-use super::JobStatus;
+use super::{JobStatus, Listing};
 use crate::inspect::format::{self, NONE, Table};
-use crate::registry::{self, Divergence, NodeInfo};
+use crate::registry::{self, Collision, Divergence, NodeInfo};
+
+/// Everything the text form shows.
+pub struct View<'a> {
+    pub jobs: &'a [JobStatus],
+    pub listing: Listing,
+    /// The key prefix read (named when nothing was found).
+    pub prefix: &'a str,
+    pub nodes: &'a [NodeInfo],
+    pub drift: &'a [Divergence],
+    /// Redis `TIME`, UTC epoch ms.
+    pub now_ms: i64,
+}
 
 /// The `--json` object.
 pub fn to_json(jobs: &[JobStatus], nodes: &[NodeInfo], drift: &[Divergence], now_ms: i64) -> Value {
     json!({
         "jobs": jobs.iter().map(|job| job_json(job, now_ms)).collect::<Vec<_>>(),
-        "nodes": nodes.iter().map(node_json).collect::<Vec<_>>(),
+        "nodes": nodes.iter().map(|node| node_json(node, now_ms)).collect::<Vec<_>>(),
         "divergences": drift.iter().map(divergence_json).collect::<Vec<_>>(),
     })
 }
 
 fn job_json(status: &JobStatus, now_ms: i64) -> Value {
-    let zone = status.job.schedule.timezone();
+    let schedule = status.job.schedule.as_ref();
+    let zone = schedule.map(|schedule| schedule.timezone());
     json!({
         "job": status.job.name,
-        "schedule": status.job.schedule.expression().trim(),
-        "timezone": zone.name(),
+        "schedule": schedule.map(|schedule| schedule.expression().trim()),
+        "timezone": zone.map(|zone| zone.name()),
         "lock": status.held.as_ref().map(|held| json!({
             "node": held.node,
             "fence": held.fence,
@@ -39,11 +54,18 @@ fn job_json(status: &JobStatus, now_ms: i64) -> Value {
             "outcome": last.outcome,
         })),
         "next": status.next.map(format::secs),
-        "next_local": status.next.map(|at| at.with_timezone(&zone).to_rfc3339()),
+        "next_local": status.next.zip(zone).map(|(at, zone)| at.with_timezone(&zone).to_rfc3339()),
     })
 }
 
-fn node_json(node: &NodeInfo) -> Value {
+fn node_json(node: &NodeInfo, now_ms: i64) -> Value {
+    let collision = current_collision(node, now_ms).map(|collision| {
+        json!({
+            "instances": [collision.by, collision.with],
+            "seen_at": format::from_ms(collision.at_ms).map(format::millis),
+            "description": describe_collision(collision),
+        })
+    });
     json!({
         "node": node.node,
         "version": node.version,
@@ -53,7 +75,22 @@ fn node_json(node: &NodeInfo) -> Value {
         "last_seen": format::from_ms(node.updated_at).map(format::millis),
         "clock_offset_ms": node.clock_offset_ms,
         "jobs": node.jobs,
+        "instance": (!node.instance.is_empty()).then_some(&node.instance),
+        "collision": collision,
     })
+}
+
+/// The node's collision if it is recent.
+fn current_collision(node: &NodeInfo, now_ms: i64) -> Option<&Collision> {
+    node.collision
+        .as_ref()
+        .filter(|collision| collision.is_recent(now_ms))
+}
+
+/// "two daemons publish as this node: host a, pid 1 (…) and host b, pid 2 (…)".
+fn describe_collision(collision: &Collision) -> String {
+    let [by, with] = collision.instances();
+    format!("two daemons publish as this node: {by} and {with}; give each its own --node-id")
 }
 
 fn divergence_json(divergence: &Divergence) -> Value {
@@ -69,29 +106,60 @@ fn divergence_json(divergence: &Divergence) -> Value {
     })
 }
 
-/// The text form: a JOBS table, a NODES table, and CONFIG DRIFT if any.
-pub fn text(jobs: &[JobStatus], nodes: &[NodeInfo], drift: &[Divergence], now_ms: i64) -> String {
+/// The text form: a JOBS table, a NODES table, and CONFIG DRIFT and NODE
+/// ID COLLISIONS if any.
+pub fn text(view: &View<'_>) -> String {
     let mut out = String::new();
-    if jobs.is_empty() {
-        out.push_str("JOBS: none in the config\n");
-    } else {
-        out.push_str(&jobs_table(jobs, now_ms).render());
+    match (view.listing, view.jobs.is_empty()) {
+        (Listing::Config, true) => out.push_str("JOBS: none in the config\n"),
+        (Listing::LiveNodes, true) if view.nodes.is_empty() => out.push_str(&format!(
+            "JOBS: unknown: no config was read and no live node publishes its jobs under \
+             key prefix `{}`; pass `--config PATH`, or check `--redis` and `--key-prefix`\n",
+            view.prefix
+        )),
+        (Listing::LiveNodes, true) => out.push_str("JOBS: the live nodes run none\n"),
+        (Listing::LiveNodes, false) => {
+            out.push_str("JOBS of the live nodes (no config was read)\n");
+            out.push_str(&jobs_table(view.jobs, view.now_ms).render());
+        }
+        (Listing::Config, false) => out.push_str(&jobs_table(view.jobs, view.now_ms).render()),
     }
     out.push('\n');
-    if nodes.is_empty() {
+    if view.nodes.is_empty() {
         out.push_str(&format!(
             "NODES: none has published itself in the last {}\n",
             humantime::format_duration(registry::TTL)
         ));
     } else {
-        out.push_str(&format!("NODES ({} live)\n", nodes.len()));
-        out.push_str(&nodes_table(nodes, now_ms).render());
+        out.push_str(&format!("NODES ({} live)\n", view.nodes.len()));
+        out.push_str(&nodes_table(view.nodes, view.now_ms).render());
     }
-    if !drift.is_empty() {
+    if !view.drift.is_empty() {
         out.push_str("\nCONFIG DRIFT: live nodes disagree on these jobs (fingerprint: nodes)\n");
         let mut table = Table::new(&["JOB", "DEFINITIONS"]);
-        for divergence in drift {
+        for divergence in view.drift {
             table.row(vec![divergence.job.clone(), divergence.describe()]);
+        }
+        out.push_str(&table.render());
+    }
+    let collisions: Vec<(&NodeInfo, &Collision)> = view
+        .nodes
+        .iter()
+        .filter_map(|node| Some((node, current_collision(node, view.now_ms)?)))
+        .collect();
+    if !collisions.is_empty() {
+        out.push_str(
+            "\nNODE ID COLLISIONS: two daemons publish under one node id; \
+             give each its own --node-id\n",
+        );
+        let mut table = Table::new(&["NODE", "SEEN", "INSTANCES"]);
+        for (node, collision) in collisions {
+            let [by, with] = collision.instances();
+            table.row(vec![
+                node.node.clone(),
+                format!("{} ago", format::duration_ms(view.now_ms - collision.at_ms)),
+                format!("{by}; {with}"),
+            ]);
         }
         out.push_str(&table.render());
     }
@@ -115,7 +183,7 @@ fn jobs_table(jobs: &[JobStatus], now_ms: i64) -> Table {
     let dash = || NONE.to_string();
     let number = |n: Option<u64>| n.map_or_else(dash, |n| n.to_string());
     for status in jobs {
-        let zone = status.job.schedule.timezone();
+        let zone = status.job.schedule.as_ref().map(|s| s.timezone());
         let mut row = vec![status.job.name.clone()];
         match &status.held {
             Some(held) => row.extend([
@@ -139,14 +207,15 @@ fn jobs_table(jobs: &[JobStatus], now_ms: i64) -> Table {
             ]),
             None => row.extend([dash(), dash(), dash(), dash()]),
         }
-        match status.next {
-            Some(at) => row.extend([
+        match (status.next, zone) {
+            (Some(at), Some(zone)) => row.extend([
                 at.with_timezone(&zone)
                     .format("%Y-%m-%d %H:%M:%S %Z")
                     .to_string(),
                 format::secs(at),
             ]),
-            None => row.extend(["never".to_string(), dash()]),
+            (_, None) => row.extend(["unknown".to_string(), dash()]),
+            (None, Some(_)) => row.extend(["never".to_string(), dash()]),
         }
         table.row(row);
     }

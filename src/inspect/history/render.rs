@@ -1,88 +1,16 @@
-//! `solocron history`: recent decisions, newest first.
-//!
-//! Reads the streams of one job, or of every job in the config, in one
-//! pipelined round trip ([`crate::history::read`]). `--since` becomes a
-//! lower bound on the stream ids, so only the recent end of a capped stream
-//! is read; the bound is [`SINCE_SLACK`] wider than asked, because ids are
-//! Redis time of the append while the cut-off applies to `finished_at`
-//! (written by the node, whose clock may differ a little).
-
-use std::time::Duration;
+//! The two faces of `history`: the text table (one row per entry, the
+//! whole error flattened to one line) and the `--json` array (exactly the
+//! keys of SPEC §3, in its order, times RFC 3339 UTC, `null` where not
+//! applicable).
 
 use serde::Serialize;
 
-use super::format::{self, NONE, Table};
-use crate::config::Config;
-use crate::history::{self as stream, Recorded};
-
-/// How much further back than `--since` the streams are read.
-const SINCE_SLACK: Duration = Duration::from_secs(60);
-/// Longest error text in the table.
-const ERROR_WIDTH: usize = 60;
-
-/// The options of `solocron history`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HistoryArgs {
-    /// Only this job (which may be missing from the config: its stream is
-    /// read anyway, with a note on stderr).
-    pub job: Option<String>,
-    /// At most this many entries in all.
-    pub limit: usize,
-    /// Only entries that finished at most this long ago (Redis time).
-    pub since: Option<Duration>,
-    /// One JSON array instead of a table.
-    pub json: bool,
-}
-
-/// Prints the history `args` asks for. `Err`: Redis is unreachable or
-/// failed, or stdout is gone.
-pub async fn history(config: &Config, args: &HistoryArgs) -> anyhow::Result<()> {
-    let jobs: Vec<&str> = match &args.job {
-        Some(job) => {
-            if !config.jobs.iter().any(|known| &known.name == job) {
-                eprintln!(
-                    "note: job `{job}` is not in `{}`; showing its history anyway",
-                    config.path.display()
-                );
-            }
-            vec![job.as_str()]
-        }
-        None => config.jobs.iter().map(|job| job.name.as_str()).collect(),
-    };
-    let (conn, now_ms) = super::open(&config.redis).await?;
-    let cutoff_ms = args.since.map(|since| now_ms.saturating_sub(millis(since)));
-    let bound = cutoff_ms.map(|cutoff| cutoff.saturating_sub(millis(SINCE_SLACK)));
-    let mut entries = stream::read(&conn, &config.redis.key_prefix, &jobs, bound, args.limit)
-        .await
-        .map_err(|err| super::redis_failed("cannot read the history from", &config.redis, &err))?;
-    if let Some(cutoff) = cutoff_ms {
-        entries.retain(|recorded| recorded.entry.finished_at.timestamp_millis() >= cutoff);
-    }
-    if args.json {
-        return super::print(&render_json(&entries));
-    }
-    if entries.is_empty() {
-        let what = match &args.job {
-            Some(job) => format!("job `{job}`"),
-            None if jobs.is_empty() => "any job: the config has no jobs".to_string(),
-            None => "any job".to_string(),
-        };
-        let within = args
-            .since
-            .map(|since| format!(" within the last {}", humantime::format_duration(since)))
-            .unwrap_or_default();
-        return super::print(&format!("no history for {what}{within}\n"));
-    }
-    super::print(&render(&entries))
-}
+use crate::history::Recorded;
+use crate::inspect::format::{self, NONE, Table};
 
 /// Fences start far above 0 (Redis time in µs); 0 means "no fence".
 fn fence(fence: u64) -> Option<u64> {
     (fence > 0).then_some(fence)
-}
-
-fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// One entry in `history --json`: exactly the keys of SPEC §3, in its order.
@@ -99,6 +27,11 @@ struct JsonEntry<'a> {
     started_at: String,
     finished_at: String,
     duration_ms: Option<u64>,
+    /// The whole text.
+    error: Option<&'a str>,
+    /// The last bytes the run printed.
+    output_tail: Option<&'a str>,
+    attempt: Option<u32>,
 }
 
 /// `history --json`: one array of objects with exactly the keys of SPEC §3,
@@ -124,10 +57,13 @@ fn json_entry(recorded: &Recorded) -> JsonEntry<'_> {
         started_at: format::millis(entry.started_at),
         finished_at: format::millis(entry.finished_at),
         duration_ms: entry.duration_ms,
+        error: entry.error.as_deref(),
+        output_tail: entry.output_tail.as_deref(),
+        attempt: entry.attempt,
     }
 }
 
-/// The text table, newest first as given.
+/// The text table, in the order given.
 pub fn render(entries: &[Recorded]) -> String {
     let mut table = Table::new(&[
         "OCCURRENCE",
@@ -158,11 +94,7 @@ pub fn render(entries: &[Recorded]) -> String {
             entry.outcome.clone(),
             status,
             duration,
-            entry
-                .error
-                .as_deref()
-                .map(|error| format::cut(error, ERROR_WIDTH))
-                .unwrap_or_default(),
+            entry.error.as_deref().map(format::flat).unwrap_or_default(),
         ]);
     }
     table.render()
@@ -216,6 +148,9 @@ mod tests {
             "started_at",
             "finished_at",
             "duration_ms",
+            "error",
+            "output_tail",
+            "attempt",
         ];
         let mut sorted = expected;
         sorted.sort();
@@ -229,6 +164,9 @@ mod tests {
         assert_eq!(value["exit_code"], Value::Null);
         assert_eq!(value["finished_at"], "2026-11-30T21:00:00.250Z");
         assert_eq!(value["fence"], 1_796_072_399_000_123_u64);
+        assert_eq!(value["error"], "lock held by web-1");
+        assert_eq!(value["output_tail"], Value::Null);
+        assert_eq!(value["attempt"], Value::Null);
     }
 
     #[test]
@@ -240,5 +178,19 @@ mod tests {
             "{row}"
         );
         assert!(row.ends_with("lock held by web-1"), "{row}");
+    }
+
+    #[test]
+    fn the_table_shows_the_whole_error_on_one_line() {
+        let mut failed = skipped();
+        let long = format!("first line\nsecond\tline {}", "x".repeat(200));
+        failed.entry.error = Some(long);
+        let text = render(&[failed]);
+        assert_eq!(text.lines().count(), 2, "{text}");
+        let row = text.lines().nth(1).expect("a row");
+        assert!(
+            row.ends_with(&format!("first line second line {}", "x".repeat(200))),
+            "{row}"
+        );
     }
 }

@@ -1,0 +1,285 @@
+//! `solocron history`: recent decisions, newest occurrence first.
+//!
+//! Reads the streams of one job, or of every job (the config's; without a
+//! config, every job a live node runs), in pipelined rounds ([`read`]).
+//! `--since` and `--until` bound the occurrence's instant (an RFC 3339
+//! instant, or a duration back from Redis `TIME`, so "the last hour" means
+//! the same from every server), so a `missed` entry written late is found
+//! under its occurrence, not under the time it was written.
+//!
+//! A JOB is accepted if the config has it, a live node runs it, or its
+//! stream exists (a job removed from the config keeps its history); any
+//! other name is a typo, refused with the closest known name.
+
+mod read;
+mod render;
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use redis::AsyncCommands as _;
+use redis::aio::ConnectionManager;
+use redis::streams::StreamRangeReply;
+
+use super::Source;
+use super::format;
+use super::source::{closest, node_jobs, note};
+use crate::lock::JobKeys;
+use crate::registry;
+
+pub use read::Filter;
+pub use render::{render, render_json};
+
+/// The outcome names a history entry can have (SPEC §3).
+pub const OUTCOMES: [&str; 9] = [
+    "succeeded",
+    "failed",
+    "timed_out",
+    "lock_lost",
+    "interrupted",
+    "skipped",
+    "paused",
+    "missed",
+    "abandoned",
+];
+
+/// One end of a `--since`/`--until` window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeBound {
+    /// An instant (RFC 3339).
+    At(DateTime<Utc>),
+    /// This long before Redis `TIME`.
+    Ago(Duration),
+}
+
+impl TimeBound {
+    /// Parses an RFC 3339 instant (`2026-11-30T21:00:00Z`) or a duration
+    /// (`90s`, `2h`, `1d`); `Err` is a message for the user.
+    pub fn parse(text: &str) -> Result<TimeBound, String> {
+        let text = text.trim();
+        if let Ok(at) = DateTime::parse_from_rfc3339(text) {
+            return Ok(TimeBound::At(at.with_timezone(&Utc)));
+        }
+        humantime::parse_duration(text)
+            .map(TimeBound::Ago)
+            .map_err(|_| {
+                format!(
+                    "`{text}` is neither an RFC 3339 instant (2026-11-30T21:00:00Z, \
+                     2026-12-01T02:00:00+05:00) nor a duration back from now (90s, 2h, 1d)"
+                )
+            })
+    }
+
+    /// The instant as UTC epoch ms, `now_ms` being Redis `TIME`.
+    pub fn resolve(self, now_ms: i64) -> i64 {
+        match self {
+            TimeBound::At(at) => at.timestamp_millis(),
+            TimeBound::Ago(ago) => {
+                now_ms.saturating_sub(i64::try_from(ago.as_millis()).unwrap_or(i64::MAX))
+            }
+        }
+    }
+}
+
+/// What `solocron history` was asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryQuery {
+    /// Only this job.
+    pub job: Option<String>,
+    /// At most this many entries in all.
+    pub limit: usize,
+    /// Only occurrences at or after this.
+    pub since: Option<TimeBound>,
+    /// Only occurrences at or before this.
+    pub until: Option<TimeBound>,
+    /// Only entries of these nodes (empty: all).
+    pub nodes: Vec<String>,
+    /// Only entries with these outcomes (empty: all).
+    pub outcomes: Vec<String>,
+    /// One JSON array instead of a table.
+    pub json: bool,
+}
+
+/// Prints the history `query` asks for. `Err`: an unknown JOB (with the
+/// closest known name), `--since` after `--until`, Redis unreachable or
+/// failed, or stdout gone.
+pub async fn history(source: &Source, query: &HistoryQuery) -> anyhow::Result<()> {
+    let redis = &source.redis;
+    let (conn, now_ms) = super::open(redis).await?;
+    let filter = Filter {
+        since_ms: query.since.map(|bound| bound.resolve(now_ms)),
+        until_ms: query.until.map(|bound| bound.resolve(now_ms)),
+        nodes: query.nodes.clone(),
+        outcomes: query.outcomes.clone(),
+    };
+    if let (Some(since), Some(until)) = (filter.since_ms, filter.until_ms) {
+        anyhow::ensure!(
+            since <= until,
+            "`--since` ({}) is after `--until` ({}): no occurrence can match",
+            instant(since),
+            instant(until)
+        );
+    }
+    let jobs = match &query.job {
+        Some(job) => {
+            check_job(&conn, source, job).await?;
+            vec![job.clone()]
+        }
+        None => match &source.config {
+            Some(config) => config.jobs.iter().map(|job| job.name.clone()).collect(),
+            None => node_jobs(
+                &registry::live_nodes(&conn, &redis.key_prefix)
+                    .await
+                    .map_err(|err| {
+                        super::redis_failed("cannot read the node registry from", redis, &err)
+                    })?,
+            ),
+        },
+    };
+    let names: Vec<&str> = jobs.iter().map(String::as_str).collect();
+    let entries = read::read(&conn, &redis.key_prefix, &names, &filter, query.limit)
+        .await
+        .map_err(|err| super::redis_failed("cannot read the history from", redis, &err))?;
+    if query.json {
+        return super::print(&render_json(&entries));
+    }
+    if entries.is_empty() {
+        return super::print(&nothing_found(source, query, &filter, jobs.is_empty()));
+    }
+    super::print(&render(&entries))
+}
+
+/// Accepts `job` if the config has it, a live node runs it, or its stream
+/// exists (with a note when the config has not got it); else an error with
+/// the closest known name.
+async fn check_job(conn: &ConnectionManager, source: &Source, job: &str) -> anyhow::Result<()> {
+    if source.has_job(job) {
+        return Ok(());
+    }
+    let redis = &source.redis;
+    let failed = |err| super::redis_failed("cannot read the node registry from", redis, &err);
+    let nodes = registry::live_nodes(conn, &redis.key_prefix)
+        .await
+        .map_err(failed)?;
+    let run_by_a_node = nodes.iter().any(|node| node.jobs.contains_key(job));
+    let has_history = run_by_a_node || {
+        // `XREVRANGE`, not `EXISTS`: the README's ACL user may read streams only.
+        let key = JobKeys::new(&redis.key_prefix, job).history;
+        let newest: StreamRangeReply = conn
+            .clone()
+            .xrevrange_count(&key, "+", "-", 1)
+            .await
+            .map_err(|err| super::redis_failed("cannot read the history from", redis, &err))?;
+        !newest.ids.is_empty()
+    };
+    if !has_history {
+        let mut known = node_jobs(&nodes);
+        if let Some(config) = &source.config {
+            known.extend(config.jobs.iter().map(|job| job.name.clone()));
+        }
+        let hint = match closest(job, known.iter().map(String::as_str)) {
+            Some(near) => format!("did you mean `{near}`?"),
+            None => "`solocron status` lists the jobs".to_string(),
+        };
+        anyhow::bail!(
+            "unknown job `{job}`: {}, no live node runs it and it has no history under key \
+             prefix `{}`; {hint}",
+            source.config_words(),
+            redis.key_prefix
+        );
+    }
+    if let Some(config) = &source.config {
+        note(&format!(
+            "job `{job}` is not in `{}`; showing its history anyway",
+            config.path.display()
+        ));
+    }
+    Ok(())
+}
+
+/// "no history for job `x`" and the filters that applied.
+fn nothing_found(source: &Source, query: &HistoryQuery, filter: &Filter, no_jobs: bool) -> String {
+    let what = match &query.job {
+        Some(job) => format!("job `{job}`"),
+        None if no_jobs && source.config.is_some() => "any job: the config has no jobs".to_string(),
+        None if no_jobs => format!(
+            "any job: no config was read and no live node publishes its jobs under key prefix \
+             `{}`; name a JOB, or pass `--config PATH`",
+            source.redis.key_prefix
+        ),
+        None => "any job".to_string(),
+    };
+    let mut only = Vec::new();
+    if let Some(since) = filter.since_ms {
+        only.push(format!("occurrences since {}", instant(since)));
+    }
+    if let Some(until) = filter.until_ms {
+        only.push(format!("occurrences until {}", instant(until)));
+    }
+    if !filter.nodes.is_empty() {
+        only.push(format!("node {}", filter.nodes.join(" or ")));
+    }
+    if !filter.outcomes.is_empty() {
+        only.push(format!("outcome {}", filter.outcomes.join(" or ")));
+    }
+    if only.is_empty() {
+        format!("no history for {what}\n")
+    } else {
+        format!("no history for {what} ({})\n", only.join(", "))
+    }
+}
+
+fn instant(ms: i64) -> String {
+    format::from_ms(ms).map_or_else(|| ms.to_string(), format::secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bound_is_an_instant_or_a_duration_back_from_redis_time() {
+        let now_ms = 1_796_072_400_000;
+        let at = TimeBound::parse("2026-12-01T02:00:00+05:00").expect("RFC 3339");
+        assert_eq!(at.resolve(now_ms), 1_796_072_400_000);
+        let ago = TimeBound::parse("90s").expect("a duration");
+        assert_eq!(ago.resolve(now_ms), now_ms - 90_000);
+        assert_eq!(
+            TimeBound::parse("1d").map(|b| b.resolve(now_ms)),
+            Ok(now_ms - 86_400_000)
+        );
+        let err = TimeBound::parse("yesterday").expect_err("neither");
+        assert!(
+            err.contains("RFC 3339") && err.contains("duration"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_empty_message_names_the_filters() {
+        let source = Source::without_config("redis://127.0.0.1:1/", "solocron");
+        let query = HistoryQuery {
+            job: Some("tick".into()),
+            limit: 20,
+            since: None,
+            until: None,
+            nodes: vec![],
+            outcomes: vec![],
+            json: false,
+        };
+        let filter = Filter::default();
+        assert_eq!(
+            nothing_found(&source, &query, &filter, false),
+            "no history for job `tick`\n"
+        );
+        let filter = Filter {
+            since_ms: Some(1_796_072_400_000),
+            outcomes: vec!["failed".into(), "timed_out".into()],
+            ..Filter::default()
+        };
+        assert_eq!(
+            nothing_found(&source, &query, &filter, false),
+            "no history for job `tick` (occurrences since 2026-11-30T21:00:00Z, outcome failed or timed_out)\n"
+        );
+    }
+}
