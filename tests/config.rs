@@ -287,8 +287,8 @@ fn an_empty_file_is_refused_by_check_and_run() {
     }
     // `--redis` does not stand in for the file's `[redis]`.
     let (_dir, jobs_only) = write_text("[jobs.a]\nschedule = \"@daily\"\ncommand = \"true\"\n");
-    let output = solocron(&["check", "--redis", "redis://127.0.0.1:6379"], &jobs_only);
-    assert_eq!(output.status.code(), Some(1));
+    let output = solocron(&["run", "--redis", "redis://127.0.0.1:6379"], &jobs_only);
+    assert_eq!(output.status.code(), Some(78));
     assert!(String::from_utf8_lossy(&output.stderr).contains("no `[redis]` section"));
 }
 

@@ -131,8 +131,7 @@ fn a_broken_config_exits_78_for_run_and_1_for_check_naming_file_line_and_key() {
     let run = solocron(&["run", "--config", path, "--node-id", "n1"]);
     assert_eq!(run.status.code(), Some(78), "{run:?}");
     let stderr = String::from_utf8_lossy(&run.stderr);
-    // `write_config` puts a 3-line `[redis]` first: `timezone` is line 7.
-    assert!(stderr.contains(&format!("{path}:7:")), "{stderr}");
+    assert!(stderr.contains(&format!("{path}:4:")), "{stderr}");
     assert!(
         stderr.contains("timezone") && stderr.contains("Mars/Olympus"),
         "{stderr}"

@@ -135,7 +135,7 @@ fn a_redis_outage_leaves_every_occurrence_in_the_history_exactly_once() {
     let late: Vec<_> = cluster
         .runs()
         .into_iter()
-        .filter(|run| run.job == "quick")
+        .filter(|run| run.job == "quick" && run.at().is_some_and(|at| at >= from && at <= to))
         .filter(|run| {
             run.at().is_some_and(|at| {
                 run.start_ns - i128::from(at.timestamp_millis()) * 1_000_000 > 1_000_000_000

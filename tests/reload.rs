@@ -104,7 +104,7 @@ fn a_broken_or_missing_file_on_reload_keeps_the_old_schedule_and_names_the_posit
         .find(|line| line.contains("reload failed"))
         .expect("failure line");
     assert!(
-        failure.contains(&format!("{}:7:", config.display())),
+        failure.contains(&format!("{}:4:", config.display())),
         "file:line:col: {failure}"
     );
     assert!(failure.contains("timeout"), "{failure}");

@@ -38,8 +38,9 @@ pub fn reload(
                 .next()
                 .unwrap_or_default()
                 .to_string();
-            error!(node = %options.node, config = %path.display(), error = %first_line,
-                "reload failed: the old schedule keeps running; fix the file and reload again");
+            let errors = err.errors().len();
+            error!(node = %options.node, config = %path.display(), error = %first_line, errors,
+                "reload failed: the old schedule keeps running; fix the file (`solocron check` lists every error) and reload again");
         }
         Ok(mut new) => {
             if let Some(url) = &options.redis_override {
