@@ -547,6 +547,16 @@ impl Write for Captured {
 
 /// Runs `job` with a JSON subscriber on this thread; returns the `job output` events.
 async fn run_captured(job: Job) -> (Report, Vec<serde_json::Value>) {
+    let (report, events) = run_captured_all(job).await;
+    let output = events
+        .into_iter()
+        .filter(|event| event["fields"]["message"] == "job output")
+        .collect();
+    (report, output)
+}
+
+/// Runs `job` with a JSON subscriber on this thread; returns every event.
+async fn run_captured_all(job: Job) -> (Report, Vec<serde_json::Value>) {
     let captured = Captured::default();
     let writer = captured.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -562,9 +572,47 @@ async fn run_captured(job: Job) -> (Report, Vec<serde_json::Value>) {
         .expect("utf-8 log")
         .lines()
         .map(|line| serde_json::from_str::<serde_json::Value>(line).expect("json log line"))
-        .filter(|event| event["fields"]["message"] == "job output")
         .collect();
     (report, events)
+}
+
+#[tokio::test]
+async fn output_past_output_log_max_is_counted_not_logged_and_the_tail_is_kept() {
+    // Issue #9 item 8: a job printing 100 MB wrote 675,000 log lines a run.
+    // 20,000 lines of 8 bytes with a 1,000-byte budget: 111 lines logged,
+    // one summary line for the rest, the last 4 KiB kept for the history.
+    let mut job = shell("flood", "seq 10000000 10019999; echo the-end");
+    job.output_log_max = 1000;
+    let (report, events) = run_captured_all(job).await;
+    assert_eq!(report.outcome, Outcome::Succeeded);
+    let logged = events
+        .iter()
+        .filter(|event| event["fields"]["message"] == "job output")
+        .count();
+    assert!((100..=125).contains(&logged), "{logged} lines logged");
+    let summaries: Vec<_> = events
+        .iter()
+        .filter(|event| {
+            event["fields"]["message"]
+                .as_str()
+                .is_some_and(|message| message.starts_with("job output over output_log_max"))
+        })
+        .collect();
+    assert_eq!(summaries.len(), 1, "{summaries:?}");
+    let unlogged = summaries[0]["fields"]["lines"].as_u64().expect("lines");
+    assert_eq!(unlogged as usize + logged, 20_001, "every line logged or counted");
+    let tail = report.output_tail.expect("a tail");
+    assert!(tail.len() <= 4096 && tail.len() > 4000, "{}", tail.len());
+    assert!(tail.ends_with("10019999\nthe-end\n"), "{tail}");
+}
+
+#[tokio::test]
+async fn output_log_max_zero_logs_no_line_but_keeps_the_tail() {
+    let mut job = shell("quiet", "echo secret-looking output");
+    job.output_log_max = 0;
+    let (report, events) = run_captured(job).await;
+    assert!(events.is_empty(), "{events:?}");
+    assert_eq!(report.output_tail.as_deref(), Some("secret-looking output\n"));
 }
 
 #[tokio::test]
