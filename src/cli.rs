@@ -126,6 +126,9 @@ pub struct RunArgs {
 pub struct CheckArgs {
     #[command(flatten)]
     pub file: ConfigArg,
+    /// Only the summary line (and warnings, errors): for `ExecReload=`.
+    #[arg(long, short)]
+    pub quiet: bool,
 }
 
 /// `solocron status`.
@@ -319,7 +322,12 @@ fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
         config.jobs.len()
     )?;
     let now = Utc::now();
-    for job in &config.jobs {
+    let listed = if args.quiet {
+        &[][..]
+    } else {
+        &config.jobs[..]
+    };
+    for job in listed {
         let zone = job.schedule.timezone();
         writeln!(out)?;
         writeln!(

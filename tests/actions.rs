@@ -600,7 +600,11 @@ async fn output_past_output_log_max_is_counted_not_logged_and_the_tail_is_kept()
         .collect();
     assert_eq!(summaries.len(), 1, "{summaries:?}");
     let unlogged = summaries[0]["fields"]["lines"].as_u64().expect("lines");
-    assert_eq!(unlogged as usize + logged, 20_001, "every line logged or counted");
+    assert_eq!(
+        unlogged as usize + logged,
+        20_001,
+        "every line logged or counted"
+    );
     let tail = report.output_tail.expect("a tail");
     assert!(tail.len() <= 4096 && tail.len() > 4000, "{}", tail.len());
     assert!(tail.ends_with("10019999\nthe-end\n"), "{tail}");
@@ -612,7 +616,10 @@ async fn output_log_max_zero_logs_no_line_but_keeps_the_tail() {
     job.output_log_max = 0;
     let (report, events) = run_captured(job).await;
     assert!(events.is_empty(), "{events:?}");
-    assert_eq!(report.output_tail.as_deref(), Some("secret-looking output\n"));
+    assert_eq!(
+        report.output_tail.as_deref(),
+        Some("secret-looking output\n")
+    );
 }
 
 #[tokio::test]

@@ -143,22 +143,32 @@ fn an_empty_or_truncated_file_on_reload_keeps_the_old_schedule() {
     wait_until(Duration::from_secs(10), "a runs", || {
         !runs_tagged(&work, "a").is_empty()
     });
-    for (attempt, text) in [(1, String::new()), (2, "[redis]\nurl = \"redis://127.0.0.1:1/\"\n".to_string())] {
+    for (attempt, text) in [
+        (1, String::new()),
+        (2, "[redis]\nurl = \"redis://127.0.0.1:1/\"\n".to_string()),
+    ] {
         std::fs::write(&config, text).expect("truncate jobs.toml");
         node.signal("HUP");
         wait_until(Duration::from_secs(5), "the reload is refused", || {
             node.log().matches("reload failed").count() == attempt
         });
         let refused_at = Utc::now();
-        wait_until(Duration::from_secs(10), "the old schedule keeps running", || {
-            runs_tagged(&work, "a")
-                .iter()
-                .any(|at| *at > refused_at + chrono::TimeDelta::seconds(1))
-        });
+        wait_until(
+            Duration::from_secs(10),
+            "the old schedule keeps running",
+            || {
+                runs_tagged(&work, "a")
+                    .iter()
+                    .any(|at| *at > refused_at + chrono::TimeDelta::seconds(1))
+            },
+        );
     }
     let log = node.log();
     assert!(log.contains("the file is empty"), "{log}");
-    assert!(log.contains("no job: the file defines no `[jobs.NAME]` table"), "{log}");
+    assert!(
+        log.contains("no job: the file defines no `[jobs.NAME]` table"),
+        "{log}"
+    );
     assert!(!log.contains("config reloaded"), "{log}");
 }
 
@@ -179,18 +189,34 @@ fn a_reload_reads_the_env_file_again_so_a_new_secret_needs_no_restart() {
     };
     work.write_config(&text("OLD_SECRET"));
     let node = Node::start(&work, &redis, "n1", &[]);
-    wait_until(Duration::from_secs(10), "a runs with the first secret", || {
-        work.lines("seen").iter().any(|line| line.starts_with("first"))
-    });
-    std::fs::write(&env_file, "OLD_SECRET=first\nNEW_SECRET=second\nFROM_FILE=also-for-the-job\n")
-        .expect("rotate the env file");
+    wait_until(
+        Duration::from_secs(10),
+        "a runs with the first secret",
+        || {
+            work.lines("seen")
+                .iter()
+                .any(|line| line.starts_with("first"))
+        },
+    );
+    std::fs::write(
+        &env_file,
+        "OLD_SECRET=first\nNEW_SECRET=second\nFROM_FILE=also-for-the-job\n",
+    )
+    .expect("rotate the env file");
     work.write_config(&text("NEW_SECRET"));
     node.signal("HUP");
     node.wait_for_log(Duration::from_secs(5), "config reloaded");
-    wait_until(Duration::from_secs(10), "a runs with the new secret", || {
-        work.lines("seen")
-            .iter()
-            .any(|line| line == "second also-for-the-job")
-    });
-    assert!(!node.log().contains("second"), "the secret's value is never logged");
+    wait_until(
+        Duration::from_secs(10),
+        "a runs with the new secret",
+        || {
+            work.lines("seen")
+                .iter()
+                .any(|line| line == "second also-for-the-job")
+        },
+    );
+    assert!(
+        !node.log().contains("second"),
+        "the secret's value is never logged"
+    );
 }

@@ -45,7 +45,21 @@ fn service(key: &str) -> String {
 fn unit_is_a_notify_service_reloaded_by_sighup() {
     assert_eq!(service("Type"), "notify");
     assert_eq!(service("NotifyAccess"), "main");
-    assert_eq!(service("ExecReload"), "/bin/kill -HUP $MAINPID");
+    let reloads: Vec<String> = settings()
+        .into_iter()
+        .filter(|(section, key, _)| section == "Service" && key == "ExecReload")
+        .map(|(_, _, value)| value)
+        .collect();
+    assert_eq!(
+        reloads,
+        [
+            "/usr/local/bin/solocron check --quiet",
+            "/bin/kill -HUP $MAINPID"
+        ],
+        "the file is checked before the SIGHUP"
+    );
+    assert_eq!(service("WorkingDirectory"), "/var/lib/solocron");
+    assert_eq!(service("StateDirectory"), "solocron");
     assert_eq!(service("ExecStart"), "/usr/local/bin/solocron run");
     let watchdog = humantime::parse_duration(&service("WatchdogSec")).expect("WatchdogSec");
     assert!(watchdog >= Duration::from_secs(10), "{watchdog:?}");
@@ -89,7 +103,7 @@ fn unit_runs_hardened_as_a_dedicated_user() {
         ("SystemCallArchitectures", "native"),
         ("CapabilityBoundingSet", ""),
         ("UMask", "0027"),
-        ("EnvironmentFile", "-/etc/solocron/env"),
+        ("EnvironmentFile", "-/etc/solocron/daemon.env"),
     ] {
         assert_eq!(service(key), value, "[Service] {key}");
     }
@@ -101,4 +115,34 @@ fn unit_runs_hardened_as_a_dedicated_user() {
     assert!(settings().iter().any(|(section, key, value)| {
         section == "Install" && key == "WantedBy" && value == "multi-user.target"
     }));
+}
+
+/// The first `ExecReload=` fails on a broken file, so `systemctl reload`
+/// does; on a good file it prints one line.
+#[test]
+fn the_reload_check_fails_on_a_broken_file_and_says_one_line_on_a_good_one() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("jobs.toml");
+    let check = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_solocron"))
+            .args(["check", "--quiet"])
+            .env("SOLOCRON_CONFIG", &path)
+            .output()
+            .expect("run solocron check")
+    };
+    std::fs::write(
+        &path,
+        "[redis]\nurl = \"redis://127.0.0.1:6379\"\n[jobs.a]\nschedule = \"@daily\"\ncommand = \"true\"\n",
+    )
+    .expect("write");
+    let good = check();
+    assert!(good.status.success(), "{good:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&good.stdout).lines().count(),
+        1,
+        "{good:?}"
+    );
+    std::fs::write(&path, "[redis]\nurl = \"redis://127.0.0.1:6379\"\n").expect("truncate");
+    let broken = check();
+    assert_eq!(broken.status.code(), Some(1), "{broken:?}");
 }
