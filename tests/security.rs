@@ -892,3 +892,83 @@ fn the_readme_acl_user_is_enough_and_restrictive() {
         assert!(refused.to_string().contains("no permissions"), "{refused}");
     }
 }
+
+/// The history's repair paths run as the README's ACL user too: a run found
+/// `abandoned` (its lock expired unreleased), then the run's own late
+/// release replacing that entry (`XDEL`), and a gap of occurrences nobody
+/// decided recorded `missed`.
+#[test]
+fn the_readme_acl_user_can_record_abandoned_runs_gaps_and_late_releases() {
+    use solocron::exec::{Outcome, Report};
+    use solocron::history::Entry;
+    use solocron::lock::{AbandonCheck, Claim, Locker, Target, new_token};
+
+    let server = Server::start(&[]);
+    let mut admin = server.admin();
+    let () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(readme_acl(PASSWORD))
+        .query(&mut admin)
+        .expect("ACL SETUSER from the README");
+    let url = server.url_with(PASSWORD);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let config = solocron::config::RedisConfig {
+            url: url.clone(),
+            password: None,
+            key_prefix: "solocron".to_string(),
+            tls: Default::default(),
+        };
+        let locker = |node: &str| {
+            Locker::new(
+                solocron::daemon::connect(&config).expect("connection"),
+                "solocron",
+                node,
+                100,
+            )
+        };
+        let (runner, survivor) = (locker("runner"), locker("survivor"));
+        runner.load_scripts().await.expect("SCRIPT LOAD as the ACL user");
+        let at = |ms: i64| Target::Scheduled {
+            at_ms: ms,
+            name: format!("occ-{ms}"),
+            deadline_ms: i64::MAX,
+        };
+        let Claim::Won(lease) = runner
+            .claim("job", &at(1_000), &new_token(), Duration::from_millis(200))
+            .await
+            .expect("claim")
+        else {
+            panic!("the first claim wins");
+        };
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let found = survivor.check_abandoned("job").await.expect("abandon check");
+        assert!(matches!(found, AbandonCheck::Abandoned(_)), "{found:?}");
+        let now = chrono::Utc::now();
+        let report = Report {
+            outcome: Outcome::Succeeded,
+            exit_code: Some(0),
+            http_status: None,
+            error: None,
+            started_at: now,
+            finished_at: now,
+            duration: Duration::from_millis(5),
+            output_tail: None,
+        };
+        let entry = Entry::from_report("occ-1000", "runner", lease.fence, &report);
+        let released = runner.release(&lease, &entry).await.expect("late release");
+        assert!(released.replaced_abandoned, "{released:?}");
+        let recorded = survivor
+            .record_gap("job", "gap:test", &[("occ-500".to_string(), "test".to_string())])
+            .await
+            .expect("gap");
+        assert!(recorded);
+    });
+    let denied: Value = redis::cmd("ACL")
+        .arg("LOG")
+        .query(&mut admin)
+        .expect("ACL LOG");
+    let mut log = String::new();
+    flatten(&denied, &mut log);
+    assert!(log.trim().is_empty(), "commands refused by the ACL: {log}");
+}
