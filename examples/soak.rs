@@ -1,16 +1,23 @@
-//! The soak: 5 nodes × 50 jobs for a configurable time, with random node
-//! kills (kill -9, restarted a few seconds later) and Redis pauses (SIGSTOP
-//! for twice the lock TTL), then the occurrence-by-occurrence audit.
+//! The soak: 5 nodes × 55 jobs for a configurable time, with random faults
+//! — node kills (kill -9, restarted a few seconds later, sometimes with its
+//! log pipe closed: `solocron run | head -1`), Redis pauses (SIGSTOP for
+//! twice the lock TTL), and a double SIGTERM to a node (killed, released,
+//! recorded, restarted) — then the occurrence-by-occurrence audit of the
+//! runs and of the history. Five of the jobs ignore SIGTERM and outlive
+//! their 2 s timeout by 9.5 s with a 1 s lock: their lease must be kept
+//! through the kill grace.
 //!
 //! Not part of `scripts/test`; run it with `scripts/soak [MINUTES]`. It uses
 //! the test harness (`tests/common`): a `redis-server` on a free loopback
 //! port, real `solocron run` processes, jobs that record START / END lines.
 //!
 //! What must hold however the faults fall: no occurrence runs twice, no two
-//! runs of a job overlap, fences grow in start order, and every occurrence
-//! due outside a fault's reach runs (occurrences due while Redis is paused,
-//! or while a killed node's lock is still held, may be missed or skipped:
-//! fail closed). Exit status 0 only if all of that holds.
+//! runs of a job overlap, fences grow in start order, every occurrence due
+//! outside a fault's reach runs (occurrences due while Redis is paused, or
+//! while a killed node's lock is still held, may be missed or skipped: fail
+//! closed), and every occurrence of the window is in the history exactly
+//! once (run, skipped, missed or abandoned). Exit status 0 only if all of
+//! that holds.
 
 #[path = "../tests/common/mod.rs"]
 #[allow(unused_imports)]
@@ -44,6 +51,17 @@ fn jobs() -> Vec<JobSpec> {
     add("s1-long-", 10, "* * * * * *", 0.4);
     add("s5-short-", 10, "*/5 * * * * *", 0.005);
     add("s5-long-", 10, "*/5 * * * * *", 3.0);
+    // Time out at 2 s, ignore the SIGTERM, end by themselves at 11.5 s, just
+    // before their SIGKILL: the lock (1 s) must be kept all along.
+    for i in 0..5 {
+        jobs.push(
+            JobSpec::new(&format!("stubborn-{i}"), "*/5 * * * * *", 11.5)
+                .ignoring_term()
+                .with("timeout = \"2s\"")
+                .with("lock_ttl = \"1s\"")
+                .with(&format!("starting_deadline = \"{DEADLINE_S}s\"")),
+        );
+    }
     jobs
 }
 
@@ -59,6 +77,13 @@ enum Fault {
         from: DateTime<Utc>,
         to: DateTime<Utc>,
         from_ns: i128,
+    },
+    /// Two SIGTERMs half a second apart; `exited_ns` is when the node was
+    /// seen gone (its jobs, SIGKILLed, are gone before it exits).
+    DoubleTerm {
+        node: String,
+        at: DateTime<Utc>,
+        exited_ns: i128,
     },
 }
 
@@ -87,18 +112,49 @@ fn main() {
     let mut faults = Vec::new();
     while Instant::now() + Duration::from_secs(25) < end {
         std::thread::sleep(Duration::from_secs(10 + rand::random::<u64>() % 10));
-        if rand::random::<bool>() {
-            let node = ids[rand::random::<u64>() as usize % ids.len()].clone();
+        let node = ids[rand::random::<u64>() as usize % ids.len()].clone();
+        let dice = rand::random::<u64>() % 4;
+        if dice <= 1 {
             let (at, at_ns) = (Utc::now(), now_ns());
             cluster.node_mut(&node).kill9();
-            println!("{} kill -9 {node}", at.format("%H:%M:%S"));
             faults.push(Fault::Kill {
                 node: node.clone(),
                 at,
                 at_ns,
             });
             std::thread::sleep(Duration::from_secs(3));
-            restart(&mut cluster, &node);
+            // Every other restart comes back with its log pipe closed.
+            let closed_log = dice == 1;
+            println!(
+                "{} kill -9 {node}{}",
+                at.format("%H:%M:%S"),
+                if closed_log {
+                    ", restarted with a closed log pipe"
+                } else {
+                    ""
+                }
+            );
+            restart(&mut cluster, &node, closed_log);
+        } else if dice == 2 {
+            let at = Utc::now();
+            let victim = cluster.node_mut(&node);
+            victim.signal("TERM");
+            std::thread::sleep(Duration::from_millis(500));
+            victim.signal("TERM");
+            let status = victim.wait_exit(Duration::from_secs(30));
+            let exited_ns = now_ns();
+            println!(
+                "{} double SIGTERM to {node}: exit {:?} after {} ms",
+                at.format("%H:%M:%S"),
+                status.code(),
+                (Utc::now() - at).num_milliseconds()
+            );
+            faults.push(Fault::DoubleTerm {
+                node: node.clone(),
+                at,
+                exited_ns,
+            });
+            restart(&mut cluster, &node, false);
         } else {
             let (from, from_ns) = (Utc::now(), now_ns());
             cluster.redis.pause();
@@ -132,17 +188,35 @@ fn main() {
         faults.len() - kills
     );
     println!("{report}");
+    let history = history_audit(&cluster, &jobs, window_from, window_to);
+    println!(
+        "history: {} occurrences, {} absent, {} recorded more than once",
+        report.expected,
+        history.absent.len(),
+        history.repeated.len()
+    );
+    for (job, at) in &history.absent {
+        println!("  absent from the history: {job} {}", at.to_rfc3339());
+    }
+    for (job, at, outcomes) in &history.repeated {
+        println!(
+            "  recorded {} times: {job} {} {outcomes:?}",
+            outcomes.len(),
+            at.to_rfc3339()
+        );
+    }
     let ok = report.duplicates.is_empty()
         && report.overlaps.is_empty()
         && report.fence_inversions.is_empty()
-        && report.misses.is_empty();
+        && report.misses.is_empty()
+        && history.is_exact();
     println!("soak {}", if ok { "PASSED" } else { "FAILED" });
     // `exit` skips destructors: stop the nodes and Redis first.
     drop(cluster);
     std::process::exit(if ok { 0 } else { 1 });
 }
 
-fn restart(cluster: &mut Cluster, node: &str) {
+fn restart(cluster: &mut Cluster, node: &str, closed_log: bool) {
     let index = cluster
         .nodes
         .iter()
@@ -151,8 +225,24 @@ fn restart(cluster: &mut Cluster, node: &str) {
     let log = cluster.work.path(&format!("{node}.log"));
     let _ = std::fs::rename(&log, cluster.work.path(&format!("{node}.log.{}", now_ns())));
     let url = cluster.redis.url();
-    let fresh = common::Node::start_with_url(&cluster.work, &url, node, &[]);
+    let fresh = if closed_log {
+        common::Node::start_with_closed_log(&cluster.work, &url, node)
+    } else {
+        common::Node::start_with_url(&cluster.work, &url, node, &[])
+    };
     cluster.nodes[index] = fresh;
+}
+
+/// Every occurrence of the window in the history exactly once.
+fn history_audit(
+    cluster: &Cluster,
+    jobs: &[JobSpec],
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> common::audit::HistoryReport {
+    let windows: Vec<_> = jobs.iter().map(|job| job.window(from, to)).collect();
+    let names: Vec<&str> = jobs.iter().map(|job| job.name.as_str()).collect();
+    common::audit::history_exactly_once(&cluster.decisions(&names), &windows)
 }
 
 /// Occurrences a fault may cost: from a second before it until the lock of
@@ -169,6 +259,9 @@ fn excused(faults: &[Fault], window: &common::audit::Window) -> BTreeSet<DateTim
                 }
                 Fault::Pause { from, to, .. } => {
                     *at >= *from - TimeDelta::seconds(1) && *at <= *to + reach
+                }
+                Fault::DoubleTerm { at: termed, .. } => {
+                    *at >= *termed - TimeDelta::seconds(1) && *at <= *termed + reach
                 }
             })
         })
@@ -197,6 +290,9 @@ fn close_cut_runs(runs: &mut [Run], faults: &[Fault]) {
             {
                 Some(*from_ns + ttl_ns)
             }
+            Fault::DoubleTerm {
+                node, exited_ns, ..
+            } if *node == run.node && run.start_ns <= *exited_ns => Some(*exited_ns),
             _ => None,
         });
         if let Some(end) = end {

@@ -46,6 +46,7 @@ fn ctx(job: Job) -> RunContext {
         node: "web-2".to_string(),
         env_file: Default::default(),
         lost_lease_grace: Duration::from_millis(500),
+        lease_lost: Default::default(),
     }
 }
 

@@ -38,10 +38,8 @@ fn a_run_whose_node_died_is_recorded_abandoned_by_a_survivor_within_ttl_plus_10s
     let mut cluster = Cluster::new(RedisServer::start(), "", std::slice::from_ref(&long));
     cluster.start_node("n1", &[]);
     cluster.start_node("n2", &[]);
-    let victim = cluster.wait_for_run(Duration::from_secs(40), "a run of the long job", |run| {
-        run.at()
-            .is_some_and(|at| at > Utc::now() - TimeDelta::seconds(5))
-    });
+    // The first run (a catch-up at start, or the next :00/:30): 20 s long.
+    let victim = cluster.wait_for_run(Duration::from_secs(40), "a run of the long job", |_| true);
     std::thread::sleep(Duration::from_millis(500));
     cluster.node_mut(&victim.node).kill9();
     let killed = now_ns();
@@ -76,6 +74,41 @@ fn a_run_whose_node_died_is_recorded_abandoned_by_a_survivor_within_ttl_plus_10s
         "the survivor logs the decision"
     );
     println!("abandoned recorded {recorded_after_ms} ms after kill -9 (lock_ttl 2 s)");
+}
+
+#[test]
+fn a_dead_runner_is_found_abandoned_even_when_later_occurrences_were_skipped_meanwhile() {
+    // Found by the soak: the skips decided while the dead node's lock was
+    // still held overwrote the state that said its run was in progress, so
+    // nobody ever recorded it.
+    let long = JobSpec::new("long", "* * * * * *", 20.0).with("lock_ttl = \"3s\"");
+    let mut cluster = Cluster::new(RedisServer::start(), "", std::slice::from_ref(&long));
+    cluster.start_node("n1", &[]);
+    cluster.start_node("n2", &[]);
+    let victim = cluster.wait_for_run(Duration::from_secs(10), "a run", |_| true);
+    cluster.node_mut(&victim.node).kill9();
+    wait_gone(victim.pid, Duration::from_secs(2));
+    wait_until(
+        Duration::from_secs(3 + 10),
+        "the run is recorded abandoned",
+        || {
+            entries_of(&cluster, "long", &victim.occurrence)
+                .iter()
+                .any(|entry| entry["outcome"] == "abandoned")
+        },
+    );
+    let entries = entries_of(&cluster, "long", &victim.occurrence);
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0]["node"], victim.node);
+    let skipped = cluster
+        .decisions(&["long"])
+        .into_iter()
+        .filter(|d| d.outcome == "skipped")
+        .count();
+    assert!(
+        skipped >= 1,
+        "occurrences were skipped while the dead lock was held"
+    );
 }
 
 #[test]

@@ -227,3 +227,49 @@ fn a_second_sigterm_kills_the_job_releases_its_lock_records_it_and_exits() {
         "a second signal sends SIGKILL only:\n{log}"
     );
 }
+
+#[test]
+fn a_lease_lost_while_a_timed_out_job_takes_its_grace_kills_it_before_the_lock_expires() {
+    // Found by the soak: after the timeout the job got its 10 s SIGTERM
+    // grace whatever happened to the lease; a Redis pause then let the
+    // lock expire while it lived, and another node started the next run.
+    let stubborn = JobSpec::new("stubborn", "0 0 1 1 *", 30.0)
+        .ignoring_term()
+        .with("timeout = \"1s\"")
+        .with("lock_ttl = \"3s\"");
+    let cluster = Cluster::new(RedisServer::start(), "", std::slice::from_ref(&stubborn));
+    let mut trigger = scopeguard(
+        std::process::Command::new(common::solocron_bin())
+            .args(["trigger", "stubborn", "--node-id", "ops"])
+            .args([
+                "--config",
+                &common::toml_path(&cluster.work.path("jobs.toml")),
+            ])
+            .args(["--redis", &cluster.redis.url()])
+            .env_remove("SOLOCRON_CONFIG")
+            .env_remove("SOLOCRON_REDIS_URL")
+            .env("SOLOCRON_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start solocron trigger"),
+    );
+    let run = cluster.wait_for_run(Duration::from_secs(10), "the manual run", |_| true);
+    // The timeout fires at 1 s: SIGTERM, ignored; the 10 s grace begins.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(is_alive(run.pid), "the job ignores SIGTERM");
+    let (base, base_ns) = (Instant::now(), now_ns());
+    let expiry = cluster
+        .redis
+        .pause_right_after_a_renewal("{solocron:stubborn}:lock", 3000);
+    let gone = wait_gone(run.pid, Duration::from_secs(5));
+    cluster.redis.resume();
+    let expiry_ns = base_ns + i128::try_from((expiry - base).as_nanos()).unwrap_or(0);
+    assert!(
+        gone < expiry_ns,
+        "the job outlived its lock by {} ms",
+        (gone - expiry_ns) / 1_000_000
+    );
+    assert_eq!(trigger.0.wait().expect("trigger exits").code(), Some(1));
+}

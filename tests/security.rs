@@ -928,7 +928,10 @@ fn the_readme_acl_user_can_record_abandoned_runs_gaps_and_late_releases() {
             )
         };
         let (runner, survivor) = (locker("runner"), locker("survivor"));
-        runner.load_scripts().await.expect("SCRIPT LOAD as the ACL user");
+        runner
+            .load_scripts()
+            .await
+            .expect("SCRIPT LOAD as the ACL user");
         let at = |ms: i64| Target::Scheduled {
             at_ms: ms,
             name: format!("occ-{ms}"),
@@ -942,7 +945,10 @@ fn the_readme_acl_user_can_record_abandoned_runs_gaps_and_late_releases() {
             panic!("the first claim wins");
         };
         tokio::time::sleep(Duration::from_millis(400)).await;
-        let found = survivor.check_abandoned("job").await.expect("abandon check");
+        let found = survivor
+            .check_abandoned("job")
+            .await
+            .expect("abandon check");
         assert!(matches!(found, AbandonCheck::Abandoned(_)), "{found:?}");
         let now = chrono::Utc::now();
         let report = Report {
@@ -959,7 +965,11 @@ fn the_readme_acl_user_can_record_abandoned_runs_gaps_and_late_releases() {
         let released = runner.release(&lease, &entry).await.expect("late release");
         assert!(released.replaced_abandoned, "{released:?}");
         let recorded = survivor
-            .record_gap("job", "gap:test", &[("occ-500".to_string(), "test".to_string())])
+            .record_gap(
+                "job",
+                "gap:test",
+                &[("occ-500".to_string(), "test".to_string())],
+            )
             .await
             .expect("gap");
         assert!(recorded);

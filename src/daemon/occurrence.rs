@@ -240,11 +240,12 @@ pub async fn run_lease(
         node: node.clone(),
         env_file: runner.shared.map(Shared::env_file).unwrap_or_default(),
         lost_lease_grace: watchdog::safety_margin(lease.ttl) / 2,
+        lease_lost: CancellationToken::new(),
     };
     // The watchdog runs beside the run, not inside it: it goes on renewing
     // while a stopped job takes its grace to die, and only the end of the
     // run (its whole group gone) ends it.
-    let lost = CancellationToken::new();
+    let lost = ctx.lease_lost.clone();
     let stop = stop_when(&lost, runner.interrupt);
     let keep = keep_lease(runner, job, lease, name, claim_sent, &lost);
     let report = tokio::select! {

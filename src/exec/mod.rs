@@ -47,6 +47,9 @@ pub struct RunContext {
     /// How long a job stopped for a lost lease gets between SIGTERM and
     /// SIGKILL: what is left before another node could take the lock.
     pub lost_lease_grace: Duration,
+    /// Cancelled when the lease is lost: a job already being stopped (after
+    /// its timeout, at shutdown) then gets at most `lost_lease_grace` more.
+    pub lease_lost: CancellationToken,
 }
 
 /// Why the daemon stops a running job early.

@@ -267,21 +267,36 @@ async fn terminate(
     grace: Duration,
     hurry: &CancellationToken,
 ) -> io::Result<ExitStatus> {
-    let deadline = Instant::now() + grace;
+    let mut deadline = Instant::now() + grace;
+    let mut lease_lost = ctx.lease_lost.is_cancelled();
+    if lease_lost {
+        deadline = deadline.min(Instant::now() + ctx.lost_lease_grace);
+    }
     if !hurry.is_cancelled() {
-        log_signal(ctx, group, why, "SIGTERM", grace);
+        log_signal(
+            ctx,
+            group,
+            why,
+            "SIGTERM",
+            deadline.saturating_duration_since(Instant::now()),
+        );
         let _ = killpg(group, Signal::SIGTERM);
-        let leader = tokio::select! {
-            status = child.wait() => Some(status),
-            () = sleep_until(deadline) => None,
-            () = hurry.cancelled() => None,
-        };
-        if leader.is_some() {
-            // The leader is gone, but members that ignore SIGTERM still get the grace.
-            while is_group_alive(group) && Instant::now() < deadline && !hurry.is_cancelled() {
-                tokio::select! {
-                    () = sleep(GROUP_POLL) => {}
-                    () = hurry.cancelled() => {}
+        // Until the group is empty or the deadline: the leader first, then
+        // the members that ignore SIGTERM. A lease lost meanwhile brings the
+        // deadline forward (the lock may expire soon); a hurry ends it.
+        let mut leader_gone = false;
+        while Instant::now() < deadline && !hurry.is_cancelled() {
+            if leader_gone && !is_group_alive(group) {
+                break;
+            }
+            tokio::select! {
+                _ = child.wait(), if !leader_gone => leader_gone = true,
+                () = sleep(GROUP_POLL), if leader_gone => {}
+                () = sleep_until(deadline) => {}
+                () = hurry.cancelled() => {}
+                () = ctx.lease_lost.cancelled(), if !lease_lost => {
+                    lease_lost = true;
+                    deadline = deadline.min(Instant::now() + ctx.lost_lease_grace);
                 }
             }
         }

@@ -8,7 +8,9 @@
 //!
 //! The job's state hash keeps the last decided scheduled occurrence
 //! (`last_*`), the current or last holder of the lock (`holder_*`), the
-//! ids recorded lately (`recorded`: a retried release or gap record writes
+//! scheduled run in progress (`run_*`: set by a won claim, cleared by its
+//! release; a skip or miss decided meanwhile does not touch it), the ids
+//! recorded lately (`recorded`: a retried release or gap record writes
 //! nothing twice) and the runs recorded `abandoned` lately (`abandoned`:
 //! `FENCE:STREAMID ...`, so the run's own outcome can replace that entry if
 //! its node was only cut off, not dead). Every script that decides a newer
@@ -43,14 +45,14 @@ local function remember(state, id, keep, now)
   if recorded == '' then recorded = mine else recorded = recorded .. ' ' .. mine end
   redis.call('HSET', state, 'recorded', recorded)
 end
--- The last decided occurrence is still `running` but its lock is gone: it
--- expired without a release, so its node stopped renewing it. Records it
--- `abandoned` (once: the outcome is no longer `running` afterwards) and
--- answers {node, fence, occurrence}, or nil if there is nothing to record.
+-- A scheduled run is in progress (`run_token` set) but the lock is gone
+-- (the caller checked): it expired without a release, so the run's node
+-- stopped renewing it. Records it `abandoned` (once: `run_token` is cleared)
+-- and answers {node, fence, occurrence}, or nil if no run is in progress.
 local function abandon(state, history, maxlen, recorder, now)
-  local f = redis.call('HMGET', state, 'last_outcome', 'last_outcome_occ', 'last_node', 'last_fence',
-    'last_since', 'abandoned')
-  if f[1] ~= 'running' then return nil end
+  local f = redis.call('HMGET', state, 'run_token', 'run_occ', 'run_node', 'run_fence', 'run_since',
+    'abandoned', 'last_token')
+  if not f[1] or f[1] == '' then return nil end
   local node, fence = f[3] or '', f[4] or '0'
   local id = redis.call('XADD', history, 'MAXLEN', '~', maxlen, '*', 'occurrence', f[2] or '', 'node', node,
     'fence', fence, 'outcome', 'abandoned', 'started_at', f[5] or ms_str(now), 'finished_at', ms_str(now),
@@ -59,7 +61,10 @@ local function abandon(state, history, maxlen, recorder, now)
   for item in string.gmatch(f[6] or '', '%S+') do
     if kept < 8 then list = list .. ' ' .. item; kept = kept + 1 end
   end
-  redis.call('HSET', state, 'last_outcome', 'abandoned', 'abandoned', list)
+  redis.call('HSET', state, 'run_token', '', 'abandoned', list)
+  if f[7] == f[1] then
+    redis.call('HSET', state, 'last_outcome', 'abandoned')
+  end
   return {node, fence, f[2] or ''}
 end
 "#;
@@ -97,6 +102,7 @@ local last = tonumber(st[1])
 if mode == 'scheduled' and last and occ == last and st[4] == token and not current then
   -- A retry of our own won claim whose lock went away meanwhile.
   redis.call('SET', KEYS[1], value, 'PX', ttl)
+  redis.call('HSET', KEYS[2], 'run_token', token)
   return {'won', st[3], st[6] or '', '', '', ''}
 end
 local now, t = now_ms()
@@ -138,7 +144,8 @@ redis.call('HSET', KEYS[2], 'fence', fence, 'holder_node', node, 'holder_fence',
 if mode == 'scheduled' then
   redis.call('HSET', KEYS[2], 'last_occ', ARGV[2], 'last_node', node, 'last_fence', fence,
     'last_token', token, 'last_decision', 'claimed', 'last_outcome', 'running', 'last_outcome_occ', occ_str,
-    'last_since', ms_str(now), 'last_prev', prev)
+    'last_prev', prev, 'run_token', token, 'run_occ', occ_str, 'run_node', node, 'run_fence', fence,
+    'run_since', ms_str(now))
 else
   prev = ''
 end
@@ -195,8 +202,12 @@ if replaced == 1 then
   redis.call('HSET', KEYS[2], 'abandoned', table.concat(kept, ' '))
 end
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', unpack(fields))
-if redis.call('HGET', KEYS[2], 'last_token') == ARGV[2] then
+local tokens = redis.call('HMGET', KEYS[2], 'last_token', 'run_token')
+if tokens[1] == ARGV[2] then
   redis.call('HSET', KEYS[2], 'last_outcome', outcome)
+end
+if tokens[2] == ARGV[2] then
+  redis.call('HSET', KEYS[2], 'run_token', '')
 end
 remember(KEYS[2], ARGV[2], ARGV[4], now_ms())
 return {released, replaced}
@@ -223,6 +234,9 @@ if last and occ == last then
   end
   if redis.call('GET', KEYS[3]) == ARGV[6] .. ' ' .. ARGV[3] then
     redis.call('DEL', KEYS[3])
+  end
+  if redis.call('HGET', KEYS[1], 'run_token') == ARGV[6] then
+    redis.call('HSET', KEYS[1], 'run_token', '')
   end
   prev = st[3] or ''
 end

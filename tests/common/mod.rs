@@ -369,6 +369,44 @@ impl Node {
         node
     }
 
+    /// Starts `solocron run` as `id` whose stdout and stderr are a pipe
+    /// that is closed once the node has logged `solocron started` (what
+    /// `solocron run | head -1` does): every later line fails with EPIPE.
+    /// Its [`Node::log`] is empty.
+    pub fn start_with_closed_log(work: &Workdir, url: &str, id: &str) -> Node {
+        use std::io::BufRead as _;
+        let (read, write) = std::io::pipe().expect("pipe");
+        let err = write.try_clone().expect("dup the pipe");
+        let config = work.path("jobs.toml");
+        let child = Command::new(solocron_bin())
+            .arg("run")
+            .args([
+                "--node-id",
+                id,
+                "--config",
+                &toml_path(&config),
+                "--redis",
+                url,
+            ])
+            .env_remove("SOLOCRON_REDIS_URL")
+            .env_remove("SOLOCRON_CONFIG")
+            .env("SOLOCRON_LOG", "info")
+            .env_remove("SOLOCRON_LOG_FORMAT")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(write))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .expect("start solocron");
+        let mut first = String::new();
+        let _ = std::io::BufReader::new(read).read_line(&mut first);
+        assert!(first.contains("solocron started"), "{first}");
+        Node {
+            id: id.to_string(),
+            child,
+            log: work.path(&format!("{id}.closed-log")),
+        }
+    }
+
     pub fn pid(&self) -> i32 {
         self.child.id() as i32
     }
