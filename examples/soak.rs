@@ -110,6 +110,7 @@ fn main() {
     );
     let end = Instant::now() + Duration::from_secs_f64(minutes * 60.0);
     let mut faults = Vec::new();
+    let mut closed_logs = 0;
     while Instant::now() + Duration::from_secs(25) < end {
         std::thread::sleep(Duration::from_secs(10 + rand::random::<u64>() % 10));
         let node = ids[rand::random::<u64>() as usize % ids.len()].clone();
@@ -125,6 +126,7 @@ fn main() {
             std::thread::sleep(Duration::from_secs(3));
             // Every other restart comes back with its log pipe closed.
             let closed_log = dice == 1;
+            closed_logs += usize::from(closed_log);
             println!(
                 "{} kill -9 {node}{}",
                 at.format("%H:%M:%S"),
@@ -177,15 +179,15 @@ fn main() {
     std::thread::sleep(Duration::from_secs(6));
     let window_from = started + TimeDelta::seconds(10);
     let report = audit(&cluster, &jobs, &faults, window_from, window_to);
-    let kills = faults
-        .iter()
-        .filter(|f| matches!(f, Fault::Kill { .. }))
-        .count();
+    let count = |what: fn(&Fault) -> bool| faults.iter().filter(|fault| what(fault)).count();
     println!(
-        "soak over {} .. {}: {kills} node kills, {} redis pauses",
+        "soak over {} .. {}: {} node kills ({} restarted with a closed log pipe), {} redis pauses, {} double SIGTERMs",
         window_from.format("%H:%M:%S"),
         window_to.format("%H:%M:%S"),
-        faults.len() - kills
+        count(|fault| matches!(fault, Fault::Kill { .. })),
+        closed_logs,
+        count(|fault| matches!(fault, Fault::Pause { .. })),
+        count(|fault| matches!(fault, Fault::DoubleTerm { .. })),
     );
     println!("{report}");
     let history = history_audit(&cluster, &jobs, window_from, window_to);
@@ -270,8 +272,10 @@ fn excused(faults: &[Fault], window: &common::audit::Window) -> BTreeSet<DateTim
 
 /// Gives runs cut short by a fault (START, no END) the latest end the
 /// guarantees allow: the kill itself (a process forked just before the kill
-/// may write its START a little after it), or the lock's expiry after a
-/// pause began (the watchdog stops a run before then). A run belongs to a
+/// may write its START a little after it), the lock's expiry after a pause
+/// began (the watchdog stops a run before then; 3 s is the longest
+/// `lock_ttl` here), or the moment a node stopped by a double SIGTERM
+/// exited (it waits for its jobs' groups to be gone). A run belongs to a
 /// pause if its claim (the fence is Redis `TIME` in µs) came before it: the
 /// process itself may start a little later.
 fn close_cut_runs(runs: &mut [Run], faults: &[Fault]) {
@@ -285,11 +289,9 @@ fn close_cut_runs(runs: &mut [Run], faults: &[Fault]) {
             {
                 Some((*at_ns).max(run.start_ns))
             }
-            Fault::Pause { from_ns, .. }
-                if claimed_ns <= *from_ns && claimed_ns + ttl_ns > *from_ns =>
-            {
-                Some(*from_ns + ttl_ns)
-            }
+            // Any run still going when Redis stopped answering is stopped
+            // before its lock (at most 3 s) could expire.
+            Fault::Pause { from_ns, .. } if claimed_ns <= *from_ns => Some(*from_ns + ttl_ns),
             Fault::DoubleTerm {
                 node, exited_ns, ..
             } if *node == run.node && run.start_ns <= *exited_ns => Some(*exited_ns),
