@@ -272,7 +272,7 @@ pub fn exit_code_for(command: &Command, err: &anyhow::Error) -> u8 {
 pub fn load(path: &Path, redis: Option<&str>) -> anyhow::Result<Config> {
     let mut config = config::load(path)?;
     if let Some(url) = redis {
-        config.redis.url = url.to_string();
+        config.redis.use_url(url);
     }
     Ok(config)
 }

@@ -98,6 +98,10 @@ fn publish(redis: &RedisServer, nodes: &[NodeInfo]) {
         .expect("a tokio runtime");
     runtime.block_on(async {
         let config = RedisConfig {
+            mode: solocron::config::RedisMode::Single,
+            wait_replicas: 0,
+            wait_timeout: solocron::config::DEFAULT_WAIT_TIMEOUT,
+            username: None,
             url: redis.url(),
             password: None,
             key_prefix: "solocron".to_string(),

@@ -914,6 +914,10 @@ fn the_readme_acl_user_can_record_abandoned_runs_gaps_and_late_releases() {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
         let config = solocron::config::RedisConfig {
+            mode: solocron::config::RedisMode::Single,
+            wait_replicas: 0,
+            wait_timeout: solocron::config::DEFAULT_WAIT_TIMEOUT,
+            username: None,
             url: url.clone(),
             password: None,
             key_prefix: "solocron".to_string(),

@@ -48,9 +48,21 @@ impl fmt::Debug for Config {
 /// `[redis]`.
 #[derive(Clone)]
 pub struct RedisConfig {
-    /// The URL as written (may carry `user:password@`); never log it, use
-    /// [`RedisConfig::redacted_url`].
+    /// With [`RedisMode::Single`]: the URL as written (may carry
+    /// `user:password@`); never log it, use [`RedisConfig::redacted_url`].
+    /// Empty in the other modes.
     pub url: String,
+    /// Which coordinator: one server, a Sentinel-followed master, a Redis
+    /// Cluster, or N independent masters (Redlock).
+    pub mode: RedisMode,
+    /// Replicas that must acknowledge (`WAIT`) a claim, renewal and release
+    /// before they count (default 1 with `sentinel` and `cluster`, else 0).
+    pub wait_replicas: u32,
+    /// How long a `WAIT` may take (default 250 ms).
+    pub wait_timeout: Duration,
+    /// The data nodes' user name for `sentinel` (the master's address comes
+    /// from the sentinels, so no URL carries it).
+    pub username: Option<String>,
     /// Read from `password_file`, trailing newline trimmed; overrides any
     /// password in the URL.
     pub password: Option<String>,
@@ -59,6 +71,62 @@ pub struct RedisConfig {
     /// Certificates for a `rediss://` connection, read at load.
     pub tls: RedisTls,
 }
+
+/// Exactly one of `url`, `sentinel`, `cluster`, `redlock` (SPEC §4).
+#[derive(Clone, PartialEq, Eq)]
+pub enum RedisMode {
+    /// `url = "redis://…"`: one server.
+    Single,
+    /// `sentinel = { master = "NAME", urls = [...] }`: the master named
+    /// `master`, found through these sentinels and followed across failovers.
+    Sentinel {
+        master: String,
+        /// The sentinels' URLs (may carry their own `user:password@`).
+        urls: Vec<String>,
+        /// The sentinels' password, from `sentinel.password_file`, if set.
+        password: Option<String>,
+    },
+    /// `cluster = [...]`: seed nodes of a Redis Cluster.
+    Cluster { urls: Vec<String> },
+    /// `redlock = [...]`: N independent masters; a majority decides.
+    Redlock { urls: Vec<String> },
+}
+
+impl RedisMode {
+    /// `url`, `sentinel`, `cluster` or `redlock`: what `check` names.
+    pub fn name(&self) -> &'static str {
+        match self {
+            RedisMode::Single => "url",
+            RedisMode::Sentinel { .. } => "sentinel",
+            RedisMode::Cluster { .. } => "cluster",
+            RedisMode::Redlock { .. } => "redlock",
+        }
+    }
+}
+
+impl fmt::Debug for RedisMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = |urls: &[String]| urls.iter().map(|url| redact_url(url)).collect::<Vec<_>>();
+        match self {
+            RedisMode::Single => f.write_str("Single"),
+            RedisMode::Sentinel {
+                master,
+                urls,
+                password,
+            } => f
+                .debug_struct("Sentinel")
+                .field("master", master)
+                .field("urls", &shown(urls))
+                .field("password", &password.as_ref().map(|_| "***"))
+                .finish(),
+            RedisMode::Cluster { urls } => f.debug_tuple("Cluster").field(&shown(urls)).finish(),
+            RedisMode::Redlock { urls } => f.debug_tuple("Redlock").field(&shown(urls)).finish(),
+        }
+    }
+}
+
+/// Default of `wait_timeout`.
+pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// `tls_ca_file`, `tls_cert_file`, `tls_key_file` of `[redis]`, as PEM
 /// bytes read (and parsed once) when the file loads. All `None`: a
@@ -86,9 +154,31 @@ pub struct ClientIdentity {
 }
 
 impl RedisConfig {
-    /// The URL with any password replaced by `***`, safe for logs and errors.
+    /// Where the coordinator is, passwords replaced by `***`, safe for logs
+    /// and errors: the URL, or `sentinel NAME via URL, URL`, `cluster URL,
+    /// …`, `redlock URL, …`.
     pub fn redacted_url(&self) -> String {
-        redact_url(&self.url)
+        let list = |urls: &[String]| {
+            urls.iter()
+                .map(|url| redact_url(url))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match &self.mode {
+            RedisMode::Single => redact_url(&self.url),
+            RedisMode::Sentinel { master, urls, .. } => {
+                format!("sentinel `{master}` via {}", list(urls))
+            }
+            RedisMode::Cluster { urls } => format!("cluster {}", list(urls)),
+            RedisMode::Redlock { urls } => format!("redlock {}", list(urls)),
+        }
+    }
+
+    /// A config for one server at `url` (what `--redis URL` selects).
+    pub fn use_url(&mut self, url: &str) {
+        self.url = url.to_string();
+        self.mode = RedisMode::Single;
+        self.wait_replicas = 0;
     }
 }
 
@@ -139,6 +229,10 @@ impl fmt::Debug for RedisConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisConfig")
             .field("url", &self.redacted_url())
+            .field("mode", &self.mode)
+            .field("wait_replicas", &self.wait_replicas)
+            .field("wait_timeout", &self.wait_timeout)
+            .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "***"))
             .field("key_prefix", &self.key_prefix)
             .field("tls_ca", &self.tls.ca.is_some())

@@ -44,6 +44,10 @@ pub(super) fn server_keys() -> String {
 pub(super) fn redis(table: &Table<'_, '_>, config_path: &Path, ctx: &Context<'_>) -> RedisConfig {
     let mut redis = RedisConfig {
         url: String::new(),
+        mode: crate::config::RedisMode::Single,
+        wait_replicas: 0,
+        wait_timeout: crate::config::DEFAULT_WAIT_TIMEOUT,
+        username: None,
         password: None,
         key_prefix: DEFAULT_KEY_PREFIX.to_string(),
         tls: RedisTls::default(),

@@ -44,7 +44,7 @@ pub fn reload(
         }
         Ok(mut new) => {
             if let Some(url) = &options.redis_override {
-                new.redis.url = url.clone();
+                new.redis.use_url(url);
             }
             keep_restart_only_settings(&current, &mut new, &options.node);
             super::log_warnings(&new, &options.node);

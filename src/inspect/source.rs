@@ -50,7 +50,7 @@ impl Source {
         match config::load_for_inspection(path) {
             Ok(mut config) => {
                 if let Some(url) = redis {
-                    config.redis.url = url.to_string();
+                    config.redis.use_url(url);
                 }
                 if let Some(prefix) = key_prefix {
                     config.redis.key_prefix = prefix.to_string();
@@ -84,6 +84,10 @@ impl Source {
     pub fn without_config(url: &str, key_prefix: &str) -> Source {
         Source {
             redis: RedisConfig {
+                mode: crate::config::RedisMode::Single,
+                wait_replicas: 0,
+                wait_timeout: crate::config::DEFAULT_WAIT_TIMEOUT,
+                username: None,
                 url: url.to_string(),
                 password: None,
                 key_prefix: key_prefix.to_string(),

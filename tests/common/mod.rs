@@ -239,6 +239,10 @@ pub fn wait_until(limit: Duration, what: &str, mut condition: impl FnMut() -> bo
 /// A connected in-process [`Locker`] for `node`.
 pub async fn locker(redis: &RedisServer, node: &str) -> Locker {
     let config = RedisConfig {
+        mode: solocron::config::RedisMode::Single,
+        wait_replicas: 0,
+        wait_timeout: solocron::config::DEFAULT_WAIT_TIMEOUT,
+        username: None,
         url: redis.url(),
         password: None,
         key_prefix: "test".to_string(),
