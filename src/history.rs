@@ -12,8 +12,8 @@
 
 use std::collections::HashMap;
 
+use crate::coordinator::Conn;
 use chrono::{DateTime, Utc};
-use redis::aio::ConnectionManager;
 use redis::streams::StreamRangeReply;
 
 use crate::exec::Report;
@@ -160,7 +160,7 @@ fn stream_id_ms(id: &str) -> i64 {
 /// Redis time; callers filter on `finished_at` themselves. One round trip;
 /// unparsable entries are skipped.
 pub async fn read(
-    conn: &ConnectionManager,
+    conn: &Conn,
     prefix: &str,
     jobs: &[&str],
     appended_since: Option<i64>,

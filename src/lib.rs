@@ -4,6 +4,7 @@
 //! Modules, from the pure core outwards:
 //! - [`schedule`]: cron expression + time zone -> UTC occurrences (pure).
 //! - [`config`]: `jobs.toml` -> a validated [`config::Config`].
+//! - [`coordinator`]: how we talk to Redis: one server, Sentinel, Cluster, Redlock.
 //! - [`lock`]: the claim / extend / release scripts on Redis, and the watchdog.
 //! - [`history`]: the per-job decision stream (who ran which occurrence).
 //! - [`inspect`]: read-only `status` and `history` views for operators.
@@ -19,6 +20,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod coordinator;
 pub mod daemon;
 pub mod exec;
 pub mod history;

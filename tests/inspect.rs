@@ -107,7 +107,9 @@ fn publish(redis: &RedisServer, nodes: &[NodeInfo]) {
             key_prefix: "solocron".to_string(),
             tls: Default::default(),
         };
-        let conn = solocron::daemon::connect(&config).expect("connection manager");
+        let conn = solocron::daemon::connect(&config)
+            .expect("connection manager")
+            .first();
         for node in nodes {
             registry::publish(&conn, "solocron", node, &BTreeMap::new(), false)
                 .await
@@ -138,6 +140,7 @@ fn test_nodes(path: &Path) -> Vec<NodeInfo> {
         jobs,
         instance: format!("test-host:1:{id}"),
         collision: None,
+        redis_warning: None,
     };
     vec![node("t-a", jobs, 12), node("t-b", drifted, -340)]
 }

@@ -20,7 +20,7 @@ use chrono::Utc;
 use tracing::{debug, info, warn};
 
 use super::Shared;
-use super::health::is_refusal;
+use super::health::{self, is_refusal};
 use crate::lock::Locker;
 use crate::{metrics, notify};
 
@@ -77,7 +77,7 @@ pub async fn check_loop(shared: Arc<Shared>) {
                 ));
                 return;
             }
-            Err(err) => shared.health.failed("time", &err, is_refusal(&err)),
+            Err(err) => shared.health.failed("time", &err, health::trouble_of(&err)),
         }
         let pause = if answered { PERIOD } else { FIRST_RETRY };
         tokio::select! {

@@ -11,7 +11,11 @@
 //!
 //! Redis refusing our credentials (`WRONGPASS`, `NOAUTH`, `NOPERM`) is not
 //! an outage that time cures: [`is_refusal`] tells it apart, so the start-up
-//! check can fail fast and the outage line can say what to fix.
+//! check can fail fast and the outage line can say what to fix. Writes not
+//! acknowledged by enough replicas (`wait_replicas`) are a trouble of their
+//! own too: Redis answers, but nothing it grants may run. While any trouble
+//! lasts, [`Health::warning`] says it in one line, which the node publishes
+//! in the registry for `status`.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,6 +26,18 @@ use tracing::{error, info};
 
 /// How often a lasting outage is logged again.
 const STILL_DOWN_EVERY: Duration = Duration::from_secs(300);
+
+/// What kind of failure an operation met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trouble {
+    /// Redis did not answer (down, paused, cut off, timed out).
+    Unreachable,
+    /// Redis refused our password or a command (ACL).
+    Refused,
+    /// The write was not acknowledged by enough replicas, or a Redlock
+    /// majority did not agree.
+    Unconfirmed,
+}
 
 /// Up or down, and since when.
 pub struct Health {
@@ -34,6 +50,8 @@ struct Outage {
     since: Instant,
     reported: Instant,
     missed: u64,
+    trouble: Trouble,
+    last_error: String,
 }
 
 impl Health {
@@ -63,7 +81,7 @@ impl Health {
 
     /// `operation` failed with `err`: starts an outage (one line), or says
     /// it goes on every few minutes.
-    pub fn failed(&self, operation: &str, err: &dyn std::fmt::Display, refusal: bool) {
+    pub fn failed(&self, operation: &str, err: &dyn std::fmt::Display, trouble: Trouble) {
         crate::metrics::redis_error(operation);
         crate::metrics::redis_up(false);
         let mut outage = self.lock();
@@ -74,24 +92,43 @@ impl Health {
                     since: now,
                     reported: now,
                     missed: 0,
+                    trouble,
+                    last_error: err.to_string(),
                 });
                 self.down.store(true, Ordering::Relaxed);
-                if refusal {
-                    error!(node = %self.node, operation, error = %err,
-                        "redis refuses this node's credentials or commands: fix the password or the ACL user; nothing runs meanwhile");
-                } else {
-                    error!(node = %self.node, operation, error = %err,
-                        "redis unreachable: no occurrence runs until it answers (fail closed); retrying");
+                match trouble {
+                    Trouble::Refused => error!(node = %self.node, operation, error = %err,
+                        "redis refuses this node's credentials or commands: fix the password or the ACL user; nothing runs meanwhile"),
+                    Trouble::Unconfirmed => error!(node = %self.node, operation, error = %err,
+                        "redis does not confirm this node's writes (too few replicas acknowledge them, or no redlock majority): nothing runs until it does (fail closed); `solocron status` shows it"),
+                    Trouble::Unreachable => error!(node = %self.node, operation, error = %err,
+                        "redis unreachable: no occurrence runs until it answers (fail closed); retrying"),
                 }
             }
-            Some(current) if now.duration_since(current.reported) >= STILL_DOWN_EVERY => {
-                current.reported = now;
-                let secs = current.since.elapsed().as_secs();
-                error!(node = %self.node, operation, error = %err, missed = current.missed,
-                    "redis still unreachable after {secs} s, {} occurrences missed so far", current.missed);
+            Some(current) => {
+                current.trouble = trouble;
+                current.last_error = err.to_string();
+                if now.duration_since(current.reported) >= STILL_DOWN_EVERY {
+                    current.reported = now;
+                    let secs = current.since.elapsed().as_secs();
+                    error!(node = %self.node, operation, error = %err, missed = current.missed,
+                        "redis still unreachable after {secs} s, {} occurrences missed so far", current.missed);
+                }
             }
-            Some(_) => {}
         }
+    }
+
+    /// What is wrong with Redis right now, in one line, or `None`.
+    pub fn warning(&self) -> Option<String> {
+        self.lock().as_ref().map(|outage| {
+            let what = match outage.trouble {
+                Trouble::Unreachable => "unreachable",
+                Trouble::Refused => "refuses this node",
+                Trouble::Unconfirmed => "does not confirm writes",
+            };
+            let secs = outage.since.elapsed().as_secs();
+            format!("redis {what} for {secs} s: {}", outage.last_error)
+        })
     }
 
     /// Counts an occurrence missed while Redis is away; `false` if there is
@@ -120,4 +157,13 @@ pub fn is_refusal(err: &redis::RedisError) -> bool {
     err.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(err.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"))
         || err.to_string().contains("NOPERM")
+}
+
+/// The kind of trouble a plain Redis error is.
+pub fn trouble_of(err: &redis::RedisError) -> Trouble {
+    if is_refusal(err) {
+        Trouble::Refused
+    } else {
+        Trouble::Unreachable
+    }
 }

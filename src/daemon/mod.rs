@@ -15,7 +15,6 @@ mod clock;
 mod health;
 mod occurrence;
 mod recording;
-mod redis_conn;
 mod registry_loop;
 mod reload;
 mod timetable;
@@ -35,11 +34,11 @@ use crate::exec::Executor;
 use crate::lock::Locker;
 use crate::{metrics, notify, registry};
 
+pub use crate::coordinator::connect;
 pub use clock::offset_ms;
 pub use health::is_refusal;
 pub use occurrence::{Runner, claim_deadline, run_lease};
 pub use recording::{GAP_LISTED, gap_entries};
-pub use redis_conn::connect;
 pub use timetable::rfc3339;
 
 /// How this node was started.
@@ -225,14 +224,16 @@ pub async fn run(
     drain(&shared, grace, &mut stops, &hurry).await;
     watchdog_stop.cancel();
     let _ = watchdog.await;
-    if let Err(err) = registry::withdraw(
-        &shared.locker.connection(),
-        shared.locker.prefix(),
-        &options.node,
-        &shared.instance,
-    )
-    .await
-    {
+    let (prefix, instance) = (shared.locker.prefix(), shared.instance.as_str());
+    let withdrawn = shared
+        .locker
+        .coordinator()
+        .on_members(|conn| {
+            let node = options.node.as_str();
+            async move { registry::withdraw(&conn, prefix, node, instance).await }
+        })
+        .await;
+    if let Err(err) = withdrawn {
         warn!(node = %options.node, error = %err, "cannot withdraw from the node registry; it expires by itself");
     }
     if let Some(reason) = shared.fatal_reason() {

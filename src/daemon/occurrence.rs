@@ -86,7 +86,7 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
                 return;
             }
             Err(err) => {
-                shared.health.failed("claim", &err, err.is_refusal());
+                shared.health.failed("claim", &err, err.trouble());
                 if Instant::now() >= give_up {
                     if !shared.health.missed() {
                         error!(job = %job.name, occurrence = %name, node = %node, error = %err,

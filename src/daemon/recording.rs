@@ -117,7 +117,7 @@ pub async fn release(locker: &Locker, shared: Option<&Shared>, lease: &Lease, en
             }
             Err(err) => {
                 if let Some(shared) = shared {
-                    shared.health.failed("release", &err, err.is_refusal());
+                    shared.health.failed("release", &err, err.trouble());
                     if give_up.is_none() && shared.cancel.is_cancelled() {
                         give_up = Some(Instant::now() + SHUTDOWN_WAIT);
                     }
@@ -178,7 +178,7 @@ pub fn spawn_record_missed(
                     return;
                 }
                 Err(err) => {
-                    shared.health.failed("record missed", &err, err.is_refusal());
+                    shared.health.failed("record missed", &err, err.trouble());
                     if Instant::now() + pause >= give_up {
                         return;
                     }
@@ -269,9 +269,7 @@ pub async fn record_gap_before(
                 return;
             }
             Err(err) => {
-                shared
-                    .health
-                    .failed("record missed", &err, err.is_refusal());
+                shared.health.failed("record missed", &err, err.trouble());
                 if Instant::now() + pause >= give_up || shared.cancel.is_cancelled() {
                     return;
                 }
@@ -354,9 +352,7 @@ pub fn watch_lock(shared: &Arc<Shared>, job: &Arc<Job>, fence: u64, ttl_left: Op
                     break;
                 }
                 Err(err) => {
-                    shared
-                        .health
-                        .failed("abandon check", &err, err.is_refusal());
+                    shared.health.failed("abandon check", &err, err.trouble());
                     wait = job.lock_ttl.max(Duration::from_secs(1));
                 }
             }
@@ -390,9 +386,7 @@ pub fn spawn_startup_check(shared: &Arc<Shared>, jobs: &[Arc<Job>]) {
                 Ok(AbandonCheck::Idle) => shared.health.answered(),
                 // Redis is away: the claims will find such runs later.
                 Err(err) => {
-                    shared
-                        .health
-                        .failed("abandon check", &err, err.is_refusal());
+                    shared.health.failed("abandon check", &err, err.trouble());
                     return;
                 }
             }
@@ -409,11 +403,28 @@ pub fn log_abandoned(shared: &Shared, job: &str, abandoned: &Abandoned) {
 }
 
 impl LockError {
+    /// What kind of trouble this is, for the outage lines.
+    pub fn trouble(&self) -> super::health::Trouble {
+        use super::health::Trouble;
+        match self {
+            _ if self.is_refusal() => Trouble::Refused,
+            LockError::Unacknowledged { .. } | LockError::NoQuorum { .. } => Trouble::Unconfirmed,
+            _ => Trouble::Unreachable,
+        }
+    }
+
     /// Whether Redis refused us (credentials, ACL) rather than being away.
     pub fn is_refusal(&self) -> bool {
         match self {
             LockError::Redis { cause, .. } => super::health::is_refusal(cause),
-            LockError::Reply { .. } => false,
+            LockError::NoQuorum { first_error, .. } => {
+                ["WRONGPASS", "NOAUTH", "NOPERM", "authentication"]
+                    .iter()
+                    .any(|sign| first_error.contains(sign))
+            }
+            LockError::Reply { .. }
+            | LockError::Unacknowledged { .. }
+            | LockError::Timeout { .. } => false,
         }
     }
 }

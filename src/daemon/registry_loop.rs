@@ -22,9 +22,9 @@ use tracing::{debug, info, warn};
 
 use super::Shared;
 use crate::config::Config;
+use crate::coordinator::Coordinator;
 use crate::metrics;
 use crate::registry::{self, Divergence, JobSchedule, NodeInfo, Refresh};
-use redis::aio::ConnectionManager;
 
 /// How often a lasting divergence or node-id collision is logged again.
 const REPEAT: Duration = Duration::from_secs(300);
@@ -45,10 +45,20 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
     let node = shared.locker.node();
     let instance = shared.instance.as_str();
     loop {
-        let conn = shared.locker.connection();
+        let coordinator = shared.locker.coordinator();
         let prefix = shared.locker.prefix();
+        let offset = shared.clock_offset();
+        let warning = shared.health.warning();
         let beat = if published {
-            registry::heartbeat(&conn, prefix, node, instance, shared.clock_offset()).await
+            coordinator
+                .on_members(|conn| {
+                    let warning = warning.as_deref();
+                    async move {
+                        registry::heartbeat(&conn, prefix, node, instance, offset, warning).await
+                    }
+                })
+                .await
+                .map(registry::merge_refreshes)
         } else {
             Ok(Refresh::Gone)
         };
@@ -56,7 +66,15 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
             Ok(Refresh::Gone) => {
                 // The per-job fields exist only for this rare write.
                 let (info, schedules) = node_info(&shared, &config, &config_hash, started_at);
-                let sent = registry::publish(&conn, prefix, &info, &schedules, written_once).await;
+                let sent = coordinator
+                    .on_members(|conn| {
+                        let (info, schedules) = (&info, &schedules);
+                        async move {
+                            registry::publish(&conn, prefix, info, schedules, written_once).await
+                        }
+                    })
+                    .await
+                    .map(registry::merge_refreshes);
                 drop((info, schedules));
                 crate::memory::release_freed();
                 sent
@@ -68,7 +86,7 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
                 published = true;
                 written_once = true;
                 collisions.observe(&refresh, node, instance);
-                match current_divergences(&conn, prefix, &config_hash).await {
+                match current_divergences(coordinator, prefix, &config_hash).await {
                     Ok(found) => {
                         metrics::config_divergence(found.len());
                         if found != warned || (!found.is_empty() && warned_at.elapsed() >= REPEAT) {
@@ -153,17 +171,20 @@ impl CollisionWatch {
 /// The live nodes' divergences; the per-job fingerprints are only read when
 /// some live node's whole-config fingerprint differs from `ours`.
 async fn current_divergences(
-    conn: &ConnectionManager,
+    coordinator: &Coordinator,
     prefix: &str,
     ours: &str,
 ) -> redis::RedisResult<Vec<Divergence>> {
-    let hashes = registry::config_hashes(conn, prefix).await?;
-    if hashes.iter().all(|hash| hash == ours) {
+    let hashes = coordinator
+        .on_members(|conn| async move { registry::config_hashes(&conn, prefix).await })
+        .await?;
+    if hashes.iter().flatten().all(|hash| hash == ours) {
         return Ok(Vec::new());
     }
-    Ok(registry::divergences(
-        &registry::live_nodes(conn, prefix).await?,
-    ))
+    let nodes = coordinator
+        .on_members(|conn| async move { registry::live_nodes(&conn, prefix).await })
+        .await?;
+    Ok(registry::divergences(&registry::merge_nodes(nodes)))
 }
 
 /// The whole entry, and each job's schedule (for `status` without a config).
@@ -197,6 +218,7 @@ fn node_info(
         config_path: config.path.display().to_string(),
         config_hash: config_hash.to_string(),
         clock_offset_ms: shared.clock_offset(),
+        redis_warning: shared.health.warning(),
         jobs,
         instance: shared.instance.clone(),
         collision: None,

@@ -20,10 +20,10 @@ mod status;
 use std::io::Write as _;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use crate::coordinator::Coordinator;
 
 use crate::config::RedisConfig;
-use crate::lock::redis_time_ms;
+use crate::lock::coordinator_time_ms;
 
 pub use history::{HistoryQuery, OUTCOMES, TimeBound, history};
 pub use source::{DEFAULT_KEY_PREFIX, Source};
@@ -32,20 +32,32 @@ pub use status::status;
 /// How long the first command may take before Redis counts as unreachable.
 const REACH_LIMIT: Duration = Duration::from_secs(5);
 
-/// Connects to the configured Redis and reads its `TIME` (UTC epoch ms).
-/// `Err` names the redacted URL: Redis is unreachable, refused us, or did
-/// not answer within [`REACH_LIMIT`].
-async fn open(config: &RedisConfig) -> anyhow::Result<(ConnectionManager, i64)> {
+/// Connects to the configured coordinator and reads its `TIME` (UTC epoch
+/// ms; with Redlock the median of a majority). `Err` names the redacted
+/// URL: Redis is unreachable, refused us, or did not answer within
+/// [`REACH_LIMIT`].
+async fn open(config: &RedisConfig) -> anyhow::Result<(Coordinator, i64)> {
     let redacted = config.redacted_url();
-    let conn = crate::daemon::connect(config)?;
-    match tokio::time::timeout(REACH_LIMIT, redis_time_ms(&conn)).await {
-        Ok(Ok(now_ms)) => Ok((conn, now_ms)),
+    let coordinator = crate::daemon::connect(config)?;
+    match tokio::time::timeout(REACH_LIMIT, coordinator_time_ms(&coordinator)).await {
+        Ok(Ok((now_ms, _))) => Ok((coordinator, now_ms)),
         Ok(Err(err)) => Err(redis_failed("cannot reach", config, &err)),
         Err(_) => anyhow::bail!(
             "cannot reach redis at `{redacted}`: no answer within {}",
             humantime::format_duration(REACH_LIMIT)
         ),
     }
+}
+
+/// The live nodes, read from every member and merged.
+async fn live_nodes(
+    coordinator: &Coordinator,
+    prefix: &str,
+) -> redis::RedisResult<Vec<crate::registry::NodeInfo>> {
+    let lists = coordinator
+        .on_members(|conn| async move { crate::registry::live_nodes(&conn, prefix).await })
+        .await?;
+    Ok(crate::registry::merge_nodes(lists))
 }
 
 /// "`what` redis at `URL`: error", with the URL redacted. The error is

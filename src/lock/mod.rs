@@ -23,14 +23,23 @@
 //! [`Locker::record_gap`]; a run whose node died is found by the next claim
 //! or by [`Locker::check_abandoned`] once its lock expired unreleased.
 
+//!
+//! The lock runs on a [`Coordinator`]: each script on its one member (a
+//! server, a Sentinel master, a Cluster; with `WAIT` when `wait_replicas`
+//! asks for it, see `server.rs`), or on the N masters of Redlock combined
+//! by majority (`quorum.rs`). The rest of the daemon only sees [`Locker`].
+
+mod quorum;
 mod scripts;
+mod server;
 pub mod watchdog;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use redis::Script;
-use redis::aio::ConnectionManager;
+use futures_util::future::join_all;
 
+use crate::coordinator::{Conn, Coordinator};
 use crate::history::Entry;
 
 /// Redis failed (unreachable, timed out, or replied with something unexpected).
@@ -49,6 +58,37 @@ pub enum LockError {
         step: &'static str,
         job: String,
         reply: String,
+    },
+    /// `WAIT` found fewer replicas than `wait_replicas` acknowledging the
+    /// write: it may be lost in a failover, so it does not count.
+    #[error(
+        "redis {step} for job `{job}` was acknowledged by {acked} of the {wanted} replica(s) \
+         `wait_replicas` asks for: not counted (the master may be cut off, or has too few replicas)"
+    )]
+    Unacknowledged {
+        step: &'static str,
+        job: String,
+        acked: u32,
+        wanted: u32,
+    },
+    /// Redlock: fewer than a majority of the masters agreed in time.
+    #[error(
+        "redlock {step} for job `{job}`: {agreed} of {of} masters agreed, {needed} needed ({first_error})"
+    )]
+    NoQuorum {
+        step: &'static str,
+        job: String,
+        agreed: usize,
+        needed: usize,
+        of: usize,
+        first_error: String,
+    },
+    /// One Redlock master did not answer in time.
+    #[error("redis {step} for job `{job}`: `{server}` did not answer in time")]
+    Timeout {
+        step: &'static str,
+        job: String,
+        server: String,
     },
 }
 
@@ -175,11 +215,6 @@ pub struct Missed {
     pub previous_ms: Option<i64>,
 }
 
-/// How long Redis remembers that a release (or a gap) was recorded, so that
-/// a retry of it records nothing twice: beyond a node's retry pause once
-/// Redis answers again, by a wide margin for a retry that sat in a socket.
-const RECORD_REMEMBERED: Duration = Duration::from_secs(60);
-
 /// A held lock: what extend and release need to prove ownership.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
@@ -202,35 +237,36 @@ pub fn new_token() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
-/// Talks to Redis on behalf of one node.
+/// Talks to the coordinator on behalf of one node. Cheap to clone.
 #[derive(Clone)]
 pub struct Locker {
-    conn: ConnectionManager,
+    coordinator: Coordinator,
+    servers: Arc<[server::Server]>,
     prefix: String,
     node: String,
-    history_max: u64,
-    claim: Script,
-    extend: Script,
-    release: Script,
-    missed: Script,
-    gap: Script,
-    abandon: Script,
 }
 
 impl Locker {
-    /// A locker for `node`, keys under `prefix`, history streams capped near `history_max`.
-    pub fn new(conn: ConnectionManager, prefix: &str, node: &str, history_max: u64) -> Locker {
+    /// A locker for `node` on `coordinator`, keys under `prefix`, history
+    /// streams capped near `history_max`.
+    pub fn new(
+        coordinator: impl Into<Coordinator>,
+        prefix: &str,
+        node: &str,
+        history_max: u64,
+    ) -> Locker {
+        let coordinator = coordinator.into();
+        let scripts = Arc::new(server::Scripts::new());
+        let servers = coordinator
+            .members()
+            .iter()
+            .map(|member| server::Server::new(member, node, history_max, &scripts))
+            .collect();
         Locker {
-            conn,
+            coordinator,
+            servers,
             prefix: prefix.to_string(),
             node: node.to_string(),
-            history_max,
-            claim: Script::new(&scripts::with_prelude(scripts::CLAIM)),
-            extend: Script::new(scripts::EXTEND),
-            release: Script::new(&scripts::with_prelude(scripts::RELEASE)),
-            missed: Script::new(&scripts::with_prelude(scripts::MISSED)),
-            gap: Script::new(&scripts::with_prelude(scripts::GAP)),
-            abandon: Script::new(&scripts::with_prelude(scripts::ABANDON)),
         }
     }
 
@@ -244,9 +280,20 @@ impl Locker {
         JobKeys::new(&self.prefix, job)
     }
 
-    /// The connection, for readers (history, status).
-    pub fn connection(&self) -> ConnectionManager {
-        self.conn.clone()
+    /// The coordinator, for the registry and the readers.
+    pub fn coordinator(&self) -> &Coordinator {
+        &self.coordinator
+    }
+
+    /// The connection of the first member (the only one but with Redlock).
+    pub fn connection(&self) -> Conn {
+        self.coordinator.first()
+    }
+
+    fn single(&self) -> Option<&server::Server> {
+        (!self.coordinator.is_quorum())
+            .then(|| self.servers.first())
+            .flatten()
     }
 
     /// Claims `target` of `job` with `token` (reuse the token when retrying
@@ -262,6 +309,8 @@ impl Locker {
     }
 
     /// [`Locker::claim`] with what the claim found besides (see [`ClaimReply`]).
+    /// `Err(Unacknowledged)` / `Err(NoQuorum)`: nothing was taken (a won
+    /// claim was undone); retry with the same token until the deadline.
     pub async fn claim_detailed(
         &self,
         job: &str,
@@ -270,103 +319,18 @@ impl Locker {
         ttl: Duration,
     ) -> Result<ClaimReply, LockError> {
         let keys = self.keys(job);
-        let (mode, at_ms, deadline_ms) = match target {
-            Target::Scheduled {
-                at_ms, deadline_ms, ..
-            } => ("scheduled", *at_ms, *deadline_ms),
-            Target::Manual { .. } => ("manual", 0, 0),
-        };
-        let reply: Vec<String> = self
-            .claim
-            .key(&keys.lock)
-            .key(&keys.state)
-            .key(&keys.history)
-            .arg(mode)
-            .arg(at_ms)
-            .arg(token)
-            .arg(&self.node)
-            .arg(ttl_ms(ttl))
-            .arg(target.name())
-            .arg(self.history_max)
-            .arg(deadline_ms)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|source| redis_error("claim", job, source))?;
-        let bad = || LockError::Reply {
-            step: "claim",
-            job: job.to_string(),
-            reply: format!("{reply:?}"),
-        };
-        let text = |i: usize| reply.get(i).map(String::as_str).unwrap_or_default();
-        let number = |i: usize| text(i).parse::<i64>().ok();
-        let fence_at = |i: usize| text(i).parse::<u64>().ok();
-        let abandoned_at = |i: usize| {
-            (!text(i).is_empty()).then(|| Abandoned {
-                node: text(i).to_string(),
-                fence: fence_at(i + 1).unwrap_or(0),
-                occurrence: text(i + 2).to_string(),
-            })
-        };
-        let ttl_left = |i: usize| {
-            number(i)
-                .and_then(|ms| u64::try_from(ms).ok())
-                .map(Duration::from_millis)
-        };
-        let mut answer = ClaimReply {
-            claim: Claim::TooLate,
-            previous_ms: None,
-            lock_ttl_left: None,
-            abandoned: None,
-        };
-        answer.claim = match text(0) {
-            "won" => {
-                answer.previous_ms = number(2);
-                answer.abandoned = abandoned_at(3);
-                Claim::Won(Lease {
-                    job: job.to_string(),
-                    keys,
-                    token: token.to_string(),
-                    fence: fence_at(1).ok_or_else(bad)?,
-                    ttl,
-                })
-            }
-            "claimed" => {
-                answer.lock_ttl_left = ttl_left(4);
-                answer.abandoned = abandoned_at(5);
-                Claim::Taken {
-                    by: reply.get(1).cloned().ok_or_else(bad)?,
-                    fence: fence_at(2).unwrap_or(0),
-                    decision: text(3).to_string(),
-                }
-            }
-            "late" => Claim::TooLate,
-            "superseded" => Claim::Superseded {
-                last_ms: number(1).ok_or_else(bad)?,
-            },
-            "busy" => {
-                answer.previous_ms = number(3);
-                answer.lock_ttl_left = ttl_left(4);
-                Claim::Busy {
-                    holder: reply.get(1).cloned().ok_or_else(bad)?,
-                    fence: fence_at(2).unwrap_or(0),
-                }
-            }
-            _ => return Err(bad()),
-        };
-        Ok(answer)
+        match self.single() {
+            Some(server) => server.claim(&keys, job, target, token, ttl).await,
+            None => quorum::claim(&self.servers, &keys, job, target, token, ttl).await,
+        }
     }
 
     /// Extends the lease by its TTL. `Ok(false)`: the lock is no longer ours.
     pub async fn extend(&self, lease: &Lease) -> Result<bool, LockError> {
-        let extended: i64 = self
-            .extend
-            .key(&lease.keys.lock)
-            .arg(lease.value(&self.node))
-            .arg(ttl_ms(lease.ttl))
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|source| redis_error("extend", &lease.job, source))?;
-        Ok(extended == 1)
+        match self.single() {
+            Some(server) => server.extend(lease).await,
+            None => quorum::extend(&self.servers, lease).await,
+        }
     }
 
     /// Releases the lease (only if still ours) and appends `entry` to the
@@ -375,27 +339,10 @@ impl Locker {
     /// not ours any more (`lock_was_ours: false`), and replaces an
     /// `abandoned` entry of the same run.
     pub async fn release(&self, lease: &Lease, entry: &Entry) -> Result<Released, LockError> {
-        let mut invocation = self.release.prepare_invoke();
-        invocation
-            .key(&lease.keys.lock)
-            .key(&lease.keys.state)
-            .key(&lease.keys.history)
-            .arg(lease.value(&self.node))
-            .arg(&lease.token)
-            .arg(self.history_max)
-            .arg(ttl_ms(RECORD_REMEMBERED))
-            .arg(lease.fence);
-        for (field, value) in entry.to_fields() {
-            invocation.arg(field).arg(value);
+        match self.single() {
+            Some(server) => server.release(lease, entry).await,
+            None => quorum::release(&self.servers, lease, entry).await,
         }
-        let reply: Vec<i64> = invocation
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|source| redis_error("release", &lease.job, source))?;
-        Ok(Released {
-            lock_was_ours: reply.first() == Some(&1),
-            replaced_abandoned: reply.get(1) == Some(&1),
-        })
     }
 
     /// Records the scheduled occurrence `at_ms` (named `name`) of `job` as
@@ -414,24 +361,16 @@ impl Locker {
         token: &str,
     ) -> Result<Missed, LockError> {
         let keys = self.keys(job);
-        let reply: Vec<String> = self
-            .missed
-            .key(&keys.state)
-            .key(&keys.history)
-            .key(&keys.lock)
-            .arg(at_ms)
-            .arg(name)
-            .arg(&self.node)
-            .arg(self.history_max)
-            .arg(reason)
-            .arg(token)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|source| redis_error("record missed", job, source))?;
-        Ok(Missed {
-            recorded: reply.first().map(String::as_str) == Some("1"),
-            previous_ms: reply.get(1).and_then(|ms| ms.parse().ok()),
-        })
+        match self.single() {
+            Some(server) => {
+                server
+                    .record_missed(&keys, job, at_ms, name, reason, token)
+                    .await
+            }
+            None => {
+                quorum::record_missed(&self.servers, &keys, job, at_ms, name, reason, token).await
+            }
+        }
     }
 
     /// Records `entries` (occurrence name, reason) of `job` as missed, once
@@ -445,77 +384,49 @@ impl Locker {
         entries: &[(String, String)],
     ) -> Result<bool, LockError> {
         let keys = self.keys(job);
-        let mut invocation = self.gap.prepare_invoke();
-        invocation
-            .key(&keys.state)
-            .key(&keys.history)
-            .arg(gap_id)
-            .arg(self.history_max)
-            .arg(ttl_ms(RECORD_REMEMBERED))
-            .arg(&self.node);
-        for (occurrence, reason) in entries {
-            invocation.arg(occurrence).arg(reason);
+        match self.single() {
+            Some(server) => server.record_gap(&keys, job, gap_id, entries).await,
+            None => quorum::record_gap(&self.servers, &keys, job, gap_id, entries).await,
         }
-        let recorded: i64 = invocation
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|source| redis_error("record missed", job, source))?;
-        Ok(recorded == 1)
     }
 
     /// Whether the last run of `job` was abandoned (its lock expired without
     /// a release); if so it is recorded now, once cluster-wide.
     pub async fn check_abandoned(&self, job: &str) -> Result<AbandonCheck, LockError> {
         let keys = self.keys(job);
-        let reply: Vec<String> = self
-            .abandon
-            .key(&keys.lock)
-            .key(&keys.state)
-            .key(&keys.history)
-            .arg(&self.node)
-            .arg(self.history_max)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|source| redis_error("abandon check", job, source))?;
-        let text = |i: usize| reply.get(i).cloned().unwrap_or_default();
-        Ok(match text(0).as_str() {
-            "held" => AbandonCheck::Held {
-                ttl_left: Duration::from_millis(text(1).parse::<u64>().unwrap_or(0)),
-                holder: text(2),
-            },
-            "abandoned" => AbandonCheck::Abandoned(Abandoned {
-                node: text(1),
-                fence: text(2).parse().unwrap_or(0),
-                occurrence: text(3),
-            }),
-            "idle" => AbandonCheck::Idle,
-            _ => {
-                return Err(LockError::Reply {
-                    step: "abandon check",
-                    job: job.to_string(),
-                    reply: format!("{reply:?}"),
-                });
-            }
-        })
+        match self.single() {
+            Some(server) => server.check_abandoned(&keys, job).await,
+            None => quorum::check_abandoned(&self.servers, &keys, job).await,
+        }
     }
 
-    /// Loads every script into Redis now: at start, so that a user without
-    /// the right to run them (ACL) is refused before the first occurrence.
+    /// Loads every script into every member now: at start, so that a user
+    /// without the right to run them (ACL) is refused before the first
+    /// occurrence. With Redlock a refusing master is an error; one that
+    /// does not answer is not (a minority may be down), as long as a
+    /// majority took the scripts.
     pub async fn load_scripts(&self) -> Result<(), redis::RedisError> {
-        for script in [
-            &self.claim,
-            &self.extend,
-            &self.release,
-            &self.missed,
-            &self.gap,
-            &self.abandon,
-        ] {
-            script
-                .prepare_invoke()
-                .load_async(&mut self.conn.clone())
-                .await?;
+        let results = join_all(self.servers.iter().map(|server| async move {
+            tokio::time::timeout(quorum::ANSWER_TIMEOUT * 3, server.load_scripts())
+                .await
+                .unwrap_or_else(|_| Err(timed_out("SCRIPT LOAD")))
+        }))
+        .await;
+        let mut loaded = 0;
+        let mut first_error = None;
+        for result in results {
+            match result {
+                Ok(()) => loaded += 1,
+                Err(err) if crate::daemon::is_refusal(&err) => return Err(err),
+                Err(err) => {
+                    first_error.get_or_insert(err);
+                }
+            }
         }
-        Ok(())
+        match first_error {
+            Some(err) if loaded < self.coordinator.majority() => Err(err),
+            _ => Ok(()),
+        }
     }
 
     /// The key prefix.
@@ -523,18 +434,53 @@ impl Locker {
         &self.prefix
     }
 
-    /// Redis `TIME` as UTC epoch ms, with the round trip it took.
+    /// Redis `TIME` as UTC epoch ms, with the round trip it took; with
+    /// Redlock the median of the masters that answered (a majority must).
     pub async fn redis_time_ms(&self) -> Result<(i64, Duration), redis::RedisError> {
-        let sent = std::time::Instant::now();
-        let now_ms = redis_time_ms(&self.conn).await?;
-        Ok((now_ms, sent.elapsed()))
+        coordinator_time_ms(&self.coordinator).await
     }
 }
 
-/// Redis `TIME` as UTC epoch ms.
-pub async fn redis_time_ms(conn: &ConnectionManager) -> redis::RedisResult<i64> {
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn.clone()).await?;
-    Ok(secs * 1000 + micros / 1000)
+/// Redis `TIME` of `coordinator` as UTC epoch ms and the round trip: one
+/// member's, or the median of a majority of Redlock masters.
+pub async fn coordinator_time_ms(
+    coordinator: &Coordinator,
+) -> Result<(i64, Duration), redis::RedisError> {
+    let answers = join_all(coordinator.members().iter().map(|member| async move {
+        let sent = std::time::Instant::now();
+        let time = tokio::time::timeout(
+            quorum::ANSWER_TIMEOUT * 3,
+            crate::coordinator::redis_time_ms(&member.conn),
+        )
+        .await
+        .unwrap_or_else(|_| Err(timed_out("TIME")));
+        time.map(|ms| (ms, sent.elapsed()))
+    }))
+    .await;
+    let mut times = Vec::new();
+    let mut first_error = None;
+    for answer in answers {
+        match answer {
+            Ok(time) => times.push(time),
+            Err(err) => {
+                first_error.get_or_insert(err);
+            }
+        }
+    }
+    if times.len() < coordinator.majority() {
+        return Err(first_error.unwrap_or_else(|| timed_out("TIME")));
+    }
+    times.sort();
+    Ok(times[times.len() / 2])
+}
+
+fn timed_out(what: &'static str) -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, what))
+}
+
+/// Redis `TIME` of `conn` as UTC epoch ms.
+pub async fn redis_time_ms(conn: &Conn) -> redis::RedisResult<i64> {
+    crate::coordinator::redis_time_ms(conn).await
 }
 
 fn ttl_ms(ttl: Duration) -> u64 {

@@ -12,7 +12,7 @@
 //! release; a skip or miss decided meanwhile does not touch it), the ids
 //! recorded lately (`recorded`: a retried release or gap record writes
 //! nothing twice) and the runs recorded `abandoned` lately (`abandoned`:
-//! `FENCE:STREAMID ...`, so the run's own outcome can replace that entry if
+//! `TOKEN:STREAMID ...`, so the run's own outcome can replace that entry if
 //! its node was only cut off, not dead). Every script that decides a newer
 //! occurrence stores the one decided before it in `last_prev` and answers
 //! it: the occurrences between the two were decided by nobody (Redis was
@@ -57,7 +57,7 @@ local function abandon(state, history, maxlen, recorder, now)
   local id = redis.call('XADD', history, 'MAXLEN', '~', maxlen, '*', 'occurrence', f[2] or '', 'node', node,
     'fence', fence, 'outcome', 'abandoned', 'started_at', f[5] or ms_str(now), 'finished_at', ms_str(now),
     'error', 'the lock expired without a release: node ' .. node .. ' stopped renewing it (it died, or lost redis); recorded by ' .. recorder)
-  local list, kept = fence .. ':' .. id, 1
+  local list, kept = f[1] .. ':' .. id, 1
   for item in string.gmatch(f[6] or '', '%S+') do
     if kept < 8 then list = list .. ' ' .. item; kept = kept + 1 end
   end
@@ -162,7 +162,7 @@ return 0
 "#;
 
 /// KEYS: lock, state, history. ARGV: lock value, token, history max,
-/// remember ms, fence, then field/value pairs of the history entry (the
+/// remember ms, fence (unused; kept for the argument order), then field/value pairs of the history entry (the
 /// first pair is `occurrence`). Deletes the lock only if it still holds our
 /// value; appends the history entry once per token: the ids recorded within
 /// the last `remember` ms (longer than a node retries a release after Redis
@@ -190,8 +190,8 @@ for i = 6, #ARGV, 2 do
 end
 local replaced, kept = 0, {}
 for item in string.gmatch(redis.call('HGET', KEYS[2], 'abandoned') or '', '%S+') do
-  local fence, id = string.match(item, '^(%d+):(.+)$')
-  if fence == ARGV[5] then
+  local token, id = string.match(item, '^(%x+):(.+)$')
+  if token == ARGV[2] then
     redis.call('XDEL', KEYS[3], id)
     replaced = 1
   else
@@ -282,6 +282,27 @@ if ab then
   return {'abandoned', ab[1], ab[2], ab[3]}
 end
 return {'idle'}
+"#;
+
+/// KEYS: lock, state. ARGV: lock value, token. Undoes a claim won with
+/// `token` that must not run (its `WAIT` came back short, or a Redlock
+/// majority was not reached): deletes the lock if it still holds our value
+/// and, if the state's last decision is that claim, puts the occurrence
+/// decided before it back, so the occurrence can be claimed again (a retry
+/// with the same token wins it anew). Reply 1.
+pub const UNDO: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+end
+local st = redis.call('HMGET', KEYS[2], 'last_token', 'last_prev', 'run_token')
+if st[1] == ARGV[2] then
+  redis.call('HSET', KEYS[2], 'last_occ', st[2] or '', 'last_token', '', 'last_decision', 'undone',
+    'last_outcome', 'undone')
+end
+if st[3] == ARGV[2] then
+  redis.call('HSET', KEYS[2], 'run_token', '')
+end
+return 1
 "#;
 
 /// The full text of `body` with the helpers it uses.

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use tokio::time::{Instant, sleep_until, timeout_at};
-use tracing::{debug, warn};
+use tracing::debug;
 
 use super::{Lease, Locker};
 
@@ -63,7 +63,7 @@ pub async fn keep(locker: &Locker, lease: &Lease, claim_sent: Instant) -> LeaseL
             }
             Ok(Ok(false)) => return LeaseLost::Taken,
             Ok(Err(err)) => {
-                warn!(job = %lease.job, fence = lease.fence, error = %err, "lease extension failed, retrying");
+                debug!(job = %lease.job, fence = lease.fence, error = %err, "lease extension failed, retrying");
                 // Retry soon, but never spin: a tenth of the TTL, at least 20 ms.
                 next = Instant::now() + (ttl / 10).max(Duration::from_millis(20));
             }

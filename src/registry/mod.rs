@@ -39,7 +39,7 @@ mod scripts;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use crate::coordinator::Conn;
 use serde::{Deserialize, Serialize};
 
 pub use instance::{Collision, describe_instance, new_instance};
@@ -53,7 +53,7 @@ pub const TTL: Duration = Duration::from_secs(30);
 
 /// The fields [`live_nodes`] reads (not `schedules`: only `status` without
 /// a config needs them, through [`schedules`]).
-const NODE_FIELDS: [&str; 12] = [
+const NODE_FIELDS: [&str; 13] = [
     "node",
     "version",
     "started_at",
@@ -66,6 +66,7 @@ const NODE_FIELDS: [&str; 12] = [
     "collision_at",
     "collision_by",
     "collision_with",
+    "redis_warning",
 ];
 
 /// What one node publishes about itself.
@@ -92,6 +93,9 @@ pub struct NodeInfo {
     /// [`publish`] (the scripts write it). Current only if
     /// [`Collision::is_recent`].
     pub collision: Option<Collision>,
+    /// What is wrong with Redis as this node sees it right now (e.g. claims
+    /// not acknowledged by enough replicas), if anything.
+    pub redis_warning: Option<String>,
 }
 
 /// A job's schedule as a node published it; stored as `[expression, zone]`.
@@ -149,7 +153,7 @@ pub fn node_key(prefix: &str, node: &str) -> String {
 /// an entry written by another instance means a collision (for the first
 /// publish it may be a crashed predecessor's). Never [`Refresh::Gone`].
 pub async fn publish(
-    conn: &ConnectionManager,
+    conn: &Conn,
     prefix: &str,
     info: &NodeInfo,
     schedules: &BTreeMap<String, JobSchedule>,
@@ -182,6 +186,9 @@ pub async fn publish(
     if let Some(offset) = info.clock_offset_ms {
         invocation.arg("clock_offset_ms").arg(offset);
     }
+    invocation
+        .arg("redis_warning")
+        .arg(info.redis_warning.as_deref().unwrap_or_default());
     let reply: Vec<String> = invocation.invoke_async(&mut conn.clone()).await?;
     Ok(refresh(reply))
 }
@@ -190,11 +197,12 @@ pub async fn publish(
 /// [`Refresh::Gone`] if it must be published whole, [`Refresh::Collision`]
 /// if another instance wrote it since our last write.
 pub async fn heartbeat(
-    conn: &ConnectionManager,
+    conn: &Conn,
     prefix: &str,
     node: &str,
     instance: &str,
     clock_offset_ms: Option<i64>,
+    redis_warning: Option<&str>,
 ) -> redis::RedisResult<Refresh> {
     let mut invocation = HEARTBEAT_SCRIPT.prepare_invoke();
     invocation
@@ -206,6 +214,9 @@ pub async fn heartbeat(
     if let Some(offset) = clock_offset_ms {
         invocation.arg("clock_offset_ms").arg(offset);
     }
+    invocation
+        .arg("redis_warning")
+        .arg(redis_warning.unwrap_or_default());
     let reply: Vec<String> = invocation.invoke_async(&mut conn.clone()).await?;
     Ok(refresh(reply))
 }
@@ -226,10 +237,7 @@ fn refresh(reply: Vec<String>) -> Refresh {
 
 /// The whole-config fingerprint of every live node (empty for a node whose
 /// entry expired between the two reads).
-pub async fn config_hashes(
-    conn: &ConnectionManager,
-    prefix: &str,
-) -> redis::RedisResult<Vec<String>> {
+pub async fn config_hashes(conn: &Conn, prefix: &str) -> redis::RedisResult<Vec<String>> {
     let mut conn = conn.clone();
     let ids = live_ids(&mut conn, prefix).await?;
     if ids.is_empty() {
@@ -248,7 +256,7 @@ pub async fn config_hashes(
 /// same id owns it now: it is left alone, except that a collision naming
 /// `instance` is cleared).
 pub async fn withdraw(
-    conn: &ConnectionManager,
+    conn: &Conn,
     prefix: &str,
     node: &str,
     instance: &str,
@@ -265,10 +273,7 @@ pub async fn withdraw(
 
 /// The nodes that published within the TTL, by id (without their
 /// schedules: see [`schedules`]).
-pub async fn live_nodes(
-    conn: &ConnectionManager,
-    prefix: &str,
-) -> redis::RedisResult<Vec<NodeInfo>> {
+pub async fn live_nodes(conn: &Conn, prefix: &str) -> redis::RedisResult<Vec<NodeInfo>> {
     let mut conn = conn.clone();
     let ids = live_ids(&mut conn, prefix).await?;
     if ids.is_empty() {
@@ -298,7 +303,7 @@ pub async fn live_nodes(
 /// order; empty for a node that published none (an older version) or
 /// whose entry expired meanwhile.
 pub async fn schedules(
-    conn: &ConnectionManager,
+    conn: &Conn,
     prefix: &str,
     nodes: &[&str],
 ) -> redis::RedisResult<Vec<BTreeMap<String, JobSchedule>>> {
@@ -319,8 +324,38 @@ pub async fn schedules(
         .collect())
 }
 
+/// The live nodes as several masters (Redlock) see them, one list each:
+/// every node once, as the master that heard from it last has it.
+pub fn merge_nodes(lists: Vec<Vec<NodeInfo>>) -> Vec<NodeInfo> {
+    let mut by_id: BTreeMap<String, NodeInfo> = BTreeMap::new();
+    for node in lists.into_iter().flatten() {
+        match by_id.get(&node.node) {
+            Some(known) if known.updated_at >= node.updated_at => {}
+            _ => {
+                by_id.insert(node.node.clone(), node);
+            }
+        }
+    }
+    by_id.into_values().collect()
+}
+
+/// Combines the answers of several masters to a refresh: a collision seen
+/// by any, else gone if any lost the entry (it is then published whole to
+/// every master), else written.
+pub fn merge_refreshes(answers: Vec<Refresh>) -> Refresh {
+    let mut merged = Refresh::Written;
+    for answer in answers {
+        match answer {
+            Refresh::Collision { .. } => return answer,
+            Refresh::Gone => merged = Refresh::Gone,
+            Refresh::Written => {}
+        }
+    }
+    merged
+}
+
 /// The ids in the nodes set (expired ones are dropped by every publish).
-async fn live_ids(conn: &mut ConnectionManager, prefix: &str) -> redis::RedisResult<Vec<String>> {
+async fn live_ids(conn: &mut Conn, prefix: &str) -> redis::RedisResult<Vec<String>> {
     redis::cmd("ZRANGE")
         .arg(nodes_key(prefix))
         .arg(0)
@@ -350,6 +385,10 @@ fn parse_node(fields: &BTreeMap<&str, String>) -> Option<NodeInfo> {
             by: text("collision_by"),
             with: text("collision_with"),
         }),
+        redis_warning: fields
+            .get("redis_warning")
+            .filter(|warning| !warning.is_empty())
+            .cloned(),
     })
 }
 
@@ -414,6 +453,7 @@ mod tests {
             config_path: String::new(),
             config_hash: String::new(),
             clock_offset_ms: None,
+            redis_warning: None,
             jobs: jobs
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -16,9 +16,9 @@ mod render;
 
 use std::time::Duration;
 
+use crate::coordinator::Conn;
 use chrono::{DateTime, Utc};
 use redis::AsyncCommands as _;
-use redis::aio::ConnectionManager;
 use redis::streams::StreamRangeReply;
 
 use super::Source;
@@ -105,7 +105,8 @@ pub struct HistoryQuery {
 /// failed, or stdout gone.
 pub async fn history(source: &Source, query: &HistoryQuery) -> anyhow::Result<()> {
     let redis = &source.redis;
-    let (conn, now_ms) = super::open(redis).await?;
+    let (coordinator, now_ms) = super::open(redis).await?;
+    let conn = coordinator.first();
     let filter = Filter {
         since_ms: query.since.map(|bound| bound.resolve(now_ms)),
         until_ms: query.until.map(|bound| bound.resolve(now_ms)),
@@ -128,7 +129,7 @@ pub async fn history(source: &Source, query: &HistoryQuery) -> anyhow::Result<()
         None => match &source.config {
             Some(config) => config.jobs.iter().map(|job| job.name.clone()).collect(),
             None => node_jobs(
-                &registry::live_nodes(&conn, &redis.key_prefix)
+                &super::live_nodes(&coordinator, &redis.key_prefix)
                     .await
                     .map_err(|err| {
                         super::redis_failed("cannot read the node registry from", redis, &err)
@@ -137,9 +138,14 @@ pub async fn history(source: &Source, query: &HistoryQuery) -> anyhow::Result<()
         },
     };
     let names: Vec<&str> = jobs.iter().map(String::as_str).collect();
-    let entries = read::read(&conn, &redis.key_prefix, &names, &filter, query.limit)
+    let (prefix, names, filter_ref) = (&redis.key_prefix, &names, &filter);
+    let lists = coordinator
+        .on_members(|conn| async move {
+            read::read(&conn, prefix, names, filter_ref, query.limit).await
+        })
         .await
         .map_err(|err| super::redis_failed("cannot read the history from", redis, &err))?;
+    let entries = read::merge(lists, query.limit);
     if query.json {
         return super::print(&render_json(&entries));
     }
@@ -152,7 +158,7 @@ pub async fn history(source: &Source, query: &HistoryQuery) -> anyhow::Result<()
 /// Accepts `job` if the config has it, a live node runs it, or its stream
 /// exists (with a note when the config has not got it); else an error with
 /// the closest known name.
-async fn check_job(conn: &ConnectionManager, source: &Source, job: &str) -> anyhow::Result<()> {
+async fn check_job(conn: &Conn, source: &Source, job: &str) -> anyhow::Result<()> {
     if source.has_job(job) {
         return Ok(());
     }

@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 
-use redis::aio::ConnectionManager;
+use crate::coordinator::Conn;
 use redis::streams::StreamRangeReply;
 
 use crate::history::{Entry, Recorded};
@@ -108,11 +108,38 @@ struct Cursor<'a> {
     done: bool,
 }
 
+/// The entries several masters (Redlock) hold, one list each, as one:
+/// the same decision recorded on several masters counts once; newest
+/// occurrence first, at most `limit`.
+pub fn merge(mut lists: Vec<Vec<Recorded>>, limit: usize) -> Vec<Recorded> {
+    if lists.len() <= 1 {
+        return lists.pop().unwrap_or_default();
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut all: Vec<Recorded> = lists
+        .into_iter()
+        .flatten()
+        .filter(|recorded| {
+            let entry = &recorded.entry;
+            // Not the fence: a skip or abandoned entry carries each master's own.
+            seen.insert((
+                recorded.job.clone(),
+                entry.occurrence.clone(),
+                entry.node.clone(),
+                entry.outcome.clone(),
+            ))
+        })
+        .collect();
+    sort(&mut all);
+    all.truncate(limit);
+    all
+}
+
 /// The newest entries of `jobs` (keys under `prefix`) that `filter` keeps,
 /// newest occurrence first, at most `limit` in all; unparsable entries are
 /// skipped. One pipelined round trip per round; see the module doc.
 pub async fn read(
-    conn: &ConnectionManager,
+    conn: &Conn,
     prefix: &str,
     jobs: &[&str],
     filter: &Filter,

@@ -15,10 +15,10 @@ mod render;
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::coordinator::Conn;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use redis::Value as RedisValue;
-use redis::aio::ConnectionManager;
 
 use super::Source;
 use super::format;
@@ -92,10 +92,13 @@ pub enum Listing {
 /// gone.
 pub async fn status(source: &Source, json: bool) -> anyhow::Result<()> {
     let redis = &source.redis;
-    let (conn, now_ms) = super::open(redis).await?;
+    let (coordinator, now_ms) = super::open(redis).await?;
     let failed = |err| super::redis_failed("cannot read the status from", redis, &err);
     let prefix = &redis.key_prefix;
-    let nodes = registry::live_nodes(&conn, prefix).await.map_err(failed)?;
+    let nodes = super::live_nodes(&coordinator, prefix)
+        .await
+        .map_err(failed)?;
+    let conn = coordinator.first();
     let (listed, listing) = match &source.config {
         Some(config) => {
             let jobs = config
@@ -113,9 +116,15 @@ pub async fn status(source: &Source, json: bool) -> anyhow::Result<()> {
             Listing::LiveNodes,
         ),
     };
-    let jobs = read_jobs(&conn, prefix, listed, Utc::now())
+    let now = Utc::now();
+    let views = coordinator
+        .on_members(|conn| {
+            let listed = listed.clone();
+            async move { read_jobs(&conn, prefix, listed, now).await }
+        })
         .await
         .map_err(failed)?;
+    let jobs = merge_views(views);
     let drift = registry::divergences(&nodes);
     if json {
         let value = render::to_json(&jobs, &nodes, &drift, now_ms);
@@ -132,10 +141,56 @@ pub async fn status(source: &Source, json: bool) -> anyhow::Result<()> {
     super::print(&render::text(&view))
 }
 
+/// The jobs as several masters (Redlock) see them, one list each in the
+/// same order: per job the lock as most masters hold it, and the newest
+/// decided occurrence any of them knows.
+fn merge_views(mut views: Vec<Vec<JobStatus>>) -> Vec<JobStatus> {
+    if views.len() <= 1 {
+        return views.pop().unwrap_or_default();
+    }
+    let mut merged = views.remove(0);
+    for (i, status) in merged.iter_mut().enumerate() {
+        let others: Vec<&JobStatus> = views.iter().filter_map(|view| view.get(i)).collect();
+        let holders = |node: &str| {
+            others
+                .iter()
+                .filter(|other| other.held.as_ref().is_some_and(|held| held.node == node))
+                .count()
+        };
+        let members = others.len() + 1;
+        let majority = members / 2 + 1;
+        let held_by_most = std::iter::once(status.held.clone())
+            .chain(others.iter().map(|other| other.held.clone()))
+            .flatten()
+            .find(|held| {
+                holders(&held.node)
+                    + usize::from(
+                        status
+                            .held
+                            .as_ref()
+                            .is_some_and(|own| own.node == held.node),
+                    )
+                    >= majority
+            });
+        status.held = held_by_most;
+        for other in &others {
+            let newer = match (&status.last, &other.last) {
+                (None, Some(_)) => true,
+                (Some(mine), Some(theirs)) => theirs.occurrence > mine.occurrence,
+                _ => false,
+            };
+            if newer {
+                status.last = other.last.clone();
+            }
+        }
+    }
+    merged
+}
+
 /// Every job the live `nodes` run, with the schedule most of them
 /// published for it (ties: the first node's by id).
 async fn jobs_of_nodes(
-    conn: &ConnectionManager,
+    conn: &Conn,
     prefix: &str,
     nodes: &[NodeInfo],
 ) -> redis::RedisResult<Vec<Listed>> {
@@ -185,7 +240,7 @@ fn parse_schedule(published: &JobSchedule) -> Option<Schedule> {
 /// Reads the lock and state of every job under `prefix` in one pipeline;
 /// `next` is computed from `now` (this machine's clock, like the daemons do).
 pub async fn read_jobs(
-    conn: &ConnectionManager,
+    conn: &Conn,
     prefix: &str,
     jobs: Vec<Listed>,
     now: DateTime<Utc>,

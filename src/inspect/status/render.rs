@@ -77,6 +77,7 @@ fn node_json(node: &NodeInfo, now_ms: i64) -> Value {
         "jobs": node.jobs,
         "instance": (!node.instance.is_empty()).then_some(&node.instance),
         "collision": collision,
+        "redis_warning": node.redis_warning,
     })
 }
 
@@ -139,6 +140,22 @@ pub fn text(view: &View<'_>) -> String {
         let mut table = Table::new(&["JOB", "DEFINITIONS"]);
         for divergence in view.drift {
             table.row(vec![divergence.job.clone(), divergence.describe()]);
+        }
+        out.push_str(&table.render());
+    }
+    let warned: Vec<&NodeInfo> = view
+        .nodes
+        .iter()
+        .filter(|node| node.redis_warning.is_some())
+        .collect();
+    if !warned.is_empty() {
+        out.push_str("\nREDIS WARNINGS: what these nodes see wrong with redis now\n");
+        let mut table = Table::new(&["NODE", "WARNING"]);
+        for node in warned {
+            table.row(vec![
+                node.node.clone(),
+                node.redis_warning.clone().unwrap_or_default(),
+            ]);
         }
         out.push_str(&table.render());
     }

@@ -1,0 +1,348 @@
+//! Redlock: the lock over N independent masters, as a combinator of the
+//! one-server operations of [`super::server`] (SPEC §2.9).
+//!
+//! A claim goes to every master at once, each answer awaited at most
+//! [`ANSWER_TIMEOUT`]. It wins only with a majority (N/2 + 1) of `won`
+//! answers, within its validity (`lock_ttl` minus the time the claim took
+//! minus a drift allowance of 1 % + 2 ms), and with no answering master
+//! reporting the occurrence already decided. The fence is the largest of
+//! the majority's (every master hands out `max(previous + 1, its TIME in
+//! µs)`). A claim that does not win is undone, with its token, on every
+//! master that granted it, and retried by the caller with the same token
+//! until the occurrence's deadline. A renewal needs a majority confirming
+//! it; release, miss and gap records go to every master; answers read back
+//! (abandoned runs) are combined the same way.
+//!
+//! Failure model: any minority of masters may be down, paused, partitioned
+//! or restarted without data; then every occurrence runs exactly once. With
+//! a majority unreachable nothing runs (fail closed), and the occurrences
+//! are recorded `missed` once a majority is back. Timing assumptions (the
+//! ones Kleppmann's critique of Redlock is about: bounded clock drift, no
+//! pause of the runner longer than the validity) are stated in docs/HA.md;
+//! the fence is what a downstream store checks to refuse a stale runner.
+//! A master that restarts empty must stay down longer than `lock_ttl` and
+//! the claim window, or persist with `appendfsync always`.
+
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+
+use super::server::Server;
+use super::{AbandonCheck, Claim, ClaimReply, JobKeys, Lease, LockError, Missed, Released, Target};
+use crate::history::Entry;
+
+/// Longest wait for one master's answer.
+pub const ANSWER_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// Runs `op` on every master at once, each bounded by [`ANSWER_TIMEOUT`];
+/// a master that does not answer in time counts as failed.
+async fn on_all<'a, T, F, Fut>(
+    servers: &'a [Server],
+    job: &str,
+    step: &'static str,
+    op: F,
+) -> Vec<Result<T, LockError>>
+where
+    F: Fn(&'a Server) -> Fut,
+    Fut: std::future::Future<Output = Result<T, LockError>> + 'a,
+{
+    join_all(servers.iter().map(|server| {
+        let answer = op(server);
+        async move {
+            match tokio::time::timeout(ANSWER_TIMEOUT, answer).await {
+                Ok(result) => result,
+                Err(_) => Err(LockError::Timeout {
+                    step,
+                    job: job.to_string(),
+                    server: server.shown.clone(),
+                }),
+            }
+        }
+    }))
+    .await
+}
+
+fn majority(servers: &[Server]) -> usize {
+    servers.len() / 2 + 1
+}
+
+/// The drift allowance of a lease of `ttl`.
+fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+pub(super) async fn claim(
+    servers: &[Server],
+    keys: &JobKeys,
+    job: &str,
+    target: &Target,
+    token: &str,
+    ttl: Duration,
+) -> Result<ClaimReply, LockError> {
+    let sent = Instant::now();
+    let answers = on_all(servers, job, "claim", |server| {
+        server.claim(keys, job, target, token, ttl)
+    })
+    .await;
+    let elapsed = sent.elapsed();
+    let won: Vec<(&Server, &ClaimReply)> = servers
+        .iter()
+        .zip(&answers)
+        .filter_map(|(server, answer)| match answer {
+            Ok(reply) if matches!(reply.claim, Claim::Won(_)) => Some((server, reply)),
+            _ => None,
+        })
+        .collect();
+    let decided = answers.iter().find_map(|answer| match answer {
+        Ok(reply) if matches!(reply.claim, Claim::Taken { .. } | Claim::Superseded { .. }) => {
+            Some(reply.clone())
+        }
+        _ => None,
+    });
+    let valid = elapsed + drift(ttl) < ttl;
+    if won.len() >= majority(servers) && decided.is_none() && valid {
+        let fence = won
+            .iter()
+            .filter_map(|(_, reply)| match &reply.claim {
+                Claim::Won(lease) => Some(lease.fence),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        let previous_ms = won.iter().filter_map(|(_, reply)| reply.previous_ms).max();
+        let abandoned = answers.iter().find_map(|answer| {
+            answer
+                .as_ref()
+                .ok()
+                .and_then(|reply| reply.abandoned.clone())
+        });
+        return Ok(ClaimReply {
+            claim: Claim::Won(Lease {
+                job: job.to_string(),
+                keys: keys.clone(),
+                token: token.to_string(),
+                fence,
+                ttl,
+            }),
+            previous_ms,
+            lock_ttl_left: None,
+            abandoned,
+        });
+    }
+    // Not won: give back what was granted, so that a retry (or another
+    // node) finds the occurrence free on those masters.
+    join_all(won.iter().map(|(server, _)| server.undo(keys, job, token))).await;
+    if let Some(decided) = decided {
+        return Ok(decided);
+    }
+    let busy = answers
+        .iter()
+        .filter(|answer| matches!(answer, Ok(reply) if matches!(reply.claim, Claim::Busy { .. })))
+        .count();
+    if busy >= majority(servers)
+        && let Some(Ok(reply)) = answers
+            .iter()
+            .find(|answer| matches!(answer, Ok(reply) if matches!(reply.claim, Claim::Busy { .. })))
+    {
+        return Ok(reply.clone());
+    }
+    if let Some(Ok(reply)) = answers
+        .iter()
+        .find(|answer| matches!(answer, Ok(reply) if reply.claim == Claim::TooLate))
+    {
+        return Ok(reply.clone());
+    }
+    Err(LockError::NoQuorum {
+        step: "claim",
+        job: job.to_string(),
+        agreed: won.len(),
+        needed: majority(servers),
+        of: servers.len(),
+        first_error: first_error(&answers),
+    })
+}
+
+pub(super) async fn extend(servers: &[Server], lease: &Lease) -> Result<bool, LockError> {
+    let answers = on_all(servers, &lease.job, "extend", |server| server.extend(lease)).await;
+    let confirmed = answers
+        .iter()
+        .filter(|answer| matches!(answer, Ok(true)))
+        .count();
+    let refused = answers
+        .iter()
+        .filter(|answer| matches!(answer, Ok(false)))
+        .count();
+    if confirmed >= majority(servers) {
+        return Ok(true);
+    }
+    if refused >= majority(servers) || refused + confirmed == servers.len() {
+        return Ok(false);
+    }
+    Err(LockError::NoQuorum {
+        step: "extend",
+        job: lease.job.clone(),
+        agreed: confirmed,
+        needed: majority(servers),
+        of: servers.len(),
+        first_error: first_error(&answers),
+    })
+}
+
+pub(super) async fn release(
+    servers: &[Server],
+    lease: &Lease,
+    entry: &Entry,
+) -> Result<Released, LockError> {
+    let answers = on_all(servers, &lease.job, "release", |server| {
+        server.release(lease, entry)
+    })
+    .await;
+    let done: Vec<&Released> = answers
+        .iter()
+        .filter_map(|answer| answer.as_ref().ok())
+        .collect();
+    if done.len() < majority(servers) {
+        // A retry releases nothing twice: each master records once per token.
+        return Err(LockError::NoQuorum {
+            step: "release",
+            job: lease.job.clone(),
+            agreed: done.len(),
+            needed: majority(servers),
+            of: servers.len(),
+            first_error: first_error(&answers),
+        });
+    }
+    Ok(Released {
+        lock_was_ours: done
+            .iter()
+            .filter(|released| released.lock_was_ours)
+            .count()
+            >= majority(servers),
+        replaced_abandoned: done.iter().any(|released| released.replaced_abandoned),
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn record_missed(
+    servers: &[Server],
+    keys: &JobKeys,
+    job: &str,
+    at_ms: i64,
+    name: &str,
+    reason: &str,
+    token: &str,
+) -> Result<Missed, LockError> {
+    let answers = on_all(servers, job, "record missed", |server| {
+        server.record_missed(keys, job, at_ms, name, reason, token)
+    })
+    .await;
+    let done: Vec<&Missed> = answers
+        .iter()
+        .filter_map(|answer| answer.as_ref().ok())
+        .collect();
+    if done.len() < majority(servers) {
+        return Err(no_quorum(
+            "record missed",
+            job,
+            servers,
+            done.len(),
+            &answers,
+        ));
+    }
+    Ok(Missed {
+        recorded: done.iter().any(|missed| missed.recorded),
+        previous_ms: done.iter().filter_map(|missed| missed.previous_ms).max(),
+    })
+}
+
+pub(super) async fn record_gap(
+    servers: &[Server],
+    keys: &JobKeys,
+    job: &str,
+    gap_id: &str,
+    entries: &[(String, String)],
+) -> Result<bool, LockError> {
+    let answers = on_all(servers, job, "record missed", |server| {
+        server.record_gap(keys, job, gap_id, entries)
+    })
+    .await;
+    let done: Vec<bool> = answers
+        .iter()
+        .filter_map(|answer| answer.as_ref().ok().copied())
+        .collect();
+    if done.len() < majority(servers) {
+        return Err(no_quorum(
+            "record missed",
+            job,
+            servers,
+            done.len(),
+            &answers,
+        ));
+    }
+    Ok(done.iter().any(|recorded| *recorded))
+}
+
+pub(super) async fn check_abandoned(
+    servers: &[Server],
+    keys: &JobKeys,
+    job: &str,
+) -> Result<AbandonCheck, LockError> {
+    let answers = on_all(servers, job, "abandon check", |server| {
+        server.check_abandoned(keys, job)
+    })
+    .await;
+    let done: Vec<&AbandonCheck> = answers
+        .iter()
+        .filter_map(|answer| answer.as_ref().ok())
+        .collect();
+    if done.len() < majority(servers) {
+        return Err(no_quorum(
+            "abandon check",
+            job,
+            servers,
+            done.len(),
+            &answers,
+        ));
+    }
+    if let Some(AbandonCheck::Abandoned(abandoned)) = done
+        .iter()
+        .find(|check| matches!(check, AbandonCheck::Abandoned(_)))
+    {
+        return Ok(AbandonCheck::Abandoned(abandoned.clone()));
+    }
+    Ok(done
+        .iter()
+        .filter_map(|check| match check {
+            AbandonCheck::Held { ttl_left, holder } => Some((*ttl_left, holder.clone())),
+            _ => None,
+        })
+        .min_by_key(|(ttl_left, _)| *ttl_left)
+        .map_or(AbandonCheck::Idle, |(ttl_left, holder)| {
+            AbandonCheck::Held { ttl_left, holder }
+        }))
+}
+
+fn no_quorum<T>(
+    step: &'static str,
+    job: &str,
+    servers: &[Server],
+    agreed: usize,
+    answers: &[Result<T, LockError>],
+) -> LockError {
+    LockError::NoQuorum {
+        step,
+        job: job.to_string(),
+        agreed,
+        needed: majority(servers),
+        of: servers.len(),
+        first_error: first_error(answers),
+    }
+}
+
+/// The first failure among `answers`, for the message.
+fn first_error<T>(answers: &[Result<T, LockError>]) -> String {
+    answers
+        .iter()
+        .find_map(|answer| answer.as_ref().err().map(ToString::to_string))
+        .unwrap_or_else(|| "no error: the masters disagreed".to_string())
+}
