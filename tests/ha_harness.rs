@@ -229,3 +229,21 @@ fn masters_restart_with_or_without_their_data_and_pause() {
     assert!(role(masters.ports()[1], &Default::default()).is_some());
     assert_all_gone(masters.pids(), masters);
 }
+
+#[test]
+fn a_test_that_panics_leaves_no_process_behind() {
+    let pids = std::sync::Mutex::new(Vec::new());
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut masters = Masters::start(2);
+        masters.pause(0);
+        masters.kill(1);
+        masters.restart(1);
+        *pids.lock().expect("pids") = masters.pids();
+        panic!("a failing test");
+    }));
+    assert!(result.is_err());
+    let pids = pids.into_inner().expect("pids");
+    assert_eq!(pids.len(), 3, "two starts and one restart");
+    let alive: Vec<i32> = pids.into_iter().filter(|&pid| is_alive(pid)).collect();
+    assert!(alive.is_empty(), "still alive after the panic: {alive:?}");
+}
