@@ -1,9 +1,11 @@
 //! Test harness: a real `redis-server` per test on a free loopback port,
-//! real `solocron` daemon processes, and waiting on conditions with deadlines.
+//! real `solocron` daemon processes, and waiting on conditions with deadlines;
+//! [`ha`] has the Sentinel, Cluster and Redlock topologies of issue #10.
 #![allow(dead_code)]
 
 pub mod audit;
 pub mod cluster;
+pub mod ha;
 pub mod notify;
 pub mod proxy;
 
