@@ -64,15 +64,36 @@ impl Health {
         }
     }
 
-    /// An operation succeeded: ends an outage (one line).
+    /// An operation without acknowledgement succeeded (a read, `TIME`, a
+    /// history record): ends an outage (one line), unless what is wrong is
+    /// that writes are not confirmed, which only a confirmed write ends.
     pub fn answered(&self) {
-        if !self.down.swap(false, Ordering::Relaxed) {
+        self.end(false);
+    }
+
+    /// A claim, renewal or release was confirmed (acknowledged by enough
+    /// replicas, or by a Redlock majority): ends any trouble (one line).
+    pub fn confirmed(&self) {
+        self.end(true);
+    }
+
+    fn end(&self, confirmed: bool) {
+        if !self.down.load(Ordering::Relaxed) {
             return;
         }
+        let mut guard = self.lock();
+        if guard
+            .as_ref()
+            .is_some_and(|outage| outage.trouble == Trouble::Unconfirmed && !confirmed)
+        {
+            return;
+        }
+        self.down.store(false, Ordering::Relaxed);
         crate::metrics::redis_up(true);
-        let Some(outage) = self.lock().take() else {
+        let Some(outage) = guard.take() else {
             return;
         };
+        drop(guard);
         let secs = outage.since.elapsed().as_secs_f64();
         info!(node = %self.node, down_for_ms = u64::try_from(outage.since.elapsed().as_millis()).unwrap_or(u64::MAX),
             missed = outage.missed,

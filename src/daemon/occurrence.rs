@@ -81,7 +81,7 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
             .await
         {
             Ok(reply) => {
-                shared.health.answered();
+                shared.health.confirmed();
                 decided(&shared, &job, at, &name, &token, reply, sent, catch_up).await;
                 return;
             }

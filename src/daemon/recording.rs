@@ -99,7 +99,7 @@ pub async fn release(locker: &Locker, shared: Option<&Shared>, lease: &Lease, en
         match locker.release(lease, entry).await {
             Ok(released) => {
                 if let Some(shared) = shared {
-                    shared.health.answered();
+                    shared.health.confirmed();
                 }
                 if waited {
                     info!(job = %lease.job, occurrence = %entry.occurrence, node = %entry.node, fence = lease.fence,
@@ -408,7 +408,9 @@ impl LockError {
         use super::health::Trouble;
         match self {
             _ if self.is_refusal() => Trouble::Refused,
-            LockError::Unacknowledged { .. } | LockError::NoQuorum { .. } => Trouble::Unconfirmed,
+            LockError::Unacknowledged { .. }
+            | LockError::NoQuorum { .. }
+            | LockError::ReplicaLost { .. } => Trouble::Unconfirmed,
             _ => Trouble::Unreachable,
         }
     }
@@ -424,6 +426,7 @@ impl LockError {
             }
             LockError::Reply { .. }
             | LockError::Unacknowledged { .. }
+            | LockError::ReplicaLost { .. }
             | LockError::Timeout { .. } => false,
         }
     }

@@ -71,6 +71,17 @@ pub enum LockError {
         acked: u32,
         wanted: u32,
     },
+    /// A Sentinel master lists fewer replicas than it did lately: a
+    /// failover may be under way, and what it grants may be lost.
+    #[error(
+        "redis claim for job `{job}` not counted: the master lists {listed} replica(s), \
+         {before} not long ago (a failover may be under way)"
+    )]
+    ReplicaLost {
+        job: String,
+        listed: u32,
+        before: u32,
+    },
     /// Redlock: fewer than a majority of the masters agreed in time.
     #[error(
         "redlock {step} for job `{job}`: {agreed} of {of} masters agreed, {needed} needed ({first_error})"

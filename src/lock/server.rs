@@ -10,6 +10,16 @@
 //! with its token before that is returned, so a master that is cut off (or
 //! already demoted but still accepting writes) grants nothing that runs; a
 //! renewal does not move the lease's deadline; a release is retried.
+//!
+//! With Sentinel the claim pipeline also asks `ROLE`: after a graceful
+//! `SENTINEL FAILOVER` the old master keeps accepting writes, and for about
+//! a second the replica that was *not* promoted still acknowledges them
+//! before it resyncs from the new master and drops them (measured:
+//! `tests/ha_probe.rs`), so `WAIT 1` alone can let a claim through that the
+//! new master never sees. The promoted replica leaves the old master's
+//! replica list the moment it is promoted, so a master that lists fewer
+//! replicas than it did within [`REPLICA_MEMORY`] is in doubt: its claims
+//! are undone, and the master is looked up again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +38,37 @@ use crate::history::Entry;
 /// a retry of it records nothing twice: beyond a node's retry pause once
 /// Redis answers again, by a wide margin for a retry that sat in a socket.
 const RECORD_REMEMBERED: Duration = Duration::from_secs(30);
+
+/// How long a Sentinel master's replica count is remembered: a master that
+/// lists fewer replicas than this long ago grants no claim (a failover may
+/// be under way); after it, the smaller count is the new normal.
+const REPLICA_MEMORY: Duration = Duration::from_secs(30);
+
+/// The most replicas a Sentinel master listed lately.
+#[derive(Default)]
+struct Replicas {
+    master: Option<String>,
+    most: u32,
+    seen_at: Option<std::time::Instant>,
+}
+
+impl Replicas {
+    /// Whether `listed` replicas on `master` now are fewer than lately.
+    fn dropped(&mut self, master: Option<String>, listed: u32) -> Option<u32> {
+        let now = std::time::Instant::now();
+        let fresh = self.master != master
+            || self
+                .seen_at
+                .is_none_or(|at| now.duration_since(at) >= REPLICA_MEMORY);
+        if fresh || listed >= self.most {
+            self.master = master;
+            self.most = listed;
+            self.seen_at = Some(now);
+            return None;
+        }
+        Some(self.most)
+    }
+}
 
 /// The scripts, parsed and hashed once per process.
 pub(super) struct Scripts {
@@ -75,6 +116,7 @@ pub(super) struct Server {
     node: String,
     history_max: u64,
     scripts: Arc<Scripts>,
+    replicas: Arc<std::sync::Mutex<Replicas>>,
 }
 
 impl Server {
@@ -91,7 +133,14 @@ impl Server {
             node: node.to_string(),
             history_max,
             scripts: Arc::clone(scripts),
+            replicas: Arc::default(),
         }
+    }
+
+    /// With Sentinel and `wait_replicas`, the claim pipeline lists the
+    /// master's replicas too (see the module doc).
+    fn watches_replicas(&self) -> bool {
+        self.wait.replicas > 0 && matches!(self.conn, Conn::Sentinel(_))
     }
 
     /// Runs `invocation`; with acknowledgements asked, pipelined with `WAIT`
@@ -102,20 +151,36 @@ impl Server {
         step: &'static str,
         job: &str,
     ) -> Result<(T, Option<u32>), LockError> {
+        let (reply, acked, _) = self.invoke_with(invocation, step, job, false).await?;
+        Ok((reply, acked))
+    }
+
+    /// [`Server::invoke`], and with `role` the number of replicas `ROLE`
+    /// lists, from the same pipeline.
+    async fn invoke_with<T: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        step: &'static str,
+        job: &str,
+        role: bool,
+    ) -> Result<(T, Option<u32>, Option<u32>), LockError> {
         let mut conn = self.conn.clone();
         if self.wait.replicas == 0 {
             let reply = invocation
                 .invoke_async(&mut conn)
                 .await
                 .map_err(|source| redis_error(step, job, source))?;
-            return Ok((reply, None));
+            return Ok((reply, None, None));
         }
         let mut pipe = redis::pipe();
         pipe.invoke_script(invocation)
             .cmd("WAIT")
             .arg(self.wait.replicas)
             .arg(u64::try_from(self.wait.timeout.as_millis()).unwrap_or(u64::MAX));
-        let mut sent = pipe.query_async::<(T, u32)>(&mut conn).await;
+        if role {
+            pipe.cmd("ROLE");
+        }
+        let mut sent = pipe.query_async::<Vec<redis::Value>>(&mut conn).await;
         if let Err(err) = &sent
             && err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
         {
@@ -125,10 +190,22 @@ impl Server {
                 .load_async(&mut conn)
                 .await
                 .map_err(|source| redis_error(step, job, source))?;
-            sent = pipe.query_async::<(T, u32)>(&mut conn).await;
+            sent = pipe.query_async::<Vec<redis::Value>>(&mut conn).await;
         }
-        let (reply, acked) = sent.map_err(|source| redis_error(step, job, source))?;
-        Ok((reply, Some(acked)))
+        let mut values = sent
+            .map_err(|source| redis_error(step, job, source))?
+            .into_iter();
+        let bad = |what: &str| LockError::Reply {
+            step,
+            job: job.to_string(),
+            reply: format!("no {what} in the reply"),
+        };
+        let reply = T::from_redis_value(values.next().ok_or_else(|| bad("script answer"))?)
+            .map_err(|source| redis_error(step, job, source.into()))?;
+        let acked = u32::from_redis_value(values.next().ok_or_else(|| bad("WAIT answer"))?)
+            .map_err(|source| redis_error(step, job, source.into()))?;
+        let listed = values.next().map(|role| replicas_listed(&role));
+        Ok((reply, Some(acked), listed))
     }
 
     /// `Err(Unacknowledged)` when `acked` falls short of `wait_replicas`.
@@ -149,6 +226,32 @@ impl Server {
                 })
             }
             _ => Ok(()),
+        }
+    }
+
+    /// `Err(ReplicaLost)` when the master lists fewer replicas than lately.
+    fn check_replicas(&self, listed: Option<u32>, job: &str) -> Result<(), LockError> {
+        let Some(listed) = listed else {
+            return Ok(());
+        };
+        let master = match &self.conn {
+            Conn::Sentinel(follower) => follower.master_address(),
+            _ => None,
+        };
+        let dropped = match self.replicas.lock() {
+            Ok(mut replicas) => replicas.dropped(master, listed),
+            Err(poisoned) => poisoned.into_inner().dropped(master, listed),
+        };
+        match dropped {
+            Some(before) => {
+                self.conn.suspect();
+                Err(LockError::ReplicaLost {
+                    job: job.to_string(),
+                    listed,
+                    before,
+                })
+            }
+            None => Ok(()),
         }
     }
 
@@ -179,9 +282,14 @@ impl Server {
             .arg(target.name())
             .arg(self.history_max)
             .arg(deadline_ms);
-        let (reply, acked): (Vec<String>, _) = self.invoke(&invocation, "claim", job).await?;
+        let (reply, acked, listed): (Vec<String>, _, _) = self
+            .invoke_with(&invocation, "claim", job, self.watches_replicas())
+            .await?;
         let answer = parse_claim(&reply, lease_keys, job, token, ttl)?;
-        if let Err(short) = self.check_acked(acked, "claim", job) {
+        let checked = self
+            .check_acked(acked, "claim", job)
+            .and_then(|()| self.check_replicas(listed, job));
+        if let Err(short) = checked {
             if matches!(answer.claim, Claim::Won(_)) {
                 // Not known to the replicas: never run on it. Undo it (with
                 // its token) so the occurrence can be claimed again.
@@ -420,4 +528,53 @@ fn parse_claim(
         _ => return Err(bad()),
     };
     Ok(answer)
+}
+
+/// How many replicas a `ROLE` reply of a master lists (0 for anything else).
+fn replicas_listed(role: &redis::Value) -> u32 {
+    match role {
+        redis::Value::Array(parts) => match parts.get(2) {
+            Some(redis::Value::Array(replicas)) => {
+                u32::try_from(replicas.len()).unwrap_or(u32::MAX)
+            }
+            _ => 0,
+        },
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_master_that_lost_a_replica_lately_is_in_doubt_until_the_memory_ends() {
+        let mut replicas = Replicas::default();
+        let master = || Some("127.0.0.1:6379".to_string());
+        assert_eq!(replicas.dropped(master(), 2), None);
+        assert_eq!(replicas.dropped(master(), 2), None);
+        assert_eq!(replicas.dropped(master(), 1), Some(2), "one replica gone");
+        assert_eq!(replicas.dropped(master(), 3), None, "more is fine");
+        // Another master: its own count from scratch.
+        assert_eq!(replicas.dropped(Some("127.0.0.1:6380".into()), 0), None);
+        // Once the memory is over, fewer is the new normal.
+        replicas.seen_at = replicas
+            .seen_at
+            .and_then(|at| at.checked_sub(REPLICA_MEMORY));
+        replicas.most = 2;
+        assert_eq!(replicas.dropped(Some("127.0.0.1:6380".into()), 1), None);
+    }
+
+    #[test]
+    fn role_replies_count_their_replicas() {
+        use redis::Value;
+        let replica = || Value::Array(vec![Value::BulkString(b"127.0.0.1".to_vec())]);
+        let master = Value::Array(vec![
+            Value::BulkString(b"master".to_vec()),
+            Value::Int(10),
+            Value::Array(vec![replica(), replica()]),
+        ]);
+        assert_eq!(replicas_listed(&master), 2);
+        assert_eq!(replicas_listed(&Value::Nil), 0);
+    }
 }
