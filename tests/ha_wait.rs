@@ -9,6 +9,7 @@
 //!   resumed: runs resume;
 //! - `wait_replicas = 2` with one replica: nothing ever runs, and the
 //!   occurrences are recorded `missed`.
+//!
 //! Breaks if a claim ran without its acknowledgement, if the undo left the
 //! occurrence decided (the retry would find it "claimed"), or if every
 //! occurrence logged its own error line.
