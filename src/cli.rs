@@ -321,6 +321,27 @@ fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
         config.path.display(),
         config.jobs.len()
     )?;
+    // Which coordinator, its servers (passwords masked) and how a claim
+    // is acknowledged; `--quiet` keeps to the one summary line.
+    if !args.quiet {
+        let redis = &config.redis;
+        let servers = match redis.mode {
+            config::RedisMode::Single => format!("url {}", redis.redacted_url()),
+            _ => redis.redacted_url(),
+        };
+        let acknowledged = match &redis.mode {
+            config::RedisMode::Redlock { urls } => {
+                format!("majority {} of {}", urls.len() / 2 + 1, urls.len())
+            }
+            _ if redis.wait_replicas == 0 => "wait_replicas 0".to_string(),
+            _ => format!(
+                "wait_replicas {}, wait_timeout {}",
+                redis.wait_replicas,
+                humantime::format_duration(redis.wait_timeout)
+            ),
+        };
+        writeln!(out, "redis: {servers} ({acknowledged})")?;
+    }
     let now = Utc::now();
     let listed = if args.quiet {
         &[][..]

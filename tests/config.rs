@@ -319,3 +319,113 @@ fn inspection_loads_a_file_whose_secrets_are_not_here() {
         "{err}"
     );
 }
+
+/// `check` says on its second line which coordinator the file chose, its
+/// servers with every password masked, and how a claim is acknowledged
+/// (issue #10); a password planted in every form a URL carries one and in
+/// both password files shows nowhere in its output.
+#[test]
+fn check_prints_the_redis_mode_and_never_a_password() {
+    const PLANTED: &str = "pl4nted-pw";
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("redis.pass"), format!("{PLANTED}\n")).expect("write");
+    std::fs::write(dir.path().join("sentinel.pass"), PLANTED).expect("write");
+    let files = "password_file = \"redis.pass\"";
+    let cases = [
+        (
+            format!("url = \"redis://solocron:{PLANTED}@127.0.0.1:6379/0\"\n{files}"),
+            "redis: url redis://solocron:***@127.0.0.1:6379/0 (wait_replicas 0)",
+        ),
+        (
+            format!("url = \"redis+unix:///run/redis.sock?db=0&pass={PLANTED}\""),
+            "redis: url redis+unix:///run/redis.sock?db=0&pass=*** (wait_replicas 0)",
+        ),
+        (
+            format!(
+                "sentinel = {{ master = \"solocron\", urls = [\"redis://:{PLANTED}@10.0.0.1:26379\", \
+                 \"redis://u:p%2F{PLANTED}@10.0.0.2:26379\", \"redis://10.0.0.3:26379\"], \
+                 password_file = \"sentinel.pass\" }}\nusername = \"solocron\"\n{files}"
+            ),
+            "redis: sentinel `solocron` via redis://:***@10.0.0.1:26379, redis://u:***@10.0.0.2:26379, \
+             redis://10.0.0.3:26379 (wait_replicas 1, wait_timeout 250ms)",
+        ),
+        (
+            format!(
+                "cluster = [\"rediss://u:{PLANTED}@10.0.0.1:6380\", \"rediss://10.0.0.2:6380/?password={PLANTED}\"]\n\
+                 wait_replicas = 2\nwait_timeout = \"1s\"\n{files}"
+            ),
+            "redis: cluster rediss://u:***@10.0.0.1:6380, rediss://10.0.0.2:6380/?password=*** \
+             (wait_replicas 2, wait_timeout 1s)",
+        ),
+        (
+            format!(
+                "redlock = [\"redis://u:{PLANTED}@10.0.0.1:6379\", \"redis://10.0.0.2:6379\", \
+                 \"redis://10.0.0.3:6379\"]\n{files}"
+            ),
+            "redis: redlock redis://u:***@10.0.0.1:6379, redis://10.0.0.2:6379, redis://10.0.0.3:6379 \
+             (majority 2 of 3)",
+        ),
+    ];
+    for (redis, expected) in &cases {
+        let path = dir.path().join("jobs.toml");
+        let text =
+            format!("[redis]\n{redis}\n\n[jobs.a]\nschedule = \"@daily\"\ncommand = \"true\"\n");
+        std::fs::write(&path, text).expect("write jobs.toml");
+        let output = solocron(&["check"], &path);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{redis}\n{stderr}");
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(
+            lines.get(..2),
+            Some(
+                &[
+                    format!("{}: valid, 1 job(s)", path.display()).as_str(),
+                    expected
+                ][..]
+            ),
+            "{stdout}"
+        );
+        assert!(
+            !stdout.contains(PLANTED) && !stderr.contains(PLANTED),
+            "{stdout}{stderr}"
+        );
+        // `--quiet` (the unit's `ExecReload=`) keeps to the summary line.
+        let quiet = solocron(&["check", "--quiet"], &path);
+        assert_eq!(String::from_utf8_lossy(&quiet.stdout).lines().count(), 1);
+    }
+    // A broken file and a warning do not show it either.
+    let path = dir.path().join("jobs.toml");
+    for (redis, code) in [
+        (
+            format!(
+                "redlock = [\"redis://u:{PLANTED}@a\", \"redis://u:{PLANTED}@a:6379\"]\nwait_replicas = 1"
+            ),
+            1,
+        ),
+        (
+            format!(
+                "sentinel = {{ master = \"m\", urls = [\"redis://u:{PLANTED}@a\"] }}\nusername = \"u\""
+            ),
+            0,
+        ),
+        (
+            format!("cluster = [\"redis://u:{PLANTED}@a/#x\"]\npassword = \"{PLANTED}\""),
+            1,
+        ),
+    ] {
+        std::fs::write(
+            &path,
+            format!("[redis]\n{redis}\n\n[jobs.a]\nschedule = \"@daily\"\ncommand = \"true\"\n"),
+        )
+        .expect("write jobs.toml");
+        let output = solocron(&["check"], &path);
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(output.status.code(), Some(code), "{all}");
+        assert!(all.contains("***") && !all.contains(PLANTED), "{all}");
+    }
+}

@@ -285,10 +285,14 @@ fn table_header(line: &str) -> Option<String> {
     )
 }
 
-/// Masks every `scheme://user:password@` password in a line of the file.
+/// Masks every `scheme://user:password@` password in a line of the file,
+/// and the string value of a key named `password` or `pass`: no such key
+/// exists (the password is read from `password_file`), but it is what
+/// people try first, and its unknown-key error shows the line.
 fn mask_passwords(line: &str) -> String {
+    let line = mask_password_values(line);
     let mut out = String::with_capacity(line.len());
-    let mut rest = line;
+    let mut rest = line.as_str();
     while let Some(found) = rest.find("://") {
         // The URL runs to the next quote or blank; let `redact_url` mask it.
         let begin = rest[..found]
@@ -301,6 +305,51 @@ fn mask_passwords(line: &str) -> String {
         out.push_str(&rest[..begin]);
         out.push_str(&redact_url(&rest[begin..end]));
         rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `password = "x"` -> `password = "***"` (also `pass`, in an inline
+/// table or after a dot); an unterminated value is masked to the end.
+fn mask_password_values(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(found) = rest.find("pass") {
+        let key_starts = rest[..found]
+            .chars()
+            .next_back()
+            .is_none_or(|c| c.is_whitespace() || matches!(c, '{' | ',' | '.'));
+        let after_key = ["password", "pass"]
+            .iter()
+            .find(|key| rest[found..].starts_with(*key))
+            .map_or(found + 4, |key| found + key.len());
+        let value = rest[after_key..].trim_start();
+        let quote = value
+            .strip_prefix('=')
+            .map(str::trim_start)
+            .and_then(|v| v.chars().next().filter(|c| matches!(c, '"' | '\'')));
+        let (true, Some(quote)) = (key_starts, quote) else {
+            out.push_str(&rest[..after_key]);
+            rest = &rest[after_key..];
+            continue;
+        };
+        let open = after_key + rest[after_key..].find(quote).unwrap_or(0) + 1;
+        let mut close = rest.len();
+        let mut escaped = false;
+        for (i, c) in rest[open..].char_indices() {
+            match c {
+                '\\' if quote == '"' && !escaped => escaped = true,
+                c if c == quote && !escaped => {
+                    close = open + i;
+                    break;
+                }
+                _ => escaped = false,
+            }
+        }
+        out.push_str(&rest[..open]);
+        out.push_str("***");
+        rest = &rest[close..];
     }
     out.push_str(rest);
     out
@@ -372,6 +421,30 @@ mod tests {
                 .snippet
                 .ends_with(&format!("|{}^", " ".repeat(1 + 27)))
         );
+    }
+
+    #[test]
+    fn snippets_mask_the_value_of_a_password_key() {
+        for (line, shown) in [
+            ("password = \"hunter2\"", "password = \"***\""),
+            (
+                "sentinel = { master = \"m\", pass='hunter2' }",
+                "sentinel = { master = \"m\", pass='***' }",
+            ),
+            (
+                "redis.password=\"hun\\\"ter2\" # x",
+                "redis.password=\"***\" # x",
+            ),
+            ("password = \"hunter2", "password = \"***"),
+            ("password_file = \"/etc/p\"", "password_file = \"/etc/p\""),
+            ("bypass = \"x\"", "bypass = \"x\""),
+            ("passes = 3", "passes = 3"),
+        ] {
+            assert_eq!(
+                locate(line, 0..1).snippet.lines().nth(1),
+                Some(format!("1 | {shown}").as_str())
+            );
+        }
     }
 
     /// Found by tests/bad-configs: a `/` in the password ended the user info

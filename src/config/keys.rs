@@ -4,17 +4,26 @@
 
 /// Top-level tables.
 pub const TOP: &[&str] = &["redis", "daemon", "defaults", "jobs"];
-/// The `[redis]` keys that name the server; a `[redis]` needs one.
-pub const REDIS_SERVER: &[&str] = &["url"];
+/// The `[redis]` keys that name the server (the coordinator mode); a
+/// `[redis]` needs exactly one.
+pub const REDIS_SERVER: &[&str] = &["url", "sentinel", "cluster", "redlock"];
 /// `[redis]`.
 pub const REDIS: &[&str] = &[
     "url",
+    "sentinel",
+    "cluster",
+    "redlock",
+    "wait_replicas",
+    "wait_timeout",
+    "username",
     "password_file",
     "key_prefix",
     "tls_ca_file",
     "tls_cert_file",
     "tls_key_file",
 ];
+/// `[redis] sentinel = { ... }`.
+pub const SENTINEL: &[&str] = &["master", "urls", "password_file"];
 /// `[daemon]`.
 pub const DAEMON: &[&str] = &[
     "shutdown_grace",

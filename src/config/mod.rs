@@ -14,7 +14,8 @@
 //!
 //! Files: `error` (the error type and span -> line/column/snippet),
 //! `context` (what one load carries: `${VAR}` sources, errors, warnings),
-//! `table` (reading one TOML table), `sections` (`[redis]`, `[daemon]`),
+//! `table` (reading one TOML table), `redis` (`[redis]`: the four
+//! coordinator modes, their URLs, `sentinel`), `sections` (`[daemon]`),
 //! `envfile` (`env_file`), `tls` (the `[redis]` certificate files), `job`
 //! (`[defaults]`, `[jobs.NAME]`), `http`, `interpolate`, `warnings`; the
 //! validated types live in `model`.
@@ -28,6 +29,7 @@ mod interpolate;
 mod job;
 pub mod keys;
 mod model;
+mod redis;
 mod sections;
 mod table;
 mod tls;
@@ -40,7 +42,7 @@ use toml::de::{DeTable, DeValue};
 
 pub use error::{ConfigError, Position, locate};
 pub use model::*;
-pub use sections::DEFAULT_KEY_PREFIX;
+pub use redis::DEFAULT_KEY_PREFIX;
 pub use warnings::Warning;
 
 use context::Context;
@@ -128,7 +130,7 @@ fn parse_with(text: &str, path: &Path, ctx: &Context<'_>) -> Result<Config, Conf
     ctx.set_file_env(pairs);
     let redis = redis_table
         .as_ref()
-        .map(|table| sections::redis(table, path, ctx));
+        .map(|table| redis::read(table, path, ctx));
     let defaults = match ctx.keep(section(&root, "defaults")).flatten() {
         Some(defaults) => JobFields::read(&defaults, ctx),
         None => JobFields::default(),

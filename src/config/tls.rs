@@ -28,19 +28,28 @@ pub(super) fn beside(config_path: &Path, written: &str) -> PathBuf {
     }
 }
 
-/// Reads the TLS keys of `table`. `url_is_tls`: `Some(false)` when the file
-/// sets a `url` that is not `rediss://` (then any TLS key is an error).
+/// Reads the TLS keys of `table`. `plain`: the server key (`url`,
+/// `cluster`, `redlock`, `sentinel.urls`) whose URLs are not all
+/// `rediss://`, if any; then any TLS key is an error, because the
+/// certificates apply to every server of the mode.
 pub(super) fn read(
     table: &Table<'_, '_>,
     config_path: &Path,
-    url_is_tls: Option<bool>,
+    plain: Option<&str>,
 ) -> Result<RedisTls, ConfigError> {
     let mut files = Vec::new();
     for key in KEYS {
         if let Some(value) = table.string(key)? {
-            if url_is_tls == Some(false) {
-                let message =
-                    "needs a `rediss://` url; TLS settings on a plain connection would be ignored";
+            if let Some(server) = plain {
+                let message = match server {
+                    "url" => "needs a `rediss://` url; TLS settings on a plain connection would \
+                              be ignored"
+                        .to_string(),
+                    list => format!(
+                        "needs `rediss://` for every URL of `{list}`; TLS settings on plain \
+                         connections would be ignored"
+                    ),
+                };
                 return Err(table.error(value.span(), key, message));
             }
             let path = beside(config_path, value.get_ref());

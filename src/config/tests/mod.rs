@@ -502,4 +502,5 @@ fn output_log_max_takes_sizes() {
     assert_eq!(sizes, [1024, 0]);
 }
 
+mod redis_section;
 mod whole_file;

@@ -47,8 +47,9 @@ fn an_empty_or_truncated_file_is_refused() {
     assert!(
         first("[redis]\nkey_prefix = \"x\"\n[jobs.a]\nschedule = \"@daily\"\ncommand = \"true\"\n")
             .ends_with(
-                ":1:1: [redis]: no Redis server: set `url`, like `url = \"redis://10.0.0.5:6379\"` \
-                        (if the file used to have it, it may have been truncated)"
+                ":1:1: [redis]: no Redis server: set one of `url`, `sentinel`, `cluster` or \
+                 `redlock`, like `url = \"redis://10.0.0.5:6379\"` (if the file used to have it, \
+                 it may have been truncated)"
             )
     );
     // `[redis]` that is not a table, `jobs` that is not one: one error each.
