@@ -19,7 +19,7 @@ mod registry_loop;
 mod reload;
 mod timetable;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -73,6 +73,8 @@ pub(crate) struct Shared {
     pub pending: recording::Pending,
     /// Jobs watched for an abandoned run.
     pub watches: recording::Watches,
+    /// Per job: the turn to claim (one occurrence of a job at a time).
+    claim_turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// `[daemon] env_file` of the loaded config, for the jobs' environment.
     env_file: RwLock<Arc<BTreeMap<String, String>>>,
     /// Last measured clock offset against Redis, ms; `i64::MIN` = unknown.
@@ -96,6 +98,15 @@ impl Shared {
             interrupt: &self.interrupt,
             shared: Some(self),
         }
+    }
+
+    /// The claim turn of `job` (see `occurrence.rs`).
+    pub fn claim_turn(&self, job: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut turns = match self.claim_turns.lock() {
+            Ok(turns) => turns,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        Arc::clone(turns.entry(job.to_string()).or_default())
     }
 
     /// The variables of `[daemon] env_file` for the jobs started now.
@@ -176,6 +187,7 @@ pub async fn run(
         redis_shown: config.redis.redacted_url(),
         pending: recording::Pending::default(),
         watches: recording::Watches::default(),
+        claim_turns: Mutex::new(HashMap::new()),
         env_file: RwLock::new(Arc::new(config.env.clone())),
         clock_offset: AtomicI64::new(i64::MIN),
         clock_measured: tokio::sync::Notify::new(),

@@ -73,37 +73,56 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
         + GIVE_UP_MARGIN;
     let token = new_token();
     let mut pause = RETRY_FIRST;
+    // One occurrence of a job at a time claims on this node: the claim of
+    // a newer one would make the miss record of an older one look late,
+    // and an unconfirmed claim undone meanwhile would leave the older one
+    // in no record at all. An older one gives up at the newer one's time.
+    let turn = shared.claim_turn(&job.name);
+    let _turn = turn.lock().await;
     loop {
         let sent = Instant::now();
-        match shared
-            .locker
-            .claim_detailed(&job.name, &target, &token, job.lock_ttl)
-            .await
-        {
-            Ok(reply) => {
+        let claimed = if Instant::now() >= give_up {
+            None
+        } else {
+            Some(
+                shared
+                    .locker
+                    .claim_detailed(&job.name, &target, &token, job.lock_ttl)
+                    .await,
+            )
+        };
+        match claimed {
+            Some(Ok(reply)) => {
                 shared.health.confirmed();
+                drop(_turn);
                 decided(&shared, &job, at, &name, &token, reply, sent, catch_up).await;
                 return;
             }
-            Err(err) => {
-                shared.health.failed("claim", &err, err.trouble());
-                if Instant::now() >= give_up {
-                    if !shared.health.missed() {
-                        error!(job = %job.name, occurrence = %name, node = %node, error = %err,
-                            "occurrence missed: redis unreachable until its deadline (never run without the lock)");
-                    }
-                    // Claims sent meanwhile may still reach Redis (a paused
-                    // server runs its queue on resume): the token lets the
-                    // record undo such a late win.
-                    spawn_record_missed(
-                        &shared,
-                        &job,
-                        at,
-                        "redis unreachable until the claim deadline",
-                        &token,
-                    );
-                    return;
+            None | Some(Err(_)) if Instant::now() >= give_up => {
+                if let Some(Err(err)) = &claimed {
+                    shared.health.failed("claim", err, err.trouble());
                 }
+                if !shared.health.missed() {
+                    error!(job = %job.name, occurrence = %name, node = %node,
+                        "occurrence missed: redis did not take its claim before its deadline (never run without the lock)");
+                }
+                // Claims sent meanwhile may still reach Redis (a paused
+                // server runs its queue on resume): the token lets the
+                // record undo such a late win. Recorded before the next
+                // occurrence's turn when Redis answers now.
+                recording::record_missed(
+                    &shared,
+                    &job,
+                    at,
+                    "redis did not take the claim before its deadline",
+                    &token,
+                )
+                .await;
+                return;
+            }
+            None => return,
+            Some(Err(err)) => {
+                shared.health.failed("claim", &err, err.trouble());
                 debug!(job = %job.name, occurrence = %name, node = %node, error = %err, retry_in = ?pause,
                     "claim failed, retrying until the deadline");
             }
@@ -113,10 +132,16 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
                 info!(job = %job.name, occurrence = %name, node = %node, "claim abandoned: shutting down");
                 return;
             }
-            _ = tokio::time::sleep(pause.min(give_up.saturating_duration_since(Instant::now()))) => {}
+            _ = tokio::time::sleep(jittered(pause).min(give_up.saturating_duration_since(Instant::now()))) => {}
         }
         pause = (pause * 2).min(RETRY_MAX);
     }
+}
+
+/// `pause` plus up to half of it at random: nodes whose claims collided
+/// (Redlock splits the masters between them) do not retry in lockstep.
+fn jittered(pause: Duration) -> Duration {
+    pause + pause.mul_f64(rand::random::<f64>() / 2.0)
 }
 
 /// Acts on Redis's answer to the claim of `at`: runs a won occurrence,

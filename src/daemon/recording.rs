@@ -141,6 +141,39 @@ pub async fn release(locker: &Locker, shared: Option<&Shared>, lease: &Lease, en
     }
 }
 
+/// Records `at` of `job` as missed: once now, and if Redis does not take it,
+/// in the background as [`spawn_record_missed`] does.
+pub async fn record_missed(
+    shared: &Arc<Shared>,
+    job: &Arc<Job>,
+    at: DateTime<Utc>,
+    reason: &'static str,
+    token: &str,
+) {
+    let name = rfc3339(at);
+    match shared
+        .locker
+        .record_missed(&job.name, at.timestamp_millis(), &name, reason, token)
+        .await
+    {
+        Ok(Missed {
+            recorded,
+            previous_ms,
+        }) => {
+            crate::metrics::missed(&job.name);
+            shared.health.answered();
+            debug!(job = %job.name, occurrence = %name, recorded, "missed occurrence recorded");
+            if recorded {
+                record_gap_before(shared, job, previous_ms, at).await;
+            }
+        }
+        Err(err) => {
+            shared.health.failed("record missed", &err, err.trouble());
+            spawn_record_missed(shared, job, at, reason, token);
+        }
+    }
+}
+
 /// Records `at` of `job` as missed in the background, retrying while Redis
 /// is unreachable (up to an hour, or until shutdown), then any older
 /// occurrences nobody decided. `token` is the one this node's claims of

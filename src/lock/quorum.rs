@@ -9,7 +9,9 @@
 //! the majority's (every master hands out `max(previous + 1, its TIME in
 //! µs)`). A claim that does not win is undone, with its token, on every
 //! master that granted it, and retried by the caller with the same token
-//! until the occurrence's deadline. A renewal needs a majority confirming
+//! until the occurrence's deadline; so is one that a minority reports
+//! decided (two nodes claiming at once split the masters, both undo, and
+//! the random pause before the retry lets one of them win). A renewal needs a majority confirming
 //! it; release, miss and gap records go to every master; answers read back
 //! (abandoned runs) are combined the same way.
 //!
@@ -132,7 +134,19 @@ pub(super) async fn claim(
     // Not won: give back what was granted, so that a retry (or another
     // node) finds the occurrence free on those masters.
     join_all(won.iter().map(|(server, _)| server.undo(keys, job, token))).await;
-    if let Some(decided) = decided {
+    let decided_by = answers
+        .iter()
+        .filter(|answer| {
+            matches!(answer, Ok(reply) if matches!(reply.claim, Claim::Taken { .. } | Claim::Superseded { .. }))
+        })
+        .count();
+    // Decided on a majority: it is. Decided on a minority only: most
+    // likely another node claiming at the same moment, which undoes its
+    // own minority too; the caller retries (after a random pause) until
+    // one wins or the deadline passes.
+    if let Some(decided) = decided
+        && decided_by >= majority(servers)
+    {
         return Ok(decided);
     }
     let busy = answers

@@ -23,7 +23,7 @@ use super::audit::{self, Decision, Report, Run, Window};
 use super::{Node, RedisServer, Workdir, history, toml_path};
 
 /// The record-keeping job script; see the module doc.
-const JOB_SCRIPT: &str = r#"#!/bin/sh
+pub const JOB_SCRIPT: &str = r#"#!/bin/sh
 records=$1
 seconds=$2
 record() {

@@ -5,6 +5,7 @@
 
 pub mod audit;
 pub mod cluster;
+pub mod fleet;
 pub mod ha;
 pub mod notify;
 pub mod proxy;

@@ -1,0 +1,150 @@
+//! Daemons on any coordinator (`[redis]` `url`, `sentinel`, `cluster` or
+//! `redlock`) with the fault harness's record-keeping jobs, for the HA
+//! tests: like [`super::cluster::Cluster`], but the Redis side is whatever
+//! the test started (`super::ha`), written into `jobs.toml`, and the
+//! history is read back through `solocron history --json`, which reads
+//! every mode (and merges the Redlock masters) the way operators do.
+
+use std::fs;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use super::audit::{self, Decision, Run};
+use super::cluster::{JOB_SCRIPT, JobSpec};
+use super::{Node, Workdir, solocron_bin, toml_path};
+
+/// A work dir with `jobs.toml` (the given `[redis]` section), the job
+/// script, the records file and the nodes.
+pub struct Fleet {
+    pub work: Workdir,
+    pub nodes: Vec<Node>,
+    redis: String,
+    daemon: String,
+}
+
+impl Fleet {
+    /// A fleet whose `jobs.toml` has `redis` as its `[redis]` section body,
+    /// `daemon` as `[daemon]`, and `jobs`; no node runs yet.
+    pub fn new(redis: &str, daemon: &str, jobs: &[JobSpec]) -> Fleet {
+        let work = Workdir::new();
+        fs::write(work.path("job.sh"), JOB_SCRIPT).expect("write job.sh");
+        let fleet = Fleet {
+            work,
+            nodes: Vec::new(),
+            redis: redis.to_string(),
+            daemon: daemon.to_string(),
+        };
+        fleet.write_jobs(jobs);
+        fleet
+    }
+
+    /// (Re)writes `jobs.toml` for `jobs`.
+    pub fn write_jobs(&self, jobs: &[JobSpec]) -> PathBuf {
+        let script = toml_path(&self.work.path("job.sh"));
+        let records = toml_path(&self.work.path("records"));
+        let mut text = format!("[redis]\n{}\n\n[daemon]\n{}\n", self.redis, self.daemon);
+        for job in jobs {
+            let ignore = if job.ignore_term { " ignore-term" } else { "" };
+            text.push_str(&format!(
+                "\n[jobs.{}]\nschedule = \"{}\"\ncommand = \"exec /bin/sh {script} {records} {}{ignore}\"\n",
+                job.name, job.schedule, job.seconds
+            ));
+            for line in &job.extra {
+                text.push_str(line);
+                text.push('\n');
+            }
+        }
+        self.work.write_config(&text)
+    }
+
+    fn config(&self) -> String {
+        toml_path(&self.work.path("jobs.toml"))
+    }
+
+    /// Starts node `id` on the file's coordinator.
+    pub fn start_node(&mut self, id: &str) {
+        let config = self.config();
+        self.nodes
+            .push(Node::start_with_args(&self.work, id, &["--config", &config], &[]));
+    }
+
+    /// The node called `id`.
+    pub fn node(&self, id: &str) -> &Node {
+        self.nodes
+            .iter()
+            .find(|node| node.id == id)
+            .unwrap_or_else(|| panic!("no node `{id}`"))
+    }
+
+    /// Every run recorded so far, in START order.
+    pub fn runs(&self) -> Vec<Run> {
+        audit::parse_runs(&self.work.lines("records"))
+    }
+
+    /// Waits until a recorded run matches `pred`.
+    pub fn wait_for_run(&self, limit: Duration, what: &str, pred: impl Fn(&Run) -> bool) -> Run {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(run) = self.runs().into_iter().find(|run| pred(run)) {
+                return run;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {limit:?} waiting for a run: {what}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `solocron ARGS --config jobs.toml`, its stdout.
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        std::process::Command::new(solocron_bin())
+            .args(args)
+            .args(["--config", &self.config()])
+            .env_remove("SOLOCRON_CONFIG")
+            .env_remove("SOLOCRON_REDIS_URL")
+            .output()
+            .expect("run solocron")
+    }
+
+    /// The history of `jobs` as decisions, read with `solocron history
+    /// --json` (every mode; Redlock masters merged).
+    pub fn decisions(&self, jobs: &[&str]) -> Vec<Decision> {
+        let mut all = Vec::new();
+        for job in jobs {
+            let output = self.cli(&["history", job, "--json", "--limit", "100000"]);
+            assert!(
+                output.status.success(),
+                "history {job}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let entries: serde_json::Value =
+                serde_json::from_slice(&output.stdout).expect("history --json");
+            for entry in entries.as_array().into_iter().flatten() {
+                let text = |key: &str| entry[key].as_str().unwrap_or_default().to_string();
+                all.push(Decision {
+                    job: text("job"),
+                    occurrence: text("occurrence"),
+                    node: text("node"),
+                    fence: entry["fence"].as_u64().unwrap_or(0),
+                    outcome: text("outcome"),
+                });
+            }
+        }
+        all
+    }
+
+    /// Whether every node process is still running (none exited or restarted).
+    pub fn all_alive(&self) -> bool {
+        self.nodes.iter().all(|node| super::is_alive(node.pid()))
+    }
+
+    /// All node logs, for failure messages.
+    pub fn logs(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|node| format!("===== {} =====\n{}", node.id, node.log()))
+            .collect()
+    }
+}
