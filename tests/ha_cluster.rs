@@ -47,7 +47,10 @@ fn a_killed_master_costs_only_its_own_shards_jobs_and_they_come_back() {
     let victim = masters[1];
     let killed_at = Utc::now();
     let switch = cluster.kill_master(victim);
-    println!("kill -9 of master {victim}: {} promoted in {:?}", switch.to, switch.took);
+    println!(
+        "kill -9 of master {victim}: {} promoted in {:?}",
+        switch.to, switch.took
+    );
     cluster.restart(victim);
     let resumed_at = Utc::now();
     let to = resumed_at + TimeDelta::seconds(6);
@@ -59,7 +62,9 @@ fn a_killed_master_costs_only_its_own_shards_jobs_and_they_come_back() {
             let mut window = job.window(from, to);
             if failed.contains(&job.name) {
                 for at in window.occurrences() {
-                    if at >= killed_at - TimeDelta::seconds(1) && at <= resumed_at + TimeDelta::seconds(2) {
+                    if at >= killed_at - TimeDelta::seconds(1)
+                        && at <= resumed_at + TimeDelta::seconds(2)
+                    {
                         window.may_miss.insert(at);
                     }
                 }
@@ -79,13 +84,18 @@ fn a_killed_master_costs_only_its_own_shards_jobs_and_they_come_back() {
     assert!(report.skipped.is_empty(), "{report}");
     for name in failed {
         assert!(
-            runs.iter()
-                .any(|run| &run.job == name && run.at().is_some_and(|at| at > resumed_at + TimeDelta::seconds(2))),
+            runs.iter().any(|run| &run.job == name
+                && run
+                    .at()
+                    .is_some_and(|at| at > resumed_at + TimeDelta::seconds(2))),
             "{name} (on the failed shard) runs again after the promotion"
         );
     }
     assert!(
-        report.excused.iter().all(|(job, _, _)| failed.contains(job)),
+        report
+            .excused
+            .iter()
+            .all(|(job, _, _)| failed.contains(job)),
         "only the failed shard's jobs may miss: {report}"
     );
     assert!(fleet.all_alive());

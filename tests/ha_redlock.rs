@@ -22,7 +22,11 @@ use common::ha::Masters;
 #[test]
 fn a_minority_down_costs_nothing_a_majority_down_runs_nothing_and_all_back_resumes() {
     let mut masters = Masters::start(5);
-    let urls: Vec<String> = masters.urls().iter().map(|url| format!("\"{url}\"")).collect();
+    let urls: Vec<String> = masters
+        .urls()
+        .iter()
+        .map(|url| format!("\"{url}\""))
+        .collect();
     let redis = format!("redlock = [{}]", urls.join(", "));
     let tick = JobSpec::new("tick", "* * * * * *", 0.005)
         .with("lock_ttl = \"3s\"")
@@ -64,7 +68,11 @@ fn a_minority_down_costs_nothing_a_majority_down_runs_nothing_and_all_back_resum
         &[tick.window(minority_at, majority_at - TimeDelta::seconds(1))],
     );
     println!("redlock, minority down: {phase1}");
-    assert!(phase1.is_clean() && phase1.skipped.is_empty(), "{phase1}\n{}", fleet.logs());
+    assert!(
+        phase1.is_clean() && phase1.skipped.is_empty(),
+        "{phase1}\n{}",
+        fleet.logs()
+    );
     // Phase 2: nothing ran.
     let during: Vec<_> = runs
         .iter()
@@ -86,12 +94,16 @@ fn a_minority_down_costs_nothing_a_majority_down_runs_nothing_and_all_back_resum
     println!("redlock, whole window: {report}");
     assert!(report.is_clean(), "{report}\n{}", fleet.logs());
     assert!(
-        runs.iter()
-            .any(|run| run.at().is_some_and(|at| at > back_at + TimeDelta::seconds(3))),
+        runs.iter().any(|run| run
+            .at()
+            .is_some_and(|at| at > back_at + TimeDelta::seconds(3))),
         "runs resumed once a majority was back"
     );
     // Phase 2's occurrences are in the (merged) history, as missed.
-    let phase2 = tick.window(majority_at + TimeDelta::seconds(1), back_at - TimeDelta::seconds(1));
+    let phase2 = tick.window(
+        majority_at + TimeDelta::seconds(1),
+        back_at - TimeDelta::seconds(1),
+    );
     let history = history_exactly_once(&decisions, &[phase2]);
     assert!(history.absent.is_empty(), "{history:?}");
     assert!(fleet.all_alive());

@@ -11,7 +11,8 @@
 //! already demoted but still accepting writes) grants nothing that runs; a
 //! renewal does not move the lease's deadline; a release is retried.
 //!
-//! With Sentinel the claim pipeline also asks `ROLE`: after a graceful
+//! With `wait_replicas` on one master (Sentinel, or a `url` with
+//! replicas) the claim pipeline also asks `ROLE`: after a graceful
 //! `SENTINEL FAILOVER` the old master keeps accepting writes, and for about
 //! a second the replica that was *not* promoted still acknowledges them
 //! before it resyncs from the new master and drops them (measured:
@@ -137,10 +138,11 @@ impl Server {
         }
     }
 
-    /// With Sentinel and `wait_replicas`, the claim pipeline lists the
-    /// master's replicas too (see the module doc).
+    /// With `wait_replicas` on one master (Sentinel, or a `url`), the claim
+    /// pipeline lists the master's replicas too (see the module doc). A
+    /// Cluster connection has many masters behind it: not there.
     fn watches_replicas(&self) -> bool {
-        self.wait.replicas > 0 && matches!(self.conn, Conn::Sentinel(_))
+        self.wait.replicas > 0 && !matches!(self.conn, Conn::Cluster(_))
     }
 
     /// Runs `invocation`; with acknowledgements asked, pipelined with `WAIT`
@@ -236,7 +238,7 @@ impl Server {
         };
         let master = match &self.conn {
             Conn::Sentinel(follower) => follower.master_address(),
-            _ => None,
+            _ => Some(self.shown.clone()),
         };
         let dropped = match self.replicas.lock() {
             Ok(mut replicas) => replicas.dropped(master, listed),

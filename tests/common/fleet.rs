@@ -64,8 +64,12 @@ impl Fleet {
     /// Starts node `id` on the file's coordinator.
     pub fn start_node(&mut self, id: &str) {
         let config = self.config();
-        self.nodes
-            .push(Node::start_with_args(&self.work, id, &["--config", &config], &[]));
+        self.nodes.push(Node::start_with_args(
+            &self.work,
+            id,
+            &["--config", &config],
+            &[],
+        ));
     }
 
     /// The node called `id`.
