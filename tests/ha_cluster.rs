@@ -81,7 +81,13 @@ fn a_killed_master_costs_only_its_own_shards_jobs_and_they_come_back() {
     let report = audit(&runs, &fleet.decisions(&names), &windows);
     println!("cluster: {report}");
     assert!(report.is_clean(), "{report}\n{}", fleet.logs());
-    assert!(report.skipped.is_empty(), "{report}");
+    // A skip (the lock of a run whose release the outage delayed) only on
+    // the failed shard; the others go on as if nothing happened.
+    assert!(
+        report.skipped.iter().all(|skip| failed.contains(&skip.job)),
+        "{report}\n{}",
+        fleet.logs()
+    );
     for name in failed {
         assert!(
             runs.iter().any(|run| &run.job == name

@@ -1,5 +1,6 @@
 //! A Redis Cluster: `masters × (1 + replicas_per_master)` servers with
-//! `--cluster-enabled yes --cluster-node-timeout 2000`, joined by
+//! `--cluster-enabled yes --cluster-node-timeout 2000
+//! --cluster-require-full-coverage no`, joined by
 //! `redis-cli --cluster create … --cluster-replicas R --cluster-yes`.
 //!
 //! Ports come from 20000–22767, so each node's bus port (port + 10000)
@@ -49,6 +50,11 @@ impl RedisCluster {
                 "yes",
                 "--cluster-node-timeout",
                 "2000",
+                // As docs/HA.md says to: a failed master's slots must not
+                // stop the other shards (the default answers CLUSTERDOWN
+                // everywhere until a replica took over).
+                "--cluster-require-full-coverage",
+                "no",
                 "--cluster-config-file",
                 &config,
             ]
