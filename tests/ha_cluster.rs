@@ -105,4 +105,29 @@ fn a_killed_master_costs_only_its_own_shards_jobs_and_they_come_back() {
         "only the failed shard's jobs may miss: {report}"
     );
     assert!(fleet.all_alive());
+    // Every command works on the cluster.
+    let status = fleet.cli(&["status", "--json"]);
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).expect("status --json");
+    assert_eq!(
+        status["jobs"].as_array().map(Vec::len),
+        Some(jobs.len()),
+        "{status:#}"
+    );
+    assert_eq!(
+        status["nodes"].as_array().map(Vec::len),
+        Some(3),
+        "{status:#}"
+    );
+    let trigger = fleet.cli(&["trigger", &failed[0], "--node-id", "ops"]);
+    assert_eq!(
+        trigger.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&trigger.stderr)
+    );
 }
