@@ -33,6 +33,8 @@ const JOBS: &str = "solocron_jobs";
 const LOG_LINES_LOST: &str = "solocron_log_lines_lost_total";
 const ABANDONED: &str = "solocron_abandoned_total";
 const REDIS_UP: &str = "solocron_redis_up";
+const NOTIFICATIONS: &str = "solocron_notifications_total";
+const RETRIES: &str = "solocron_retries_total";
 
 /// Buckets (seconds) for occurrence-to-process-start lag: 1 ms to 10 s.
 const LAG_BUCKETS: &[f64] = &[
@@ -171,6 +173,14 @@ fn describe() {
         LOG_LINES_LOST,
         "Log lines dropped (the log writer fell behind) or not written (stderr failed)."
     );
+    describe_counter!(
+        NOTIFICATIONS,
+        "Notifiers run by job, notifier (on_failure, on_success) and result (succeeded, failed, timed_out, ...)."
+    );
+    describe_counter!(
+        RETRIES,
+        "Retry attempts of failed occurrences this node claimed and ran."
+    );
 }
 
 /// The result of one claim attempt.
@@ -278,6 +288,17 @@ pub fn jobs_loaded(count: usize) {
 /// Sets the count of lost log lines: `solocron_log_lines_lost_total`.
 pub fn log_lines_lost(total: u64) {
     counter!(LOG_LINES_LOST).absolute(total);
+}
+
+/// Counts a notifier run: `solocron_notifications_total{job,notifier,result}`.
+pub fn notification(job: &str, notifier: &'static str, result: &str) {
+    counter!(NOTIFICATIONS, "job" => job.to_string(), "notifier" => notifier, "result" => result.to_string())
+        .increment(1);
+}
+
+/// Counts a retry attempt this node ran: `solocron_retries_total{job}`.
+pub fn retried(job: &str) {
+    counter!(RETRIES, "job" => job.to_string()).increment(1);
 }
 
 #[cfg(test)]

@@ -31,6 +31,10 @@ fn job(name: &str, action: Action) -> Job {
         env: BTreeMap::new(),
         working_dir: None,
         output_log_max: solocron::config::DEFAULT_OUTPUT_LOG_MAX,
+        retries: 0,
+        retry_backoff: solocron::config::DEFAULT_RETRY_BACKOFF,
+        on_failure: None,
+        on_success: None,
     }
 }
 
@@ -47,6 +51,8 @@ fn ctx(job: Job) -> RunContext {
         env_file: Default::default(),
         lost_lease_grace: Duration::from_millis(500),
         lease_lost: Default::default(),
+        attempt: 1,
+        notice: None,
     }
 }
 

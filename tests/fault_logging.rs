@@ -63,7 +63,7 @@ fn start_piped(work: &Workdir, redis: &RedisServer, id: &str, out: OwnedFd) -> P
 
 fn config(work: &Workdir, metrics_port: u16, command: &str) {
     work.write_config(&format!(
-        "[daemon]\nmetrics_listen = \"127.0.0.1:{metrics_port}\"\n\n[jobs.tick]\nschedule = \"* * * * * *\"\ncommand = '{command}'\n"
+        "[daemon]\nmetrics_listen = \"127.0.0.1:{metrics_port}\"\n\n[jobs.tick]\nschedule = \"*/2 * * * * *\"\ncommand = '{command}'\n"
     ));
 }
 
@@ -134,7 +134,7 @@ fn a_closed_log_pipe_costs_log_lines_not_runs() {
     drop(lines); // `| head`: the reader is gone
     let closed = chrono::Utc::now();
     wait_until(
-        Duration::from_secs(20),
+        Duration::from_secs(40),
         "five runs recorded after the pipe closed",
         || runs_after(&redis, "n1", closed) >= 5,
     );
@@ -183,7 +183,7 @@ fn a_log_reader_that_stopped_reading_blocks_no_run() {
     );
     let overflowed = chrono::Utc::now();
     wait_until(
-        Duration::from_secs(20),
+        Duration::from_secs(40),
         "five more runs recorded after the overflow",
         || runs_after(&redis, "n1", overflowed) >= 5,
     );

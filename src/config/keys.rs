@@ -46,6 +46,12 @@ pub const JOB: &[&str] = &[
     "on_lock_lost",
     "overlap",
     "output_log_max",
+    "retries",
+    "retry_backoff",
+    "on_failure",
+    "on_success",
 ];
+/// A job's `on_failure = { ... }` / `on_success = { ... }`.
+pub const NOTIFIER: &[&str] = &["command", "argv", "http", "timeout"];
 /// A job's `http = { ... }`.
 pub const HTTP: &[&str] = &["url", "method", "timeout", "headers", "body"];

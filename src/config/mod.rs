@@ -29,6 +29,7 @@ mod interpolate;
 mod job;
 pub mod keys;
 mod model;
+mod notifier;
 mod redis;
 mod sections;
 mod table;

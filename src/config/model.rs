@@ -292,7 +292,31 @@ pub struct Job {
     pub working_dir: Option<PathBuf>,
     /// Bytes of one run's output that go to the log; the rest is counted.
     pub output_log_max: u64,
+    /// How many times a failed or timed-out run of an occurrence is tried
+    /// again (0: never).
+    pub retries: u32,
+    /// The pause before the first retry; doubled for each later one.
+    pub retry_backoff: Duration,
+    /// Run once per occurrence that ends `failed`, `timed_out`,
+    /// `lock_lost`, `missed` or `abandoned` (after the last retry).
+    pub on_failure: Option<Arc<Notifier>>,
+    /// Run once per occurrence that ends `succeeded`.
+    pub on_success: Option<Arc<Notifier>>,
 }
+
+/// `on_failure = { ... }` / `on_success = { ... }`: an action of its own,
+/// run with the outcome of the job's run, under its own timeout.
+#[derive(Clone, Debug)]
+pub struct Notifier {
+    pub action: Action,
+    /// Default [`DEFAULT_NOTIFIER_TIMEOUT`].
+    pub timeout: Duration,
+}
+
+/// Default `timeout` of a notifier: 30 s.
+pub const DEFAULT_NOTIFIER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default `retry_backoff`: 30 s.
+pub const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_secs(30);
 
 /// Default of `output_log_max`: 64 KiB.
 pub const DEFAULT_OUTPUT_LOG_MAX: u64 = 64 * 1024;
@@ -348,6 +372,10 @@ impl fmt::Debug for Job {
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .field("working_dir", &self.working_dir)
             .field("output_log_max", &self.output_log_max)
+            .field("retries", &self.retries)
+            .field("retry_backoff", &self.retry_backoff)
+            .field("on_failure", &self.on_failure)
+            .field("on_success", &self.on_success)
             .finish()
     }
 }

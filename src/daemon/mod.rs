@@ -13,10 +13,12 @@
 
 mod clock;
 mod health;
+mod notifications;
 mod occurrence;
 mod recording;
 mod registry_loop;
 mod reload;
+mod retry;
 mod timetable;
 
 use std::collections::{BTreeMap, HashMap};
@@ -37,7 +39,7 @@ use crate::{metrics, notify, registry};
 pub use crate::coordinator::connect;
 pub use clock::offset_ms;
 pub use health::is_refusal;
-pub use occurrence::{Runner, claim_deadline, run_lease};
+pub use occurrence::{Attempt, Runner, claim_deadline, run_lease};
 pub use recording::{GAP_LISTED, gap_entries};
 pub use timetable::rfc3339;
 

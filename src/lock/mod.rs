@@ -136,6 +136,14 @@ pub enum Target {
         name: String,
         deadline_ms: i64,
     },
+    /// Attempt `attempt` (2, 3…) of a scheduled occurrence whose attempt
+    /// before failed; claimable until `deadline_ms` (the next occurrence).
+    Retry {
+        at_ms: i64,
+        name: String,
+        attempt: u32,
+        deadline_ms: i64,
+    },
     /// A manual run (`manual-…`): never recorded as an occurrence.
     Manual { name: String },
 }
@@ -144,8 +152,48 @@ impl Target {
     /// The name runs and logs see (`SOLOCRON_OCCURRENCE`).
     pub fn name(&self) -> &str {
         match self {
-            Target::Scheduled { name, .. } | Target::Manual { name } => name,
+            Target::Scheduled { name, .. }
+            | Target::Retry { name, .. }
+            | Target::Manual { name } => name,
         }
+    }
+}
+
+/// Where the retries of one occurrence stand ([`Locker::retry_state`]).
+/// `attempt` is the last attempt marked for it (0: none, no retry yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryState {
+    /// Attempt `attempt` may be claimed from `at_ms` (epoch ms) on.
+    Pending { attempt: u32, at_ms: i64 },
+    /// A run of the job is in progress (its lock is held).
+    Running { attempt: u32 },
+    /// No run is in progress and no attempt is pending: the occurrence is
+    /// over, or a newer one was decided.
+    Finished { attempt: u32 },
+}
+
+impl RetryState {
+    /// How far along the occurrence is, to merge Redlock members' views:
+    /// a later attempt says more, and pending says more than running.
+    fn rank(self) -> (u32, u8) {
+        match self {
+            RetryState::Pending { attempt, .. } => (attempt, 2),
+            RetryState::Running { attempt } => (attempt, 1),
+            RetryState::Finished { attempt } => (attempt, 0),
+        }
+    }
+}
+
+/// The [`RetryState`] of an occurrence from its job's state hash: the last
+/// attempt marked for it, whether that one is pending (and from when),
+/// whether a run of the job is in progress.
+fn retry_state_of(attempt: u32, pending: bool, at_ms: i64, running: bool) -> RetryState {
+    if pending && attempt > 1 {
+        RetryState::Pending { attempt, at_ms }
+    } else if running {
+        RetryState::Running { attempt }
+    } else {
+        RetryState::Finished { attempt }
     }
 }
 
@@ -408,6 +456,16 @@ impl Locker {
         match self.single() {
             Some(server) => server.check_abandoned(&keys, job).await,
             None => quorum::check_abandoned(&self.servers, &keys, job).await,
+        }
+    }
+
+    /// Where the retries of `job`'s occurrence `at_ms` stand (a hint for
+    /// when to claim the next attempt; the claim itself decides).
+    pub async fn retry_state(&self, job: &str, at_ms: i64) -> Result<RetryState, LockError> {
+        let keys = self.keys(job);
+        match self.single() {
+            Some(server) => server.retry_state(&keys, job, at_ms).await,
+            None => quorum::retry_state(&self.servers, &keys, job, at_ms).await,
         }
     }
 

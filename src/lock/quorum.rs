@@ -30,7 +30,10 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 
 use super::server::Server;
-use super::{AbandonCheck, Claim, ClaimReply, JobKeys, Lease, LockError, Missed, Released, Target};
+use super::{
+    AbandonCheck, Claim, ClaimReply, JobKeys, Lease, LockError, Missed, Released, RetryState,
+    Target,
+};
 use crate::history::Entry;
 
 /// Longest wait for one master's answer.
@@ -334,6 +337,31 @@ pub(super) async fn check_abandoned(
         .map_or(AbandonCheck::Idle, |(ttl_left, holder)| {
             AbandonCheck::Held { ttl_left, holder }
         }))
+}
+
+/// The most advanced view any member that answered has (a pending later
+/// attempt, else a running one); only a hint for when to claim.
+pub(super) async fn retry_state(
+    servers: &[Server],
+    keys: &JobKeys,
+    job: &str,
+    at_ms: i64,
+) -> Result<RetryState, LockError> {
+    let answers = on_all(servers, job, "retry state", |server| {
+        server.retry_state(keys, job, at_ms)
+    })
+    .await;
+    let done: Vec<RetryState> = answers
+        .iter()
+        .filter_map(|answer| answer.as_ref().ok().copied())
+        .collect();
+    if done.len() < majority(servers) {
+        return Err(no_quorum("retry state", job, servers, done.len(), &answers));
+    }
+    Ok(done
+        .into_iter()
+        .max_by_key(|state| state.rank())
+        .unwrap_or(RetryState::Finished { attempt: 0 }))
 }
 
 fn no_quorum<T>(

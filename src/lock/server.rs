@@ -265,11 +265,17 @@ impl Server {
         token: &str,
         ttl: Duration,
     ) -> Result<ClaimReply, LockError> {
-        let (mode, at_ms, deadline_ms) = match target {
+        let (mode, at_ms, deadline_ms, attempt) = match target {
             Target::Scheduled {
                 at_ms, deadline_ms, ..
-            } => ("scheduled", *at_ms, *deadline_ms),
-            Target::Manual { .. } => ("manual", 0, 0),
+            } => ("scheduled", *at_ms, *deadline_ms, 1),
+            Target::Retry {
+                at_ms,
+                deadline_ms,
+                attempt,
+                ..
+            } => ("retry", *at_ms, *deadline_ms, *attempt),
+            Target::Manual { .. } => ("manual", 0, 0, 1),
         };
         let mut invocation = self.scripts.claim.prepare_invoke();
         invocation
@@ -283,7 +289,8 @@ impl Server {
             .arg(ttl_ms(ttl))
             .arg(target.name())
             .arg(self.history_max)
-            .arg(deadline_ms);
+            .arg(deadline_ms)
+            .arg(attempt);
         let (reply, acked, listed): (Vec<String>, _, _) = self
             .invoke_with(&invocation, "claim", job, self.watches_replicas())
             .await?;
@@ -447,6 +454,40 @@ impl Server {
                 });
             }
         })
+    }
+
+    pub(super) async fn retry_state(
+        &self,
+        keys: &super::JobKeys,
+        job: &str,
+        at_ms: i64,
+    ) -> Result<super::RetryState, LockError> {
+        let fields: Vec<Option<String>> = redis::cmd("HMGET")
+            .arg(&keys.state)
+            .arg(&[
+                "retry_occ",
+                "retry_attempt",
+                "retry_state",
+                "retry_at",
+                "run_token",
+            ])
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|source| redis_error("retry state", job, source))?;
+        let field = |i: usize| fields.get(i).cloned().flatten().unwrap_or_default();
+        let occurrence = at_ms.to_string();
+        let this_one = field(0) == occurrence;
+        let attempt = if this_one {
+            field(1).parse().unwrap_or(0)
+        } else {
+            0
+        };
+        Ok(super::retry_state_of(
+            attempt,
+            this_one && field(2) == "pending",
+            field(3).parse().unwrap_or(0),
+            !field(4).is_empty(),
+        ))
     }
 
     pub(super) async fn load_scripts(&self) -> Result<(), redis::RedisError> {

@@ -270,6 +270,7 @@ mod tests {
                 error: None,
                 output_tail: None,
                 attempt: None,
+                retry_at: None,
             },
         }
     }
