@@ -31,6 +31,8 @@ fn job(name: &str, action: Action) -> Job {
         env: BTreeMap::new(),
         working_dir: None,
         output_log_max: solocron::config::DEFAULT_OUTPUT_LOG_MAX,
+        splay: Duration::ZERO,
+        splay_offset: Duration::ZERO,
         retries: 0,
         retry_backoff: solocron::config::DEFAULT_RETRY_BACKOFF,
         on_failure: None,

@@ -94,6 +94,9 @@ fn canonical(job: &Job) -> String {
     if job.output_log_max != DEFAULT_OUTPUT_LOG_MAX {
         line("output_log_max", job.output_log_max.to_string());
     }
+    if !job.splay.is_zero() {
+        line("splay_ms", job.splay.as_millis().to_string());
+    }
     if job.retries != 0 {
         line("retries", job.retries.to_string());
         line(

@@ -28,7 +28,7 @@ use super::http::http_action;
 use super::interpolate::{Place, is_env_name};
 use super::model::{
     Action, DEFAULT_OUTPUT_LOG_MAX, DEFAULT_RETRY_BACKOFF, HttpAction, Job, Notifier, OnLockLost,
-    Overlap,
+    Overlap, splay_offset,
 };
 use super::notifier::read_notifier;
 use super::table::{Table, closest};
@@ -57,6 +57,7 @@ pub(super) struct JobFields {
     env: BTreeMap<String, String>,
     working_dir: Option<PathBuf>,
     output_log_max: Option<u64>,
+    splay: Option<Duration>,
     retries: Option<u32>,
     retry_backoff: Option<Duration>,
     on_failure: Option<Arc<Notifier>>,
@@ -95,6 +96,7 @@ impl JobFields {
         fields.on_lock_lost = ctx.keep(on_lock_lost(table)).flatten();
         fields.overlap = ctx.keep(overlap(table)).flatten();
         fields.output_log_max = ctx.keep(table.size("output_log_max")).flatten();
+        fields.splay = ctx.keep(table.duration("splay", Duration::ZERO)).flatten();
         fields.retries = ctx.keep(retries(table)).flatten();
         fields.retry_backoff = ctx
             .keep(table.duration("retry_backoff", ONE_SECOND))
@@ -214,6 +216,7 @@ impl JobFields {
         if ctx.error_count() > before {
             return None;
         }
+        let splay = self.splay.or(defaults.splay).unwrap_or(Duration::ZERO);
         let schedule = utc.with_timezone(self.timezone.or(defaults.timezone).unwrap_or(Tz::UTC));
         let mut env = defaults.env.clone();
         env.extend(self.env);
@@ -245,6 +248,8 @@ impl JobFields {
                 .output_log_max
                 .or(defaults.output_log_max)
                 .unwrap_or(DEFAULT_OUTPUT_LOG_MAX),
+            splay,
+            splay_offset: splay_offset(name, splay),
             retries: self.retries.or(defaults.retries).unwrap_or(0),
             retry_backoff: self
                 .retry_backoff

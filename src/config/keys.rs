@@ -30,6 +30,7 @@ pub const DAEMON: &[&str] = &[
     "history_max",
     "metrics_listen",
     "env_file",
+    "clock",
 ];
 /// `[jobs.NAME]` and `[defaults]`.
 pub const JOB: &[&str] = &[
@@ -46,6 +47,7 @@ pub const JOB: &[&str] = &[
     "on_lock_lost",
     "overlap",
     "output_log_max",
+    "splay",
     "retries",
     "retry_backoff",
     "on_failure",

@@ -22,7 +22,7 @@ mod retry;
 mod timetable;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use anyhow::Context as _;
@@ -31,7 +31,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
-use crate::config::Config;
+use chrono::{DateTime, Utc};
+
+use crate::config::{ClockSource, Config};
 use crate::exec::Executor;
 use crate::lock::Locker;
 use crate::{metrics, notify, registry};
@@ -79,8 +81,11 @@ pub(crate) struct Shared {
     claim_turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// `[daemon] env_file` of the loaded config, for the jobs' environment.
     env_file: RwLock<Arc<BTreeMap<String, String>>>,
-    /// Last measured clock offset against Redis, ms; `i64::MIN` = unknown.
-    clock_offset: AtomicI64,
+    /// Last measured clock offset against Redis, µs; `i64::MIN` = unknown.
+    clock_offset_us: AtomicI64,
+    /// `[daemon] clock = "redis"`: fire by this node's clock minus the
+    /// offset (see [`Shared::now`]).
+    clock_from_redis: AtomicBool,
     /// Woken when the clock offset is first measured, to publish it at once.
     pub clock_measured: tokio::sync::Notify,
     /// Cancelled when the daemon cannot go on (Redis refused it at start),
@@ -143,12 +148,43 @@ impl Shared {
         }
     }
 
-    pub fn set_clock_offset(&self, ms: i64) {
-        self.clock_offset.store(ms, Ordering::Relaxed);
+    /// Stores the offset (this node's clock minus Redis's) just measured.
+    pub fn set_clock_offset_us(&self, us: i64) {
+        self.clock_offset_us.store(us, Ordering::Relaxed);
     }
 
+    /// The last measured offset in ms, if any.
     pub fn clock_offset(&self) -> Option<i64> {
-        Some(self.clock_offset.load(Ordering::Relaxed)).filter(|ms| *ms != i64::MIN)
+        self.clock_offset_us().map(|us| us.div_euclid(1000))
+    }
+
+    fn clock_offset_us(&self) -> Option<i64> {
+        Some(self.clock_offset_us.load(Ordering::Relaxed)).filter(|us| *us != i64::MIN)
+    }
+
+    /// The instant occurrences are fired by: with `clock = "redis"`, this
+    /// node's wall clock corrected by the offset last measured against
+    /// Redis `TIME` (so every node fires at the same instant whatever its
+    /// own clock says); with `clock = "local"`, or before the first
+    /// measurement, the wall clock as it is.
+    pub fn now(&self) -> DateTime<Utc> {
+        let local = Utc::now();
+        match self.clock_offset_us() {
+            Some(offset) if self.clock_from_redis.load(Ordering::Relaxed) => local
+                .checked_sub_signed(chrono::TimeDelta::microseconds(offset))
+                .unwrap_or(local),
+            _ => local,
+        }
+    }
+
+    /// Whether occurrences fire by Redis's clock (`[daemon] clock`).
+    pub fn clock_from_redis(&self) -> bool {
+        self.clock_from_redis.load(Ordering::Relaxed)
+    }
+
+    fn set_clock_source(&self, clock: ClockSource) {
+        self.clock_from_redis
+            .store(clock == ClockSource::Redis, Ordering::Relaxed);
     }
 }
 
@@ -191,7 +227,8 @@ pub async fn run(
         watches: recording::Watches::default(),
         claim_turns: Mutex::new(HashMap::new()),
         env_file: RwLock::new(Arc::new(config.env.clone())),
-        clock_offset: AtomicI64::new(i64::MIN),
+        clock_offset_us: AtomicI64::new(i64::MIN),
+        clock_from_redis: AtomicBool::new(config.daemon.clock == ClockSource::Redis),
         clock_measured: tokio::sync::Notify::new(),
         fatal: CancellationToken::new(),
         fatal_reason: Mutex::new(None),
@@ -220,7 +257,7 @@ pub async fn run(
     recording::spawn_startup_check(&shared, &config.jobs);
     info!(node = %options.node, jobs = config.jobs.len(), "jobs scheduled");
     loop {
-        let wake = timetable.next_wake();
+        let wake = timetable.next_wake(&shared);
         tokio::select! {
             signal = stops.recv() => {
                 info!(node = %options.node, signal = signal.unwrap_or("stop"), "stop requested");

@@ -37,21 +37,25 @@ use crate::metrics::{self, ClaimResult};
 /// First and longest pause between retries while Redis fails.
 const RETRY_FIRST: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(1);
+/// The most a scheduled claim waits, at random, before it is sent.
+const FAIR_SPREAD: Duration = Duration::from_millis(1);
 /// How long after the deadline (this node's clock) claims are still retried:
 /// above the redis response timeout plus the clock offset we warn about.
 const GIVE_UP_MARGIN: Duration = Duration::from_millis(1500);
 
 /// The last instant `at` of `job` may still be claimed: `starting_deadline`
-/// after it, but never once the job's next occurrence is due.
+/// after it fires, but never once the job's next occurrence fires (an
+/// occurrence fires at its instant plus the job's splay offset).
 pub fn claim_deadline(job: &Job, at: DateTime<Utc>) -> DateTime<Utc> {
     let late = chrono::TimeDelta::from_std(job.starting_deadline).unwrap_or(chrono::TimeDelta::MAX);
     let by_deadline = at
         .checked_add_signed(late)
         .unwrap_or(DateTime::<Utc>::MAX_UTC);
-    match job.schedule.next_after(at) {
+    let deadline = match job.schedule.next_after(at) {
         Some(next) => by_deadline.min(next),
         None => by_deadline,
-    }
+    };
+    job.fires_at(deadline)
 }
 
 /// Claims and, if won, runs the occurrence of `job` at `at`.
@@ -69,7 +73,7 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
     // in time is answered to a node that is still waiting for it, never to
     // one that gave up (a lock nobody runs under).
     let give_up = Instant::now()
-        + (deadline_at - Utc::now())
+        + (deadline_at - shared.now())
             .to_std()
             .unwrap_or(Duration::ZERO)
         + GIVE_UP_MARGIN;
@@ -81,6 +85,12 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
     // in no record at all. An older one gives up at the newer one's time.
     let turn = shared.claim_turn(&job.name);
     let _turn = turn.lock().await;
+    // Every node fires at the same instant (by Redis's clock); which one
+    // is first by a few hundred µs is a fixed bias of its offset estimate.
+    // Up to a millisecond at random makes the winner a fair draw instead.
+    if !catch_up {
+        tokio::time::sleep(FAIR_SPREAD.mul_f64(rand::random::<f64>())).await;
+    }
     loop {
         let sent = Instant::now();
         let claimed = if Instant::now() >= give_up {
@@ -176,7 +186,9 @@ async fn decided(
             };
             let run = run_lease(&runner, job, &lease, name, sent, attempt);
             let ((), (report, retry_at)) = tokio::join!(gap, run);
-            let lag = (report.started_at - at).to_std().unwrap_or(Duration::ZERO);
+            let lag = (report.started_at - job.fires_at(at))
+                .to_std()
+                .unwrap_or(Duration::ZERO);
             metrics::fire_to_start(&job.name, lag);
             let ran = retry::Ran::new(1, lease.fence, &report);
             if retry_at.is_some() {
@@ -318,9 +330,10 @@ pub async fn run_lease(
         never = keep => match never {},
     };
     metrics::run_finished(&job.name, report.outcome.as_str(), report.duration);
-    let retry_at = attempt
-        .occurrence
-        .and_then(|at| retry::next_attempt_at(job, at, attempt.number, report.outcome, Utc::now()));
+    let retry_at = attempt.occurrence.and_then(|at| {
+        let now = runner.shared.map_or_else(Utc::now, Shared::now);
+        retry::next_attempt_at(job, at, attempt.number, report.outcome, now)
+    });
     log_finished(
         job,
         name,

@@ -74,9 +74,11 @@ fn backoff(base: Duration, attempt: u32) -> Duration {
 
 /// Retries of `at` must start before this: the job's next occurrence.
 pub fn deadline(job: &Job, at: DateTime<Utc>) -> DateTime<Utc> {
-    job.schedule
-        .next_after(at)
-        .unwrap_or_else(|| at + TimeDelta::days(1))
+    job.fires_at(
+        job.schedule
+            .next_after(at)
+            .unwrap_or_else(|| at + TimeDelta::days(1)),
+    )
 }
 
 /// The attempt this node ran last, which failed.
@@ -129,7 +131,7 @@ async fn follow(shared: &Arc<Shared>, job: &Arc<Job>, at: DateTime<Utc>, mut ran
         if shared.cancel.is_cancelled() {
             return;
         }
-        if Utc::now() >= until {
+        if shared.now() >= until {
             // Nobody claimed the retry this node's failure asked for.
             if let Some(ran) = ran.take() {
                 warn!(job = %job.name, occurrence = %name, node = %shared.locker.node(), attempt = ran.attempt,
@@ -171,7 +173,7 @@ async fn follow(shared: &Arc<Shared>, job: &Arc<Job>, at: DateTime<Utc>, mut ran
             Duration::ZERO
         };
         let start = DateTime::from_timestamp_millis(at_ms).unwrap_or_else(Utc::now);
-        let wait = (start - Utc::now()).to_std().unwrap_or(Duration::ZERO) + defer;
+        let wait = (start - shared.now()).to_std().unwrap_or(Duration::ZERO) + defer;
         pause(shared, wait).await;
         match claim_and_run(shared, job, at, &name, attempt, until).await {
             Step::Ran(next) => match next {
@@ -218,7 +220,7 @@ async fn claim_and_run(
     };
     let token = new_token();
     loop {
-        if shared.cancel.is_cancelled() || Utc::now() >= until {
+        if shared.cancel.is_cancelled() || shared.now() >= until {
             return Step::Over;
         }
         let sent = Instant::now();

@@ -4,6 +4,9 @@
 //! overlapping occurrence is still claimed (and recorded as skipped) while a
 //! run goes on, and 10,000 idle jobs cost one sleeping timer, not 10,000.
 //!
+//! "Now" is [`Shared::now`]: Redis's clock with `clock = "redis"` (this
+//! node's clock corrected by its measured offset), so every node fires at
+//! the same instant, or this node's own with `clock = "local"`.
 //! The timer sleeps on the monotonic clock but re-reads the wall clock at
 //! least every minute, so a stepped clock (NTP) moves the wake-up with it and
 //! no occurrence is lost to a long sleep computed from a stale "now".
@@ -79,7 +82,7 @@ impl Timetable {
             }
             diff.removed.push(name);
         }
-        let now = Utc::now();
+        let now = shared.now();
         for job in jobs {
             let fingerprint = job.fingerprint();
             match self.by_name.get(&job.name) {
@@ -112,7 +115,7 @@ impl Timetable {
     /// When the earliest occurrence is due by the wall clock, but at most
     /// [`MAX_SLEEP`] from now (then [`Timetable::fire_due`] finds nothing
     /// due and the wall clock is read again).
-    pub fn next_wake(&mut self) -> Instant {
+    pub fn next_wake(&mut self, shared: &Shared) -> Instant {
         while let Some(Reverse((_, slot))) = self.heap.peek() {
             if self.slots.contains_key(slot) {
                 break;
@@ -123,7 +126,11 @@ impl Timetable {
             .heap
             .peek()
             .and_then(|Reverse((_, slot))| self.slots.get(slot))
-            .map(|slot| (slot.next - Utc::now()).to_std().unwrap_or(Duration::ZERO))
+            .map(|slot| {
+                (slot.job.fires_at(slot.next) - shared.now())
+                    .to_std()
+                    .unwrap_or(Duration::ZERO)
+            })
             .unwrap_or(MAX_SLEEP);
         Instant::now() + left.saturating_sub(EARLY_WAKE).min(MAX_SLEEP)
     }
@@ -131,8 +138,8 @@ impl Timetable {
     /// Starts an attempt for every occurrence due by now and schedules each
     /// job's next one.
     pub fn fire_due(&mut self, shared: &Arc<Shared>) {
-        self.sleep_to_the_earliest();
-        let now = Utc::now();
+        self.sleep_to_the_earliest(shared);
+        let now = shared.now();
         while let Some(&Reverse((at_ms, slot))) = self.heap.peek() {
             if at_ms > now.timestamp_millis() {
                 break;
@@ -141,7 +148,7 @@ impl Timetable {
             let Some(Slot { job, next }) = self.slots.remove(&slot) else {
                 continue;
             };
-            if next > now {
+            if job.fires_at(next) > now {
                 // Sub-millisecond early: keep it for the next wake-up.
                 self.schedule(slot, job, Some(next));
                 break;
@@ -155,14 +162,14 @@ impl Timetable {
     /// Woken up to [`EARLY_WAKE`] before the earliest occurrence: sleep the
     /// rest on this thread (the daemon's main loop, not a runtime worker),
     /// with the OS timer's ~50 µs precision.
-    fn sleep_to_the_earliest(&self) {
+    fn sleep_to_the_earliest(&self, shared: &Shared) {
         let Some(Reverse((_, slot))) = self.heap.peek() else {
             return;
         };
         let Some(slot) = self.slots.get(slot) else {
             return;
         };
-        if let Ok(left) = (slot.next - Utc::now()).to_std()
+        if let Ok(left) = (slot.job.fires_at(slot.next) - shared.now()).to_std()
             && left <= EARLY_WAKE
         {
             std::thread::sleep(left);
@@ -172,7 +179,8 @@ impl Timetable {
     fn schedule(&mut self, slot: u64, job: Arc<Job>, next: Option<DateTime<Utc>>) {
         match next {
             Some(next) => {
-                self.heap.push(Reverse((next.timestamp_millis(), slot)));
+                let fires = job.fires_at(next).timestamp_millis();
+                self.heap.push(Reverse((fires, slot)));
                 self.slots.insert(slot, Slot { job, next });
             }
             None => info!(job = %job.name, "schedule has no further occurrences"),
@@ -213,8 +221,10 @@ fn spawn_attempt(shared: &Arc<Shared>, job: &Arc<Job>, at: DateTime<Utc>, catch_
     ));
 }
 
-/// The latest occurrence within `starting_deadline` before `now`, if any.
+/// The latest occurrence within `starting_deadline` before `now`, if any
+/// (both counted from when it fires: its instant plus the job's splay).
 fn catch_up(job: &Job, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let now = unsplayed(job, now);
     // Checked: a deadline reaching before year 1 just means "all of the past".
     let after = now
         .checked_sub_signed(chrono_duration(job.starting_deadline))
@@ -231,6 +241,7 @@ fn catch_up(job: &Job, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
 /// From a due occurrence `at`, the latest one due by `now`, and how many
 /// were passed over to get there.
 fn latest_due(job: &Job, at: DateTime<Utc>, now: DateTime<Utc>) -> (DateTime<Utc>, u64) {
+    let now = unsplayed(job, now);
     let mut due = at;
     let mut passed = 0;
     while let Some(later) = job.schedule.next_after(due).filter(|later| *later <= now) {
@@ -238,6 +249,12 @@ fn latest_due(job: &Job, at: DateTime<Utc>, now: DateTime<Utc>) -> (DateTime<Utc
         passed += 1;
     }
     (due, passed)
+}
+
+/// `now` moved back by `job`'s splay: occurrences at or before it have fired.
+fn unsplayed(job: &Job, now: DateTime<Utc>) -> DateTime<Utc> {
+    now.checked_sub_signed(chrono_duration(job.splay_offset))
+        .unwrap_or(now)
 }
 
 /// RFC 3339 UTC with whole seconds and `Z`: the name of an occurrence.

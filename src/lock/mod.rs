@@ -508,6 +508,11 @@ impl Locker {
     pub async fn redis_time_ms(&self) -> Result<(i64, Duration), redis::RedisError> {
         coordinator_time_ms(&self.coordinator).await
     }
+
+    /// [`Locker::redis_time_ms`] in µs.
+    pub async fn redis_time_us(&self) -> Result<(i64, Duration), redis::RedisError> {
+        coordinator_time_us(&self.coordinator).await
+    }
 }
 
 /// Redis `TIME` of `coordinator` as UTC epoch ms and the round trip: one
@@ -515,11 +520,19 @@ impl Locker {
 pub async fn coordinator_time_ms(
     coordinator: &Coordinator,
 ) -> Result<(i64, Duration), redis::RedisError> {
+    let (us, rtt) = coordinator_time_us(coordinator).await?;
+    Ok((us.div_euclid(1000), rtt))
+}
+
+/// [`coordinator_time_ms`] in µs.
+pub async fn coordinator_time_us(
+    coordinator: &Coordinator,
+) -> Result<(i64, Duration), redis::RedisError> {
     let answers = join_all(coordinator.members().iter().map(|member| async move {
         let sent = std::time::Instant::now();
         let time = tokio::time::timeout(
             quorum::ANSWER_TIMEOUT * 3,
-            crate::coordinator::redis_time_ms(&member.conn),
+            crate::coordinator::redis_time_us(&member.conn),
         )
         .await
         .unwrap_or_else(|_| Err(timed_out("TIME")));
