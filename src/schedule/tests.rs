@@ -6,7 +6,8 @@ use chrono_tz::Tz;
 
 use std::sync::Arc;
 
-use super::{Schedule, ScheduleError, parse_in_parallel};
+use super::{PARSED, RECENT_MAX, Schedule, ScheduleError, lock, parse_in_parallel, parsed};
+use std::sync::Weak;
 
 fn utc_at(text: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(text)
@@ -417,10 +418,11 @@ fn schedules_of_one_pattern_share_its_parsed_form_in_any_zone() {
     let a = Schedule::parse("17 3 * * *", Tz::UTC).unwrap();
     let b = Schedule::parse(" 17 3 * * * ", Tz::Europe__Berlin).unwrap();
     let c = a.with_timezone(Tz::Asia__Tashkent);
-    assert!(Arc::ptr_eq(&a.cron, &b.cron));
-    assert!(Arc::ptr_eq(&a.cron, &c.cron));
+    let form = |s: &Schedule| parsed(&s.pattern).ok().expect("parses");
+    assert!(Arc::ptr_eq(&form(&a), &form(&b)));
+    assert!(Arc::ptr_eq(&form(&a), &form(&c)));
     let other = Schedule::parse("18 3 * * *", Tz::UTC).unwrap();
-    assert!(!Arc::ptr_eq(&a.cron, &other.cron));
+    assert!(!Arc::ptr_eq(&form(&a), &form(&other)));
     // Shared, yet each reads the pattern in its own zone.
     let after = utc_at("2026-06-01T00:00:00Z");
     assert_eq!(a.next_after(after), Some(utc_at("2026-06-01T03:17:00Z")));
@@ -438,18 +440,41 @@ fn parsing_in_parallel_gives_what_parsing_one_by_one_gives() {
     let after = utc_at("2026-11-30T12:00:00Z");
     for expr in &exprs[..600] {
         let one = Schedule::parse(expr, Tz::UTC).unwrap();
-        let shared = warmed
+        let form = parsed(&one.pattern).ok().expect("parses");
+        let warm = warmed
+            .0
             .iter()
-            .find(|warm| warm.expression() == expr)
-            .expect("warmed");
-        assert!(Arc::ptr_eq(&one.cron, &shared.cron), "{expr}");
-        assert_eq!(one.next_after(after), shared.next_after(after), "{expr}");
+            .find(|warm| Arc::ptr_eq(warm, &form))
+            .unwrap_or_else(|| panic!("{expr}: the loader finds it parsed"));
+        assert_eq!(one.next_after(after), one.next_with(warm, after), "{expr}");
     }
     assert!(Schedule::parse("not cron", Tz::UTC).is_err());
     assert!(matches!(
         Schedule::parse("0 0 30 2 *", Tz::UTC),
         Err(ScheduleError::NeverFires { .. })
     ));
+}
+
+/// A schedule keeps no parsed form: once nothing holds it and it fell out
+/// of the recent ones, it is dropped, and parsed again when needed, with
+/// the same answers (10,000 distinct expressions must not hold 70 MB).
+#[test]
+fn a_schedule_holds_no_parsed_form_and_answers_the_same_after_it_was_dropped() {
+    let expr = "7 11 13 2 *";
+    let schedule = Schedule::parse(expr, Tz::Europe__Berlin).unwrap();
+    let after = utc_at("2031-01-01T00:00:00Z");
+    let before = schedule.next_after(after);
+    // Push it out of the recent ones with other patterns.
+    for i in 0..(RECENT_MAX + 10) {
+        Schedule::parse(&format!("{} {} 1 1 *", i % 60, (i / 60) % 24), Tz::UTC).unwrap();
+    }
+    let alive = lock(&PARSED).get(expr).and_then(Weak::upgrade).is_some();
+    assert!(!alive, "nothing holds the parsed form any more");
+    assert_eq!(schedule.next_after(after), before);
+    assert_eq!(before, Some(utc_at("2031-02-13T10:07:00Z")));
+    // The hint answers from its own instant up to its occurrence.
+    let hint = schedule.hint.expect("computed at parse");
+    assert_eq!(schedule.next_after(hint.after), Some(hint.next));
 }
 
 #[test]
