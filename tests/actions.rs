@@ -31,6 +31,7 @@ fn job(name: &str, action: Action) -> Job {
         env: BTreeMap::new(),
         working_dir: None,
         output_log_max: solocron::config::DEFAULT_OUTPUT_LOG_MAX,
+        max_silence: None,
     }
 }
 

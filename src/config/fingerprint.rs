@@ -107,6 +107,9 @@ fn canonical(job: &Job) -> String {
     if job.output_log_max != DEFAULT_OUTPUT_LOG_MAX {
         line("output_log_max", job.output_log_max.to_string());
     }
+    if let Some(silence) = job.max_silence {
+        line("max_silence_ms", silence.as_millis().to_string());
+    }
     text
 }
 
@@ -141,6 +144,7 @@ mod tests {
             "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\nenv = { X = \"1\" }\n",
             "[defaults]\ntimeout = \"2h\"\n[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\n",
             "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\noutput_log_max = \"1KiB\"\n",
+            "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\nmax_silence = \"1d\"\n",
         ];
         let default_size =
             "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\noutput_log_max = \"64KiB\"\n";

@@ -52,6 +52,7 @@ pub(super) struct JobFields {
     env: BTreeMap<String, String>,
     working_dir: Option<PathBuf>,
     output_log_max: Option<u64>,
+    max_silence: Option<Duration>,
     /// Some key of the table was refused (the error is recorded): the
     /// checks of the job as a whole would only repeat it.
     failed: bool,
@@ -86,6 +87,9 @@ impl JobFields {
         fields.on_lock_lost = ctx.keep(on_lock_lost(table)).flatten();
         fields.overlap = ctx.keep(overlap(table)).flatten();
         fields.output_log_max = ctx.keep(table.size("output_log_max")).flatten();
+        fields.max_silence = ctx
+            .keep(table.duration("max_silence", ONE_SECOND))
+            .flatten();
         if let Some(env_table) = ctx.keep(table.table("env")).flatten() {
             fields.env = read_env(&env_table, ctx);
         }
@@ -230,6 +234,7 @@ impl JobFields {
                 .output_log_max
                 .or(defaults.output_log_max)
                 .unwrap_or(DEFAULT_OUTPUT_LOG_MAX),
+            max_silence: self.max_silence.or(defaults.max_silence),
         })
     }
 }

@@ -46,6 +46,7 @@ pub const JOB: &[&str] = &[
     "on_lock_lost",
     "overlap",
     "output_log_max",
+    "max_silence",
 ];
 /// A job's `http = { ... }`.
 pub const HTTP: &[&str] = &["url", "method", "timeout", "headers", "body"];

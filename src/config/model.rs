@@ -292,6 +292,10 @@ pub struct Job {
     pub working_dir: Option<PathBuf>,
     /// Bytes of one run's output that go to the log; the rest is counted.
     pub output_log_max: u64,
+    /// How long the job may go without a success before the Prometheus
+    /// rules alert (`solocron_job_max_silence_seconds`); `None`: a multiple
+    /// of its schedule's longest interval, set in the rules. At least 1 s.
+    pub max_silence: Option<Duration>,
 }
 
 /// Default of `output_log_max`: 64 KiB.
@@ -348,6 +352,7 @@ impl fmt::Debug for Job {
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .field("working_dir", &self.working_dir)
             .field("output_log_max", &self.output_log_max)
+            .field("max_silence", &self.max_silence)
             .finish()
     }
 }
