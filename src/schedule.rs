@@ -41,8 +41,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::time::Duration;
 
-use chrono::{DateTime, SubsecRound, TimeZone, Utc};
+use chrono::{DateTime, SubsecRound, TimeDelta, TimeZone, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
@@ -162,7 +163,90 @@ impl Schedule {
         let after = Utc::now().trunc_subsecs(0);
         self.next_with(cron, after).map(|next| Hint { after, next })
     }
+
+    /// The last occurrence strictly before `before`, `None` if there is
+    /// none from 1970 on ([`YEARS`]).
+    pub fn previous_before(&self, before: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        // An occurrence on the truncated second is before `before` itself
+        // when `before` has a fraction of a second.
+        let inclusive = before.timestamp_subsec_nanos() > 0;
+        let start = before.trunc_subsecs(0).with_timezone(&self.tz);
+        parsed(&self.pattern)
+            .ok()?
+            .find_previous_occurrence(&start, inclusive)
+            .ok()
+            .map(|at| at.with_timezone(&Utc))
+    }
+
+    /// The longest interval between two consecutive occurrences from the
+    /// first one after `from` until `horizon` later (and over at least two
+    /// intervals, so a yearly schedule gets one); `None` if the schedule
+    /// has fewer than two occurrences left.
+    ///
+    /// Exact for every interval longer than [`EXACT_ABOVE`] and for those
+    /// among the first [`WALKED`] occurrences; a shorter interval further
+    /// out may be passed over (it is then no longer than [`EXACT_ABOVE`]).
+    /// That keeps the cost near [`WALKED`] + 2 × `horizon` / [`EXACT_ABOVE`]
+    /// occurrence searches whatever the schedule, where walking every
+    /// occurrence of `* * * * * *` over two months would take 5 million.
+    pub fn longest_interval(&self, from: DateTime<Utc>, horizon: Duration) -> Option<Duration> {
+        let end = TimeDelta::from_std(horizon)
+            .ok()
+            .and_then(|horizon| from.checked_add_signed(horizon))
+            .unwrap_or(DateTime::<Utc>::MAX_UTC);
+        // Parsed once for the whole walk, not looked up at every step.
+        let cron = parsed(&self.pattern).ok()?;
+        let next_after = |after: DateTime<Utc>| self.next_with(&cron, after.trunc_subsecs(0));
+        let mut at = next_after(from)?;
+        let mut longest = TimeDelta::zero();
+        let mut intervals = 0u32;
+        let covered = |at: DateTime<Utc>, intervals: u32| at >= end && intervals >= 2;
+        // The first occurrences one by one.
+        for _ in 0..WALKED {
+            if covered(at, intervals) {
+                break;
+            }
+            let Some(next) = next_after(at) else {
+                break;
+            };
+            longest = longest.max(next - at);
+            intervals += 1;
+            at = next;
+        }
+        // Then in jumps: every interval longer than the jump holds some
+        // probe, and the occurrences on either side of the probe bound it.
+        // What lies between `at` and the probe is shorter than the jump.
+        let min_jump = TimeDelta::from_std(EXACT_ABOVE).unwrap_or(TimeDelta::MAX);
+        for _ in 0..MAX_JUMPS {
+            if covered(at, intervals) {
+                break;
+            }
+            let Some(probe) = at.checked_add_signed(longest.max(min_jump)) else {
+                break;
+            };
+            let Some(next) = next_after(probe) else {
+                break;
+            };
+            let previous = self
+                .previous_before(next)
+                .map_or(at, |previous| previous.clamp(at, probe));
+            longest = longest.max(next - previous);
+            intervals += 1;
+            at = next;
+        }
+        if intervals == 0 {
+            return None;
+        }
+        longest.to_std().ok()
+    }
 }
+
+/// [`Schedule::longest_interval`] walks this many occurrences one by one.
+pub const WALKED: usize = 64;
+/// [`Schedule::longest_interval`] finds every interval longer than this.
+pub const EXACT_ABOVE: Duration = Duration::from_secs(6 * 3600);
+/// At most this many jumps: enough for a horizon of ten years.
+const MAX_JUMPS: usize = 15_000;
 
 // The parsed form is not shown (it holds a byte per year up to 5000).
 impl fmt::Debug for Schedule {

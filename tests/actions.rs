@@ -37,6 +37,7 @@ fn job(name: &str, action: Action) -> Job {
         retry_backoff: solocron::config::DEFAULT_RETRY_BACKOFF,
         on_failure: None,
         on_success: None,
+        max_silence: None,
     }
 }
 

@@ -116,6 +116,9 @@ fn canonical(job: &Job) -> String {
             action_lines(&mut line, &format!("{key}."), &notifier.action);
         }
     }
+    if let Some(silence) = job.max_silence {
+        line("max_silence_ms", silence.as_millis().to_string());
+    }
     text
 }
 
@@ -173,6 +176,7 @@ mod tests {
             "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\nretries = 2\n",
             "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\non_failure = { command = \"page\" }\n",
             "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\non_success = { argv = [\"ping\"] }\n",
+            "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\nmax_silence = \"1d\"\n",
         ];
         let default_size =
             "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\noutput_log_max = \"64KiB\"\n";

@@ -62,6 +62,7 @@ pub(super) struct JobFields {
     retry_backoff: Option<Duration>,
     on_failure: Option<Arc<Notifier>>,
     on_success: Option<Arc<Notifier>>,
+    max_silence: Option<Duration>,
     /// Some key of the table was refused (the error is recorded): the
     /// checks of the job as a whole would only repeat it.
     failed: bool,
@@ -103,6 +104,9 @@ impl JobFields {
             .flatten();
         fields.on_failure = read_notifier(table, "on_failure", ctx).map(Arc::new);
         fields.on_success = read_notifier(table, "on_success", ctx).map(Arc::new);
+        fields.max_silence = ctx
+            .keep(table.duration("max_silence", ONE_SECOND))
+            .flatten();
         if let Some(env_table) = ctx.keep(table.table("env")).flatten() {
             fields.env = read_env(&env_table, ctx);
         }
@@ -257,6 +261,7 @@ impl JobFields {
                 .unwrap_or(DEFAULT_RETRY_BACKOFF),
             on_failure: self.on_failure.or_else(|| defaults.on_failure.clone()),
             on_success: self.on_success.or_else(|| defaults.on_success.clone()),
+            max_silence: self.max_silence.or(defaults.max_silence),
         })
     }
 }

@@ -52,6 +52,7 @@ pub const JOB: &[&str] = &[
     "retry_backoff",
     "on_failure",
     "on_success",
+    "max_silence",
 ];
 /// A job's `on_failure = { ... }` / `on_success = { ... }`.
 pub const NOTIFIER: &[&str] = &["command", "argv", "http", "timeout"];

@@ -320,6 +320,10 @@ pub struct Job {
     pub on_failure: Option<Arc<Notifier>>,
     /// Run once per occurrence that ends `succeeded`.
     pub on_success: Option<Arc<Notifier>>,
+    /// How long the job may go without a success before the Prometheus
+    /// rules alert (`solocron_job_max_silence_seconds`); `None`: a multiple
+    /// of its schedule's longest interval, set in the rules. At least 1 s.
+    pub max_silence: Option<Duration>,
 }
 
 impl Job {
@@ -445,6 +449,7 @@ impl fmt::Debug for Job {
             .field("retry_backoff", &self.retry_backoff)
             .field("on_failure", &self.on_failure)
             .field("on_success", &self.on_success)
+            .field("max_silence", &self.max_silence)
             .finish()
     }
 }

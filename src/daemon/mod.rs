@@ -13,6 +13,7 @@
 
 mod clock;
 mod health;
+mod job_gauges;
 mod notifications;
 mod occurrence;
 mod recording;
@@ -94,6 +95,8 @@ pub(crate) struct Shared {
     fatal_reason: Mutex<Option<String>>,
     /// This daemon process's id in the node registry ([`registry::new_instance`]).
     pub instance: String,
+    /// The per-job gauges of the alerting rules.
+    pub job_gauges: job_gauges::JobGauges,
 }
 
 impl Shared {
@@ -215,6 +218,7 @@ pub async fn run(
     let executor = Executor::new()
         .context("cannot set up job execution")?
         .with_hurry(hurry.clone());
+    let (job_gauges, gauge_changes) = job_gauges::JobGauges::new();
     let shared = Arc::new(Shared {
         locker,
         executor,
@@ -233,6 +237,7 @@ pub async fn run(
         fatal: CancellationToken::new(),
         fatal_reason: Mutex::new(None),
         instance: registry::new_instance(),
+        job_gauges,
     });
     info!(
         node = %options.node,
@@ -249,6 +254,7 @@ pub async fn run(
     let tracker = &shared.tracker;
     tracker.spawn(clock::check_loop(Arc::clone(&shared)));
     tracker.spawn(registry_loop::run(Arc::clone(&shared), config_rx));
+    tracker.spawn(job_gauges::periods_loop(Arc::clone(&shared), gauge_changes));
     // Watchdog pings go on through the drain; they stop once it is over.
     let watchdog_stop = CancellationToken::new();
     let watchdog = tokio::spawn(notify::watchdog_loop(watchdog_stop.clone()));

@@ -64,7 +64,8 @@ struct Slot {
 impl Timetable {
     /// Makes the schedule match `jobs`: added and changed jobs start (with
     /// catch-up), removed ones stop being scheduled (a run in progress
-    /// finishes), unchanged ones keep their next occurrence.
+    /// finishes), unchanged ones keep their next occurrence. The per-job
+    /// gauges follow ([`super::job_gauges`]).
     pub fn apply(&mut self, shared: &Arc<Shared>, jobs: &[Arc<Job>]) -> Diff {
         let mut diff = Diff::default();
         let wanted: HashMap<&str, &Arc<Job>> =
@@ -80,6 +81,7 @@ impl Timetable {
             if let Some((slot, _)) = self.by_name.remove(&name) {
                 self.slots.remove(&slot);
             }
+            shared.job_gauges.removed(&name);
             diff.removed.push(name);
         }
         let now = shared.now();
@@ -103,7 +105,9 @@ impl Timetable {
             self.next_slot += 1;
             self.by_name.insert(job.name.clone(), (slot, fingerprint));
             self.schedule(slot, Arc::clone(job), job.schedule.next_after(now));
+            shared.job_gauges.scheduled(job);
         }
+        super::job_gauges::read_last_successes(shared, diff.added.clone());
         if self.heap.len() > 2 * self.slots.len() + 64 {
             let slots = &self.slots;
             self.heap

@@ -116,6 +116,15 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome (what `solocron_runs_total` is served at 0 for).
+    pub const ALL: [Outcome; 5] = [
+        Outcome::Succeeded,
+        Outcome::Failed,
+        Outcome::TimedOut,
+        Outcome::LockLost,
+        Outcome::Interrupted,
+    ];
+
     /// The name used in logs and history: `succeeded`, `failed`, `timed_out`,
     /// `lock_lost`, `interrupted`.
     pub fn as_str(self) -> &'static str {
@@ -298,6 +307,26 @@ impl Executor {
             finished_at: Utc::now(),
             duration: start.elapsed(),
             output_tail: finish.output_tail,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Outcome;
+
+    #[test]
+    fn all_lists_every_outcome_once_in_order() {
+        for (position, outcome) in Outcome::ALL.into_iter().enumerate() {
+            // A new variant fails to compile here until `ALL` lists it.
+            let index = match outcome {
+                Outcome::Succeeded => 0,
+                Outcome::Failed => 1,
+                Outcome::TimedOut => 2,
+                Outcome::LockLost => 3,
+                Outcome::Interrupted => 4,
+            };
+            assert_eq!(index, position, "{outcome:?}");
         }
     }
 }

@@ -13,7 +13,7 @@
 //! pipelined: `status` on a thousand jobs is a few round trips.
 
 mod format;
-mod history;
+pub(crate) mod history;
 mod source;
 mod status;
 
