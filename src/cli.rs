@@ -30,9 +30,10 @@ pub struct Cli {
 }
 
 impl Cli {
-    /// The `--log-format` of the chosen subcommand; text for those without
-    /// one (they print for people and log nothing worth a format).
-    pub fn log_format(&self) -> LogFormat {
+    /// The `--log-format` of the chosen subcommand (`None`: not given, the
+    /// journal when stderr is the journal, else text); text for those
+    /// without one (they print for people and log nothing worth a format).
+    pub fn log_format(&self) -> Option<LogFormat> {
         self.command.log_format()
     }
 }
@@ -85,9 +86,11 @@ pub struct RedisArg {
 /// `--log-format`.
 #[derive(Debug, Clone, Args)]
 pub struct LogArg {
-    /// Log format (the filter is taken from `SOLOCRON_LOG`, e.g. `info` or `debug`).
-    #[arg(long, env = "SOLOCRON_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
+    /// Log format [default: journal when stderr is the journal (under systemd), else text]
+    /// (the filter is taken from `SOLOCRON_LOG`, e.g. `info` or `debug`; the journal socket
+    /// from `SOLOCRON_JOURNAL_SOCKET`, default /run/systemd/journal/socket).
+    #[arg(long, env = "SOLOCRON_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
 }
 
 /// Where `status` and `history` read: the file is optional for them.
@@ -198,12 +201,13 @@ impl Command {
         }
     }
 
-    /// `--log-format` where the command has it (`run`, `trigger`), else text.
-    pub fn log_format(&self) -> LogFormat {
+    /// `--log-format` where the command has it (`run`, `trigger`; `None`
+    /// when not given), else text.
+    pub fn log_format(&self) -> Option<LogFormat> {
         match self {
             Command::Run(args) => args.log.log_format,
             Command::Trigger(args) => args.log.log_format,
-            Command::Check(_) | Command::Status(_) | Command::History(_) => LogFormat::Text,
+            Command::Check(_) | Command::Status(_) | Command::History(_) => Some(LogFormat::Text),
         }
     }
 }

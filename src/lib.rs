@@ -14,7 +14,8 @@
 //! - [`cli`]: command-line types, logging set-up and the subcommands.
 //! - [`shutdown`]: the future that completes on SIGTERM or SIGINT; SIGHUP reloads.
 //! - [`trigger`]: `solocron trigger JOB`, a manual run under the lock.
-//! - [`logging`]: log lines that never block or panic (a queue to one writer thread).
+//! - [`logging`]: log lines that never block or panic (a queue to one writer thread),
+//!   or native journal entries under systemd.
 //! - [`metrics`], [`notify`]: Prometheus metrics and systemd notifications.
 #![deny(unsafe_code)]
 

@@ -117,6 +117,28 @@ fn unit_runs_hardened_as_a_dedicated_user() {
     }));
 }
 
+/// The daemon logs to the journal natively only when its stderr is the
+/// journal stream (`JOURNAL_STREAM`) and no `--log-format` is given.
+#[test]
+fn unit_leaves_stderr_on_the_journal_for_native_logging() {
+    for key in ["StandardOutput", "StandardError"] {
+        if let Some((_, _, value)) = settings()
+            .into_iter()
+            .rev()
+            .find(|(section, name, _)| section == "Service" && name == key)
+        {
+            assert!(value.starts_with("journal"), "[Service] {key}={value}");
+        }
+    }
+    assert!(!service("ExecStart").contains("--log-format"));
+    if let Some((_, _, families)) = settings()
+        .into_iter()
+        .find(|(section, name, _)| section == "Service" && name == "RestrictAddressFamilies")
+    {
+        assert!(families.contains("AF_UNIX"), "{families}");
+    }
+}
+
 /// The first `ExecReload=` fails on a broken file, so `systemctl reload`
 /// does; on a good file it prints one line.
 #[test]
