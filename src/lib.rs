@@ -15,6 +15,7 @@
 //! - [`shutdown`]: the future that completes on SIGTERM or SIGINT; SIGHUP reloads.
 //! - [`trigger`]: `solocron trigger JOB`, a manual run under the lock.
 //! - [`logging`]: log lines that never block or panic (a queue to one writer thread).
+//! - [`manual`]: man pages and shell completions generated from [`cli`], for packaging.
 //! - [`metrics`], [`notify`]: Prometheus metrics and systemd notifications.
 #![deny(unsafe_code)]
 
@@ -27,6 +28,7 @@ pub mod history;
 pub mod inspect;
 pub mod lock;
 pub mod logging;
+pub mod manual;
 pub mod memory;
 pub mod metrics;
 pub mod notify;
