@@ -2,9 +2,10 @@
 //!
 //! Each subcommand has its own options (`check --help` lists only what
 //! applies to `check`); the shared ones are small flattened groups with the
-//! same names and env fallbacks everywhere. Every subcommand loads
-//! `jobs.toml` first, so a bad file is reported the same way everywhere
-//! (file:line:col, key, what to do); `status` and `history` may go without
+//! same names and env fallbacks everywhere. Every subcommand (but the
+//! hidden `generate-docs` of [`crate::manual`]) loads `jobs.toml` first,
+//! so a bad file is reported the same way everywhere (file:line:col, key,
+//! what to do); `status` and `history` may go without
 //! it when given `--redis` ([`crate::inspect::Source`]). `run` maps a bad
 //! file to exit 78 (EX_CONFIG) so the unit can say
 //! `RestartPreventExitStatus=78`.
@@ -53,6 +54,9 @@ pub enum Command {
     History(HistoryArgs),
     /// Run JOB now on this node, under its lock with a new fence; exit 0 ok, 1 failed, 3 lock busy.
     Trigger(TriggerArgs),
+    /// Write the man pages and shell completions into DIR (for packaging).
+    #[command(hide = true)]
+    GenerateDocs(GenerateDocsArgs),
 }
 
 /// `--config` of the commands that need the file.
@@ -191,6 +195,14 @@ pub struct TriggerArgs {
     pub log: LogArg,
 }
 
+/// `solocron generate-docs` (hidden: `scripts/package` runs it).
+#[derive(Debug, Clone, Args)]
+pub struct GenerateDocsArgs {
+    /// Where to write `man/` and `completions/` (created if missing).
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+}
+
 impl Command {
     /// The log filter when `SOLOCRON_LOG` is unset: `trigger` shows the
     /// job's output itself, so only warnings go to the log there.
@@ -207,7 +219,10 @@ impl Command {
         match self {
             Command::Run(args) => args.log.log_format,
             Command::Trigger(args) => args.log.log_format,
-            Command::Check(_) | Command::Status(_) | Command::History(_) => Some(LogFormat::Text),
+            Command::Check(_)
+            | Command::Status(_)
+            | Command::History(_)
+            | Command::GenerateDocs(_) => Some(LogFormat::Text),
         }
     }
 }
@@ -256,6 +271,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let config = load(&args.file.config, args.redis.redis.as_deref())?;
             let node = node_id(args.node.node_id.as_deref())?;
             crate::trigger::run(config, &node, &args.job).await
+        }
+        Command::GenerateDocs(args) => {
+            let mut out = std::io::stdout().lock();
+            for path in crate::manual::generate(&args.dir)? {
+                writeln!(out, "{}", path.display())?;
+            }
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

@@ -16,6 +16,7 @@
 //! - [`trigger`]: `solocron trigger JOB`, a manual run under the lock.
 //! - [`logging`]: log lines that never block or panic (a queue to one writer thread),
 //!   or native journal entries under systemd.
+//! - [`manual`]: man pages and shell completions generated from [`cli`], for packaging.
 //! - [`metrics`], [`notify`]: Prometheus metrics and systemd notifications.
 #![deny(unsafe_code)]
 
@@ -28,6 +29,7 @@ pub mod history;
 pub mod inspect;
 pub mod lock;
 pub mod logging;
+pub mod manual;
 pub mod memory;
 pub mod metrics;
 pub mod notify;

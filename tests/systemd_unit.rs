@@ -52,15 +52,12 @@ fn unit_is_a_notify_service_reloaded_by_sighup() {
         .collect();
     assert_eq!(
         reloads,
-        [
-            "/usr/local/bin/solocron check --quiet",
-            "/bin/kill -HUP $MAINPID"
-        ],
+        ["/usr/bin/solocron check --quiet", "/bin/kill -HUP $MAINPID"],
         "the file is checked before the SIGHUP"
     );
     assert_eq!(service("WorkingDirectory"), "/var/lib/solocron");
     assert_eq!(service("StateDirectory"), "solocron");
-    assert_eq!(service("ExecStart"), "/usr/local/bin/solocron run");
+    assert_eq!(service("ExecStart"), "/usr/bin/solocron run");
     let watchdog = humantime::parse_duration(&service("WatchdogSec")).expect("WatchdogSec");
     assert!(watchdog >= Duration::from_secs(10), "{watchdog:?}");
 }
