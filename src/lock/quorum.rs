@@ -137,18 +137,14 @@ pub(super) async fn claim(
     // Not won: give back what was granted, so that a retry (or another
     // node) finds the occurrence free on those masters.
     join_all(won.iter().map(|(server, _)| server.undo(keys, job, token))).await;
-    let decided_by = answers
-        .iter()
-        .filter(|answer| {
-            matches!(answer, Ok(reply) if matches!(reply.claim, Claim::Taken { .. } | Claim::Superseded { .. }))
-        })
-        .count();
-    // Decided on a majority: it is. Decided on a minority only: most
-    // likely another node claiming at the same moment, which undoes its
-    // own minority too; the caller retries (after a random pause) until
-    // one wins or the deadline passes.
-    if let Some(decided) = decided
-        && decided_by >= majority(servers)
+    // Decided by one node on a majority: it is. Decided on a minority, or
+    // by different nodes none of which has a majority (three nodes claiming
+    // at the same moment split five masters 2–2–1, and each sees the two
+    // others' grants as "decided"): those are claims like ours, which
+    // their nodes undo as we undo ours; the caller retries (after a random
+    // pause) until one wins or the deadline passes.
+    if decided.is_some()
+        && let Some(decided) = decided_by_majority(&answers, majority(servers))
     {
         return Ok(decided);
     }
@@ -177,6 +173,30 @@ pub(super) async fn claim(
         of: servers.len(),
         first_error: first_error(&answers),
     })
+}
+
+/// The answer of the masters that agree an occurrence was decided, if a
+/// majority of them name the same decider (or a newer occurrence).
+fn decided_by_majority(
+    answers: &[Result<ClaimReply, LockError>],
+    majority: usize,
+) -> Option<ClaimReply> {
+    let mut groups: Vec<(Option<&str>, usize, &ClaimReply)> = Vec::new();
+    for reply in answers.iter().filter_map(|answer| answer.as_ref().ok()) {
+        let key = match &reply.claim {
+            Claim::Taken { by, .. } => Some(by.as_str()),
+            Claim::Superseded { .. } => None,
+            _ => continue,
+        };
+        match groups.iter_mut().find(|(group, _, _)| *group == key) {
+            Some((_, count, _)) => *count += 1,
+            None => groups.push((key, 1, reply)),
+        }
+    }
+    groups
+        .into_iter()
+        .find(|(_, count, _)| *count >= majority)
+        .map(|(_, _, reply)| reply.clone())
 }
 
 pub(super) async fn extend(servers: &[Server], lease: &Lease) -> Result<bool, LockError> {
