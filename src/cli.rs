@@ -77,7 +77,7 @@ pub struct NodeArg {
 /// `--redis` of the commands that use the file's `[redis]`.
 #[derive(Debug, Clone, Args)]
 pub struct RedisArg {
-    /// Redis URL; overrides `[redis] url` in the file.
+    /// One Redis server; replaces the `[redis]` server of the file (any mode).
     #[arg(long, env = "SOLOCRON_REDIS_URL", hide_env_values = true)]
     pub redis: Option<String>,
 }
@@ -100,7 +100,7 @@ pub struct InspectArgs {
         default_value = "/etc/solocron/jobs.toml"
     )]
     pub config: PathBuf,
-    /// Redis URL; overrides `[redis] url` in the file, or stands in for the file.
+    /// One Redis server; replaces the `[redis]` server of the file, or stands in for the file.
     #[arg(long, env = "SOLOCRON_REDIS_URL", hide_env_values = true)]
     pub redis: Option<String>,
     /// Key prefix; overrides `[redis] key_prefix` in the file (without a file: `solocron`).

@@ -5,19 +5,15 @@
 //! claim script (skipped for overlap), so a decision and its record are one
 //! atomic step. Times are stored as UTC epoch milliseconds; readers format them.
 //!
-//! [`read`] fetches the newest entries of many jobs in one pipelined round
-//! trip, each stream read backwards from its end (`XREVRANGE ... COUNT`), so
-//! a stream capped at 10,000 entries is never read whole. The job name is
-//! not stored in the entry: it is the stream's job, carried by [`Recorded`].
+//! `solocron history` reads them (`inspect/history/read.rs`). The job name
+//! is not stored in the entry: it is the stream's job, carried by
+//! [`Recorded`].
 
 use std::collections::HashMap;
 
-use crate::coordinator::Conn;
 use chrono::{DateTime, Utc};
-use redis::streams::StreamRangeReply;
 
 use crate::exec::Report;
-use crate::lock::JobKeys;
 
 /// One decision about one occurrence.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,62 +148,6 @@ fn stream_id_ms(id: &str) -> i64 {
         .next()
         .and_then(|ms| ms.parse().ok())
         .unwrap_or(0)
-}
-
-/// The newest entries of `jobs` (keys under `prefix`), newest first by
-/// `finished_at` (ties by stream id), at most `limit` in all. With
-/// `appended_since` (UTC epoch ms), each stream is read only back to that
-/// Redis time; callers filter on `finished_at` themselves. One round trip;
-/// unparsable entries are skipped.
-pub async fn read(
-    conn: &Conn,
-    prefix: &str,
-    jobs: &[&str],
-    appended_since: Option<i64>,
-    limit: usize,
-) -> redis::RedisResult<Vec<Recorded>> {
-    if jobs.is_empty() || limit == 0 {
-        return Ok(Vec::new());
-    }
-    let start = appended_since.map_or_else(|| "-".to_string(), |ms| format!("{}-0", ms.max(0)));
-    let mut pipe = redis::pipe();
-    for job in jobs {
-        pipe.cmd("XREVRANGE")
-            .arg(JobKeys::new(prefix, job).history)
-            .arg("+")
-            .arg(&start)
-            .arg("COUNT")
-            .arg(limit);
-    }
-    let replies: Vec<StreamRangeReply> = pipe.query_async(&mut conn.clone()).await?;
-    let mut all: Vec<Recorded> = jobs
-        .iter()
-        .zip(replies)
-        .flat_map(|(job, reply)| {
-            reply.ids.into_iter().filter_map(move |stream_id| {
-                let fields: HashMap<String, String> = stream_id
-                    .map
-                    .into_iter()
-                    .filter_map(|(key, value)| Some((key, redis::from_redis_value(value).ok()?)))
-                    .collect();
-                let entry = Entry::from_fields(&fields, stream_id_ms(&stream_id.id))?;
-                Some(Recorded {
-                    job: job.to_string(),
-                    id: stream_id.id,
-                    entry,
-                })
-            })
-        })
-        .collect();
-    all.sort_by(|a, b| {
-        (b.entry.finished_at, b.appended_ms(), &b.id).cmp(&(
-            a.entry.finished_at,
-            a.appended_ms(),
-            &a.id,
-        ))
-    });
-    all.truncate(limit);
-    Ok(all)
 }
 
 #[cfg(test)]

@@ -429,3 +429,27 @@ fn check_prints_the_redis_mode_and_never_a_password() {
         assert!(all.contains("***") && !all.contains(PLANTED), "{all}");
     }
 }
+
+/// The example configs of docs/HA.md load (their secret files are not on
+/// this machine: read as `status` reads a file, without them), each in the
+/// mode it shows.
+#[test]
+fn the_ha_example_configs_load_in_their_modes() {
+    use solocron::config::RedisMode;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/configs");
+    let load = |name: &str| {
+        config::load_for_inspection(&dir.join(name)).unwrap_or_else(|err| panic!("{name}: {err}"))
+    };
+    let sentinel = load("sentinel.toml");
+    assert!(
+        matches!(&sentinel.redis.mode, RedisMode::Sentinel { master, urls, .. } if master == "solocron" && urls.len() == 3)
+    );
+    assert_eq!(sentinel.redis.wait_replicas, 1);
+    assert_eq!(sentinel.redis.username.as_deref(), Some("solocron"));
+    let cluster = load("cluster.toml");
+    assert!(matches!(&cluster.redis.mode, RedisMode::Cluster { urls } if urls.len() == 3));
+    assert_eq!(cluster.redis.wait_replicas, 1);
+    let redlock = load("redlock.toml");
+    assert!(matches!(&redlock.redis.mode, RedisMode::Redlock { urls } if urls.len() == 5));
+    assert_eq!(redlock.redis.wait_replicas, 0);
+}

@@ -107,4 +107,24 @@ fn a_minority_down_costs_nothing_a_majority_down_runs_nothing_and_all_back_resum
     let history = history_exactly_once(&decisions, &[phase2]);
     assert!(history.absent.is_empty(), "{history:?}");
     assert!(fleet.all_alive());
+    // Every command works on the merged masters.
+    let status = fleet.cli(&["status", "--json"]);
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).expect("status --json");
+    assert_eq!(
+        status["nodes"].as_array().map(Vec::len),
+        Some(3),
+        "{status:#}"
+    );
+    let trigger = fleet.cli(&["trigger", "tick", "--node-id", "ops"]);
+    assert_eq!(
+        trigger.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&trigger.stderr)
+    );
 }

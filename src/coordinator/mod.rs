@@ -251,6 +251,40 @@ pub fn connect(config: &RedisConfig) -> anyhow::Result<Coordinator> {
     })
 }
 
+/// Runs `groups` (each a pipeline whose commands share one hash tag, e.g.
+/// one job's keys) and returns each group's replies, in order: as one
+/// pipeline (one round trip), or with a Cluster, one pipeline per group at
+/// once (a pipeline may not cross slots there).
+pub async fn query_groups(
+    conn: &Conn,
+    groups: Vec<Pipeline>,
+) -> redis::RedisResult<Vec<Vec<Value>>> {
+    if matches!(conn, Conn::Cluster(_)) {
+        let answers = futures_util::future::join_all(groups.iter().map(|group| {
+            let mut conn = conn.clone();
+            async move { group.query_async::<Vec<Value>>(&mut conn).await }
+        }))
+        .await;
+        return answers.into_iter().collect();
+    }
+    let sizes: Vec<usize> = groups
+        .iter()
+        .map(|group| group.cmd_iter().count())
+        .collect();
+    let mut all = redis::pipe();
+    for group in &groups {
+        for cmd in group.cmd_iter() {
+            all.add_command(cmd.clone());
+        }
+    }
+    let replies: Vec<Value> = all.query_async(&mut conn.clone()).await?;
+    let mut replies = replies.into_iter();
+    Ok(sizes
+        .into_iter()
+        .map(|size| replies.by_ref().take(size).collect())
+        .collect())
+}
+
 /// Redis `TIME` of `conn` as UTC epoch ms.
 pub async fn redis_time_ms(conn: &Conn) -> redis::RedisResult<i64> {
     let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn.clone()).await?;

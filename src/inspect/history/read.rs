@@ -169,16 +169,27 @@ pub async fn read(
         if active.is_empty() {
             break;
         }
-        let mut pipe = redis::pipe();
-        for &i in &active {
-            pipe.cmd("XREVRANGE")
-                .arg(&cursors[i].key)
-                .arg(&cursors[i].end)
-                .arg(&start)
-                .arg("COUNT")
-                .arg(page);
-        }
-        let replies: Vec<StreamRangeReply> = pipe.query_async(&mut conn.clone()).await?;
+        let groups = active
+            .iter()
+            .map(|&i| {
+                let mut pipe = redis::pipe();
+                pipe.cmd("XREVRANGE")
+                    .arg(&cursors[i].key)
+                    .arg(&cursors[i].end)
+                    .arg(&start)
+                    .arg("COUNT")
+                    .arg(page);
+                pipe
+            })
+            .collect();
+        let replies = crate::coordinator::query_groups(conn, groups)
+            .await?
+            .into_iter()
+            .map(|mut group| {
+                let reply = group.pop().unwrap_or(redis::Value::Nil);
+                redis::from_redis_value::<StreamRangeReply>(reply)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let mut horizons = Vec::with_capacity(active.len());
         for (&i, reply) in active.iter().zip(replies) {
             let cursor = &mut cursors[i];

@@ -18,7 +18,6 @@ use std::collections::{BTreeMap, HashMap};
 use crate::coordinator::Conn;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
-use redis::Value as RedisValue;
 
 use super::Source;
 use super::format;
@@ -248,15 +247,19 @@ pub async fn read_jobs(
     if jobs.is_empty() {
         return Ok(Vec::new());
     }
-    let mut pipe = redis::pipe();
-    for job in &jobs {
-        let keys = JobKeys::new(prefix, &job.name);
-        pipe.get(&keys.lock).pttl(&keys.lock).hgetall(&keys.state);
-    }
-    let replies: Vec<RedisValue> = pipe.query_async(&mut conn.clone()).await?;
-    let mut replies = replies.into_iter();
+    let groups = jobs
+        .iter()
+        .map(|job| {
+            let keys = JobKeys::new(prefix, &job.name);
+            let mut pipe = redis::pipe();
+            pipe.get(&keys.lock).pttl(&keys.lock).hgetall(&keys.state);
+            pipe
+        })
+        .collect();
+    let replies = crate::coordinator::query_groups(conn, groups).await?;
     let mut statuses = Vec::with_capacity(jobs.len());
-    for job in jobs {
+    for (job, replies) in jobs.into_iter().zip(replies) {
+        let mut replies = replies.into_iter();
         let (Some(lock), Some(pttl), Some(state)) =
             (replies.next(), replies.next(), replies.next())
         else {
