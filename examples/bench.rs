@@ -8,8 +8,8 @@
 //! Scenarios: a round trips, b lag, c 1,000 jobs on one second, d sustained
 //! throughput, e idle daemon with 10,000 jobs, f start-up to READY, g
 //! `solocron check`, h binary size, i peers (node-cron+redlock, BullMQ),
-//! j the coordinator modes (`url`, `sentinel`, `redlock`: lag, round trips,
-//! commands), k claims per second on a Redis Cluster against one server.
+//! j the coordinator modes (`url`, `url` + `WAIT`, `sentinel`, `cluster`,
+//! `redlock`: lag, round trips, commands, claims per second).
 
 #[path = "../tests/common/mod.rs"]
 #[allow(unused_imports)]
@@ -50,7 +50,7 @@ use std::time::Instant;
 use fleet::Env;
 use report::Report;
 
-const ALL: &[&str] = &["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k"];
+const ALL: &[&str] = &["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"];
 
 struct Options {
     quick: bool,
@@ -97,10 +97,10 @@ fn options() -> Options {
 }
 
 fn help() -> &'static str {
-    "usage: bench [--quick] [--only a,b,c,d,e,f,g,h,i,j,k] [--out DIR]\n\
+    "usage: bench [--quick] [--only a,b,c,d,e,f,g,h,i,j] [--out DIR]\n\
      a round trips, b lag, c 1,000 same second, d throughput, e idle 10,000 jobs,\n\
      f start-up to READY, g check, h binary size, i peers,\n\
-     j coordinator modes (url, sentinel, redlock), k cluster claims/s"
+     j coordinator modes (url, url+WAIT, sentinel, cluster, redlock; claims/s)"
 }
 
 fn usage(message: &str) -> ! {
@@ -174,9 +174,6 @@ fn main() {
     }
     if wants("j") {
         timed(&mut report, "j", |r| modes::run(&env, r, &startup));
-    }
-    if wants("k") {
-        timed(&mut report, "k", |r| claims::run(&env, r));
     }
     let header = format!(
         "solocron benchmark ({}), {} UTC, {} cores, {:.0} s; command: scripts/bench{}{}",

@@ -13,6 +13,13 @@
 //! client-to-server direction is parsed as RESP (arrays of bulk strings,
 //! inline commands too); replies are copied through unread. Plain threads;
 //! everything stops when the proxy is dropped.
+//!
+//! Failure model: only the set-up panics (no free port). A client whose
+//! upstream cannot be reached is disconnected; an end or an I/O error on
+//! one side shuts down writing to the other, as a dropped link would; a
+//! command split over several reads is counted once it is complete, and
+//! bytes that are not RESP stop the counting of that connection (they are
+//! still forwarded).
 
 use std::io::{Read as _, Write as _};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -44,11 +51,8 @@ impl CountingProxy {
         let stop = Arc::new(AtomicBool::new(false));
         let streams = Arc::new(Mutex::new(Vec::new()));
         let acceptor = {
-            let (lines, stop, streams) = (
-                Arc::clone(&lines),
-                Arc::clone(&stop),
-                Arc::clone(&streams),
-            );
+            let (lines, stop, streams) =
+                (Arc::clone(&lines), Arc::clone(&stop), Arc::clone(&streams));
             thread::spawn(move || accept_loop(listener, upstream, lines, stop, streams))
         };
         CountingProxy {
@@ -127,12 +131,7 @@ fn accept_loop(
 }
 
 /// Client to server: forwards every byte and records each complete command.
-fn requests(
-    mut client: TcpStream,
-    mut server: TcpStream,
-    peer: &str,
-    lines: &Mutex<Vec<MonLine>>,
-) {
+fn requests(mut client: TcpStream, mut server: TcpStream, peer: &str, lines: &Mutex<Vec<MonLine>>) {
     let mut pending: Vec<u8> = Vec::new();
     let mut buf = [0u8; 16 * 1024];
     loop {
@@ -196,7 +195,10 @@ fn parse_command(bytes: &[u8]) -> Option<(usize, Vec<String>)> {
             return None;
         }
         let end = line_end(at)?;
-        let len: usize = std::str::from_utf8(&bytes[at + 1..end]).ok()?.parse().ok()?;
+        let len: usize = std::str::from_utf8(&bytes[at + 1..end])
+            .ok()?
+            .parse()
+            .ok()?;
         let start = end + 2;
         if bytes.len() < start + len + 2 {
             return None;

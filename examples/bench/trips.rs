@@ -5,8 +5,10 @@
 //! The daemon: every client `IP:PORT` is looked up, with the server's port,
 //! among the daemons' own TCP connections (`/proc`), so a Redlock node's
 //! five connections count as one node, and the sentinels', the replicas'
-//! and the bench's own commands count for nobody. The occurrence: the whole second nearest to the
-//! command (commands within half a second of it), as scenario a does.
+//! and the bench's own commands count for nobody. The occurrence: the
+//! job of the key the command names (its hash tag `{PREFIX:JOB}`) and the
+//! whole second nearest to the command (commands within half a second of
+//! it), as scenario a does; so several every-second jobs are told apart.
 //!
 //! A round trip is one request on a connection: with `wait_replicas`, a
 //! claim is the pipeline `[EVALSHA, WAIT, ROLE]` and a release `[EVALSHA,
@@ -16,6 +18,11 @@
 //! occurrence as the script. A command is the job's if it names a job key
 //! (`{PREFIX:JOB}…`) or rides with one that does; the rest is periodic
 //! (registry heartbeats, clock checks).
+//!
+//! Failure model: pure counting, nothing here fails. A command whose client
+//! is no daemon's socket (a daemon reconnected after the sockets were read)
+//! counts for nobody (`others`), so a reconnect shows as fewer round trips,
+//! never as more.
 
 use std::collections::BTreeMap;
 
@@ -35,11 +42,13 @@ pub struct Count {
 /// What the servers saw in a window, attributed; see the module doc.
 #[derive(Debug, Default)]
 pub struct Trips {
-    /// Occurrence (epoch second) → node → one [`Count`] per server.
-    pub per_occ: BTreeMap<i64, BTreeMap<String, Vec<Count>>>,
-    /// Occurrence → node → the commands it sent to the first server (the
-    /// master; Redlock: master 1), `|` between round trips.
-    pub sequences: BTreeMap<i64, BTreeMap<String, Vec<String>>>,
+    /// Occurrence (job's hash tag, epoch second) → node → one [`Count`]
+    /// per server.
+    pub per_occ: BTreeMap<Occurrence, BTreeMap<String, Vec<Count>>>,
+    /// Occurrence → node → the commands it sent to its first server (the
+    /// master; Redlock: master 1; Cluster: the job's shard), `|` between
+    /// round trips.
+    pub sequences: BTreeMap<Occurrence, BTreeMap<String, Vec<String>>>,
     /// The daemons' other commands in the window, by name.
     pub periodic: BTreeMap<String, u32>,
     /// Commands run inside scripts on a job's keys (`MONITOR` `lua`).
@@ -48,10 +57,13 @@ pub struct Trips {
     pub others: u64,
 }
 
+/// A job's hash tag (`PREFIX:JOB`) and an epoch second.
+pub type Occurrence = (String, i64);
+
 struct Last {
     cmd: String,
     ts: f64,
-    occ: Option<i64>,
+    occ: Option<Occurrence>,
 }
 
 /// Attributes `servers` (port, and the lines in the order that server saw
@@ -89,15 +101,17 @@ pub fn count(
                         && line.ts - p.ts < PIPELINE_GAP_S
                 });
             let occ = if rides {
-                previous.and_then(|p| p.occ)
+                previous.and_then(|p| p.occ.clone())
             } else {
-                line.job_key().map(|_| (line.ts + 0.5).floor() as i64)
+                line.job_key()
+                    .and_then(job_tag)
+                    .map(|tag| (tag.to_string(), (line.ts + 0.5).floor() as i64))
             };
-            match occ {
+            match &occ {
                 Some(occ) => {
                     let counts = trips
                         .per_occ
-                        .entry(occ)
+                        .entry(occ.clone())
                         .or_default()
                         .entry(node.clone())
                         .or_insert_with(|| vec![Count::default(); servers.len()]);
@@ -105,10 +119,13 @@ pub fn count(
                     if !rides {
                         counts[index].trips += 1;
                     }
-                    if index == 0 {
+                    // The first server this node used for the occurrence:
+                    // the master, Redlock's master 1, the job's shard.
+                    let first = counts.iter().position(|c| c.commands > 0) == Some(index);
+                    if first {
                         let sequence = trips
                             .sequences
-                            .entry(occ)
+                            .entry(occ.clone())
                             .or_default()
                             .entry(node.clone())
                             .or_default();
@@ -137,6 +154,10 @@ pub fn count(
 #[derive(Debug, Clone, Default)]
 pub struct Summary {
     pub occurrences: usize,
+    /// Mean round trips and commands of all nodes together, over all servers.
+    pub all: Mean,
+    /// Round trips of all nodes together, one per occurrence.
+    pub all_trips: Vec<u32>,
     /// Mean round trips and commands over all servers.
     pub winner: Mean,
     pub loser: Mean,
@@ -160,7 +181,11 @@ pub struct Mean {
 
 /// Sums up `trips` for `nodes`; `winners` names the node that ran each
 /// occurrence (the probe's line), else the node with the most round trips wins.
-pub fn summarise(trips: &Trips, nodes: &[String], winners: &BTreeMap<i64, String>) -> Summary {
+pub fn summarise(
+    trips: &Trips,
+    nodes: &[String],
+    winners: &BTreeMap<Occurrence, String>,
+) -> Summary {
     let servers = trips
         .per_occ
         .values()
@@ -174,7 +199,16 @@ pub fn summarise(trips: &Trips, nodes: &[String], winners: &BTreeMap<i64, String
     let mut winner_seqs: BTreeMap<String, usize> = BTreeMap::new();
     let mut loser_seqs: BTreeMap<String, usize> = BTreeMap::new();
     let total = |counts: &Vec<Count>| counts.iter().map(|c| c.trips).sum::<u32>();
+    let mut all = (0u64, 0u64);
+    let mut all_trips = Vec::new();
     for (occ, by_node) in &trips.per_occ {
+        let mut these = 0;
+        for counts in by_node.values().flatten() {
+            these += counts.trips;
+            all.0 += u64::from(counts.trips);
+            all.1 += u64::from(counts.commands);
+        }
+        all_trips.push(these);
         let winner = winners.get(occ).cloned().unwrap_or_else(|| {
             by_node
                 .iter()
@@ -237,8 +271,14 @@ pub fn summarise(trips: &Trips, nodes: &[String], winners: &BTreeMap<i64, String
     for shape in &shapes {
         *shape_counts.entry(shape).or_insert(0) += 1;
     }
+    let occurrences = trips.per_occ.len().max(1) as f64;
     Summary {
         occurrences: trips.per_occ.len(),
+        all: Mean {
+            trips: all.0 as f64 / occurrences,
+            commands: all.1 as f64 / occurrences,
+        },
+        all_trips,
         winner: mean(&winner_rows, None),
         loser: mean(&loser_rows, None),
         winner_per_server: (0..servers).map(|i| mean(&winner_rows, Some(i))).collect(),
@@ -259,4 +299,9 @@ pub fn owners(daemons: &[(String, i32)]) -> BTreeMap<(u16, u16), String> {
                 .map(move |connection| (connection, node.clone()))
         })
         .collect()
+}
+
+/// The hash tag of a key (`{PREFIX:JOB}:lock` → `PREFIX:JOB`).
+fn job_tag(key: &str) -> Option<&str> {
+    key.strip_prefix('{')?.split_once('}').map(|(tag, _)| tag)
 }
