@@ -393,6 +393,7 @@ async fn one_task(lockers: &[Locker], name: &str, stop: &AtomicBool) -> Vec<Roun
                 error: None,
                 output_tail: None,
                 attempt: Some(1),
+                retry_at: None,
             };
             if lockers[index].release(&lease, &entry).await.is_err() {
                 result.errors += 1;

@@ -105,7 +105,11 @@ pub(super) async fn claim(
         _ => None,
     });
     let valid = elapsed + drift(ttl) < ttl;
-    if won.len() >= majority(servers) && decided.is_none() && valid {
+    // A majority of fresh grants wins, whatever a minority says: no other
+    // claim can hold a majority at the same time, and "decided" answers
+    // from a minority are other nodes' grants of this same moment, which
+    // they undo (see below).
+    if won.len() >= majority(servers) && valid {
         let fence = won
             .iter()
             .filter_map(|(_, reply)| match &reply.claim {
