@@ -186,15 +186,19 @@ fn kill_9_of_the_runner_is_notified_abandoned_once_by_the_survivor_that_recorded
     // then only one of them may have sent anything about the dead run.
     let next =
         common::cluster::rfc3339(victim.at().expect("scheduled") + chrono::TimeDelta::seconds(30));
-    wait_until(
-        Duration::from_secs(45),
-        "the next occurrence decided",
-        || {
-            history(&cluster.redis, "long")
-                .iter()
-                .any(|e| e["occurrence"] == next)
-        },
-    );
+    let limit = std::time::Instant::now() + Duration::from_secs(45);
+    while !history(&cluster.redis, "long")
+        .iter()
+        .any(|e| e["occurrence"] == next)
+    {
+        assert!(
+            std::time::Instant::now() < limit,
+            "the next occurrence {next} was not decided within 45 s; history {:?}\n{}",
+            history(&cluster.redis, "long"),
+            cluster.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let survivors: Vec<Node> = std::mem::take(&mut cluster.nodes)
         .into_iter()
         .filter(|node| node.id != victim.node)
@@ -290,7 +294,7 @@ fn retries_on_three_nodes_run_each_attempt_once_and_notify_after_the_last() {
         "echo \\\"$SOLOCRON_JOB $SOLOCRON_OCCURRENCE $SOLOCRON_ATTEMPT $SOLOCRON_NODE\\\" >> {runs}"
     );
     work.write_config(&format!(
-        "[defaults]\nlock_ttl = \"3s\"\n\
+        "[daemon]\nclock = \"local\"\n[defaults]\nlock_ttl = \"3s\"\n\
          [jobs.flaky]\nschedule = \"*/20 * * * * *\"\nretries = 2\nretry_backoff = \"1s\"\n\
          command = \"{record}; [ $SOLOCRON_ATTEMPT -ge 3 ]\"\n{notify}\n\
          [jobs.broken-on-a]\nschedule = \"10-59/20 * * * * *\"\nretries = 2\nretry_backoff = \"4s\"\n\
@@ -298,8 +302,9 @@ fn retries_on_three_nodes_run_each_attempt_once_and_notify_after_the_last() {
          [jobs.gives-up]\nschedule = \"*/6 * * * * *\"\nretries = 5\nretry_backoff = \"2s\"\n\
          command = \"{record}; exit 7\"\n{notify}"
     ));
-    // b and c see every instant 0.4 s after a: a wins each first attempt,
-    // and b or c (not deferring) the retry of a's failure.
+    // b and c see every instant 0.4 s after a (`clock = "local"`: by
+    // their own clocks): a wins each first attempt, and b or c (not
+    // deferring) the retry of a's failure.
     let behind = faketime_env("-0.4");
     let behind: Vec<(&str, &str)> = behind
         .iter()

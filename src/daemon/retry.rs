@@ -181,6 +181,7 @@ async fn follow(shared: &Arc<Shared>, job: &Arc<Job>, at: DateTime<Utc>, mut ran
                 None => return,
             },
             Step::Taken => ran = None,
+            Step::Stopping => return,
             Step::Over => {
                 if let Some(ran) = ran.take().filter(|_| mine) {
                     notify(shared, job, &name, ran);
@@ -199,8 +200,10 @@ enum Step {
     /// Another node took the attempt.
     Taken,
     /// Nothing to claim any more (the next occurrence is due, or the retry
-    /// was not pending), or shutting down.
+    /// was not pending).
     Over,
+    /// The daemon is stopping: another node will claim the retry.
+    Stopping,
 }
 
 async fn claim_and_run(
@@ -220,7 +223,10 @@ async fn claim_and_run(
     };
     let token = new_token();
     loop {
-        if shared.cancel.is_cancelled() || shared.now() >= until {
+        if shared.cancel.is_cancelled() {
+            return Step::Stopping;
+        }
+        if shared.now() >= until {
             return Step::Over;
         }
         let sent = Instant::now();
