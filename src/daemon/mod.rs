@@ -1,6 +1,8 @@
 //! The daemon: one timer over every job's next occurrence (the timetable),
 //! one task per occurrence joining lock, exec and history; plus the clock
-//! check, the node registry (config drift guard) and SIGHUP reloads.
+//! check, the node registry (config drift guard), the fleet controls
+//! (`pause`, `drain`, `trigger --fleet`: [`controls`], [`gate`],
+//! [`fleet_run`]) and SIGHUP reloads.
 //!
 //! Three tokens drive the stop: `cancel` (the first SIGTERM/SIGINT: stop
 //! claiming), `interrupt` (the shutdown grace is over, or a second signal:
@@ -12,6 +14,9 @@
 //! without its lease, and never hangs on a Redis that is gone.
 
 mod clock;
+mod controls;
+mod fleet_run;
+mod gate;
 mod health;
 mod occurrence;
 mod recording;
@@ -87,6 +92,8 @@ pub(crate) struct Shared {
     fatal_reason: Mutex<Option<String>>,
     /// This daemon process's id in the node registry ([`registry::new_instance`]).
     pub instance: String,
+    /// The fleet controls as last read: pauses, this node's drain.
+    pub controls: controls::Controls,
 }
 
 impl Shared {
@@ -194,6 +201,7 @@ pub async fn run(
         fatal: CancellationToken::new(),
         fatal_reason: Mutex::new(None),
         instance: registry::new_instance(),
+        controls: controls::Controls::default(),
     });
     info!(
         node = %options.node,
@@ -209,6 +217,7 @@ pub async fn run(
     let (config_tx, config_rx) = watch::channel(Arc::clone(&config));
     let tracker = &shared.tracker;
     tracker.spawn(clock::check_loop(Arc::clone(&shared)));
+    tracker.spawn(controls::run(Arc::clone(&shared), config_rx.clone()));
     tracker.spawn(registry_loop::run(Arc::clone(&shared), config_rx));
     // Watchdog pings go on through the drain; they stop once it is over.
     let watchdog_stop = CancellationToken::new();
