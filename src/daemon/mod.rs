@@ -1,6 +1,8 @@
 //! The daemon: one timer over every job's next occurrence (the timetable),
 //! one task per occurrence joining lock, exec and history; plus the clock
-//! check, the node registry (config drift guard) and SIGHUP reloads.
+//! check, the node registry (config drift guard), the fleet controls
+//! (`pause`, `drain`, `trigger --fleet`: [`controls`], [`gate`],
+//! [`fleet_run`]) and SIGHUP reloads.
 //!
 //! Three tokens drive the stop: `cancel` (the first SIGTERM/SIGINT: stop
 //! claiming), `interrupt` (the shutdown grace is over, or a second signal:
@@ -12,6 +14,9 @@
 //! without its lease, and never hangs on a Redis that is gone.
 
 mod clock;
+mod controls;
+mod fleet_run;
+mod gate;
 mod health;
 mod job_gauges;
 mod notifications;
@@ -97,6 +102,8 @@ pub(crate) struct Shared {
     pub instance: String,
     /// The per-job gauges of the alerting rules.
     pub job_gauges: job_gauges::JobGauges,
+    /// The fleet controls as last read: pauses, this node's drain.
+    pub controls: controls::Controls,
 }
 
 impl Shared {
@@ -238,6 +245,7 @@ pub async fn run(
         fatal_reason: Mutex::new(None),
         instance: registry::new_instance(),
         job_gauges,
+        controls: controls::Controls::default(),
     });
     info!(
         node = %options.node,
@@ -253,6 +261,7 @@ pub async fn run(
     let (config_tx, config_rx) = watch::channel(Arc::clone(&config));
     let tracker = &shared.tracker;
     tracker.spawn(clock::check_loop(Arc::clone(&shared)));
+    tracker.spawn(controls::run(Arc::clone(&shared), config_rx.clone()));
     tracker.spawn(registry_loop::run(Arc::clone(&shared), config_rx));
     tracker.spawn(job_gauges::periods_loop(Arc::clone(&shared), gauge_changes));
     // Watchdog pings go on through the drain; they stop once it is over.

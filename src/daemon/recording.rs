@@ -236,7 +236,7 @@ pub fn gap_entries(job: &Job, previous_ms: i64, at: DateTime<Utc>) -> Vec<(Strin
     let Some(previous) = DateTime::from_timestamp_millis(previous_ms) else {
         return Vec::new();
     };
-    let reason = "no node claimed it: redis was unreachable or every node was down";
+    let reason = "no node claimed it: redis was unreachable or every node was down or drained";
     let mut entries = Vec::new();
     let mut cursor = job.schedule.next_after(previous);
     let mut counted = 0usize;

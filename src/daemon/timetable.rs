@@ -1,8 +1,10 @@
 //! The schedule of every loaded job in one timer: a heap of next
 //! occurrences, woken by the daemon's main loop at the earliest one. Each due
-//! occurrence is handed to [`super::occurrence`] in its own task, so an
-//! overlapping occurrence is still claimed (and recorded as skipped) while a
-//! run goes on, and 10,000 idle jobs cost one sleeping timer, not 10,000.
+//! occurrence is handed to [`super::gate`] (a drained node decides nothing,
+//! a paused job's occurrence is recorded `paused`) and from there to
+//! [`super::occurrence`], in its own task, so an overlapping occurrence is
+//! still claimed (and recorded as skipped) while a run goes on, and 10,000
+//! idle jobs cost one sleeping timer, not 10,000.
 //!
 //! "Now" is [`Shared::now`]: Redis's clock with `clock = "redis"` (this
 //! node's clock corrected by its measured offset), so every node fires at
@@ -23,7 +25,7 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::{Shared, occurrence, recording};
+use super::{Shared, gate, occurrence, recording};
 use crate::config::Job;
 
 /// Longest single sleep before the wall clock is read again.
@@ -207,6 +209,10 @@ fn handle_due(
             "occurrences missed: this node woke too late to claim them");
     }
     if now > occurrence::claim_deadline(job, due) {
+        if shared.controls.draining() {
+            // A drained node decides nothing, not even a miss (`gate.rs`).
+            return due;
+        }
         warn!(job = %job.name, occurrence = %rfc3339(due), node = %shared.locker.node(),
             "occurrence missed: past its claim deadline when this node woke");
         recording::spawn_record_missed(shared, job, due, "node woke after the claim deadline", "");
@@ -216,8 +222,9 @@ fn handle_due(
     due
 }
 
+/// Hands the occurrence to the gate: drained node, paused job, or claim.
 fn spawn_attempt(shared: &Arc<Shared>, job: &Arc<Job>, at: DateTime<Utc>, catch_up: bool) {
-    shared.tracker.spawn(occurrence::attempt(
+    shared.tracker.spawn(gate::attempt(
         Arc::clone(shared),
         Arc::clone(job),
         at,

@@ -20,8 +20,10 @@
 //! the release, a skip in the claim, a miss in [`Locker::record_missed`];
 //! the occurrences nobody decided (all nodes down, Redis away) are named by
 //! the next decision's [`ClaimReply::previous_ms`] and recorded by
-//! [`Locker::record_gap`]; a run whose node died is found by the next claim
-//! or by [`Locker::check_abandoned`] once its lock expired unreleased.
+//! [`Locker::record_gap`]; an occurrence due while its job is paused is
+//! recorded by [`Locker::record_paused`]; a run whose node died is found
+//! by the next claim or by [`Locker::check_abandoned`] once its lock
+//! expired unreleased.
 
 //!
 //! The lock runs on a [`Coordinator`]: each script on its one member (a
@@ -101,6 +103,18 @@ pub enum LockError {
         job: String,
         server: String,
     },
+}
+
+/// The `first_error` of a [`LockError::NoQuorum`] where every master that
+/// answered did, but they disagree (e.g. two nodes deciding at once).
+pub const DISAGREED: &str = "no error: the masters disagreed";
+
+impl LockError {
+    /// Redlock masters answered but disagree: a retry settles it, Redis is
+    /// not in trouble.
+    pub fn is_disagreement(&self) -> bool {
+        matches!(self, LockError::NoQuorum { first_error, .. } if first_error == DISAGREED)
+    }
 }
 
 /// The Redis keys of one job; all share the hash tag `{PREFIX:JOB}`.
@@ -272,6 +286,17 @@ pub struct Missed {
     pub recorded: bool,
     /// As [`ClaimReply::previous_ms`].
     pub previous_ms: Option<i64>,
+}
+
+/// The answer to a `paused` record ([`Locker::record_paused`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paused {
+    /// Recorded now: nobody had decided the occurrence (or a newer one).
+    pub recorded: bool,
+    /// As [`ClaimReply::previous_ms`], when recorded.
+    pub previous_ms: Option<i64>,
+    /// Not recorded: the last decision (`claimed`, `paused`, ...) and its node.
+    pub decided: Option<(String, String)>,
 }
 
 /// A held lock: what extend and release need to prove ownership.
@@ -446,6 +471,24 @@ impl Locker {
         match self.single() {
             Some(server) => server.record_gap(&keys, job, gap_id, entries).await,
             None => quorum::record_gap(&self.servers, &keys, job, gap_id, entries).await,
+        }
+    }
+
+    /// Records the scheduled occurrence `at_ms` (named `name`) of `job` as
+    /// `paused`, with `why` (who paused it, since when, why) as its error
+    /// text, unless it or a newer one was already decided: then it is
+    /// never run, skipped or missed, and never recorded twice.
+    pub async fn record_paused(
+        &self,
+        job: &str,
+        at_ms: i64,
+        name: &str,
+        why: &str,
+    ) -> Result<Paused, LockError> {
+        let keys = self.keys(job);
+        match self.single() {
+            Some(server) => server.record_paused(&keys, job, at_ms, name, why).await,
+            None => quorum::record_paused(&self.servers, &keys, job, at_ms, name, why).await,
         }
     }
 

@@ -31,8 +31,8 @@ use futures_util::future::join_all;
 
 use super::server::Server;
 use super::{
-    AbandonCheck, Claim, ClaimReply, JobKeys, Lease, LockError, Missed, Released, RetryState,
-    Target,
+    AbandonCheck, Claim, ClaimReply, JobKeys, Lease, LockError, Missed, Paused, Released,
+    RetryState, Target,
 };
 use crate::history::Entry;
 
@@ -323,6 +323,63 @@ pub(super) async fn record_gap(
     Ok(done.iter().any(|recorded| *recorded))
 }
 
+/// A `paused` record on every master. It counts once a majority of the
+/// masters has the occurrence decided `paused` (by this node or another:
+/// nodes record it at the same instant, each master keeps the first);
+/// readers count such entries once. A majority decided otherwise (a claim
+/// of a node that did not know the pause yet) is that decision. Anything
+/// else, e.g. a claim won on some masters that its node is undoing because
+/// this record holds others, is `Err(NoQuorum)`: the caller retries, and
+/// once the claim is undone this record takes those masters too, so the
+/// occurrence ends up `paused` on a majority and is never run.
+pub(super) async fn record_paused(
+    servers: &[Server],
+    keys: &JobKeys,
+    job: &str,
+    at_ms: i64,
+    name: &str,
+    why: &str,
+) -> Result<Paused, LockError> {
+    let answers = on_all(servers, job, "record paused", |server| {
+        server.record_paused(keys, job, at_ms, name, why)
+    })
+    .await;
+    let done: Vec<&Paused> = answers
+        .iter()
+        .filter_map(|answer| answer.as_ref().ok())
+        .collect();
+    let paused = done
+        .iter()
+        .filter(|answer| {
+            answer.recorded
+                || answer
+                    .decided
+                    .as_ref()
+                    .is_some_and(|(decision, _)| decision == "paused")
+        })
+        .count();
+    if paused >= majority(servers) {
+        return Ok(Paused {
+            recorded: done.iter().any(|answer| answer.recorded),
+            previous_ms: done.iter().filter_map(|answer| answer.previous_ms).max(),
+            decided: None,
+        });
+    }
+    let other = done
+        .iter()
+        .filter_map(|answer| answer.decided.clone())
+        .filter(|(decision, _)| decision != "paused")
+        .collect::<Vec<_>>();
+    if other.len() >= majority(servers) {
+        return Ok(Paused {
+            recorded: false,
+            previous_ms: None,
+            decided: other.into_iter().next(),
+        });
+    }
+    Err(no_quorum("record paused", job, servers, paused, &answers))
+}
+
 pub(super) async fn check_abandoned(
     servers: &[Server],
     keys: &JobKeys,
@@ -410,5 +467,5 @@ fn first_error<T>(answers: &[Result<T, LockError>]) -> String {
     answers
         .iter()
         .find_map(|answer| answer.as_ref().err().map(ToString::to_string))
-        .unwrap_or_else(|| "no error: the masters disagreed".to_string())
+        .unwrap_or_else(|| super::DISAGREED.to_string())
 }

@@ -369,3 +369,28 @@ return 1
 pub fn with_prelude(body: &str) -> String {
     format!("{PRELUDE}{body}")
 }
+
+/// KEYS: state, history. ARGV: occurrence ms, occurrence string, node,
+/// history max, error text (who paused it, since when, why). Records a
+/// scheduled occurrence `paused` (`pause JOB` / `pause --all`) once, the
+/// way [`MISSED`] records a miss: only if it is newer than the job's last
+/// decided occurrence. Then no claim decided it before, and none can after
+/// (claims and miss records refuse an occurrence not newer than the last
+/// decided one), so a paused occurrence is never also run or missed, and
+/// two nodes never both record it on one server (with Redlock each master
+/// keeps the first, and a majority decides: `quorum.rs`). The lock and a run in progress
+/// (`run_*`) are not touched. Reply `{'1', PREV}` if recorded (PREV as in
+/// [`CLAIM`]); else `{'0', DECISION, NODE}` of the last decided occurrence.
+pub const PAUSED: &str = r#"
+local st = redis.call('HMGET', KEYS[1], 'last_occ', 'last_decision', 'last_node')
+local last, occ = tonumber(st[1]), tonumber(ARGV[1])
+if last and occ <= last then
+  return {'0', st[2] or '', st[3] or ''}
+end
+local now_s = ms_str(now_ms())
+redis.call('HSET', KEYS[1], 'last_occ', ARGV[1], 'last_node', ARGV[3], 'last_fence', '0', 'last_token', '',
+  'last_decision', 'paused', 'last_outcome', 'paused', 'last_outcome_occ', ARGV[2], 'last_prev', st[1] or '')
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'occurrence', ARGV[2], 'node', ARGV[3],
+  'fence', '0', 'outcome', 'paused', 'started_at', now_s, 'finished_at', now_s, 'error', ARGV[5])
+return {'1', st[1] or ''}
+"#;

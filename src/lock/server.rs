@@ -29,7 +29,7 @@ use redis::{FromRedisValue, Script, ScriptInvocation};
 
 use super::scripts;
 use super::{
-    AbandonCheck, Abandoned, Claim, ClaimReply, Lease, LockError, Missed, Released, Target,
+    AbandonCheck, Abandoned, Claim, ClaimReply, Lease, LockError, Missed, Paused, Released, Target,
     redis_error, ttl_ms,
 };
 use crate::coordinator::{Conn, Member, Wait};
@@ -80,6 +80,7 @@ pub(super) struct Scripts {
     gap: Script,
     abandon: Script,
     undo: Script,
+    paused: Script,
 }
 
 impl Scripts {
@@ -92,10 +93,11 @@ impl Scripts {
             gap: Script::new(&scripts::with_prelude(scripts::GAP)),
             abandon: Script::new(&scripts::with_prelude(scripts::ABANDON)),
             undo: Script::new(scripts::UNDO),
+            paused: Script::new(&scripts::with_prelude(scripts::PAUSED)),
         }
     }
 
-    fn all(&self) -> [&Script; 7] {
+    fn all(&self) -> [&Script; 8] {
         [
             &self.claim,
             &self.extend,
@@ -104,6 +106,7 @@ impl Scripts {
             &self.gap,
             &self.abandon,
             &self.undo,
+            &self.paused,
         ]
     }
 }
@@ -416,6 +419,42 @@ impl Server {
             .await
             .map_err(|source| redis_error("record missed", job, source))?;
         Ok(recorded == 1)
+    }
+
+    pub(super) async fn record_paused(
+        &self,
+        keys: &super::JobKeys,
+        job: &str,
+        at_ms: i64,
+        name: &str,
+        why: &str,
+    ) -> Result<Paused, LockError> {
+        let reply: Vec<String> = self
+            .scripts
+            .paused
+            .key(&keys.state)
+            .key(&keys.history)
+            .arg(at_ms)
+            .arg(name)
+            .arg(&self.node)
+            .arg(self.history_max)
+            .arg(why)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|source| redis_error("record paused", job, source))?;
+        let text = |i: usize| reply.get(i).cloned().unwrap_or_default();
+        Ok(match text(0).as_str() {
+            "1" => Paused {
+                recorded: true,
+                previous_ms: text(1).parse().ok(),
+                decided: None,
+            },
+            _ => Paused {
+                recorded: false,
+                previous_ms: None,
+                decided: Some((text(1), text(2))),
+            },
+        })
     }
 
     pub(super) async fn check_abandoned(
