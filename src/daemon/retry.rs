@@ -226,6 +226,10 @@ async fn claim_and_run(
         if shared.cancel.is_cancelled() {
             return Step::Stopping;
         }
+        // A drained node claims nothing, retries included: the others do.
+        if shared.controls.draining() {
+            return Step::Stopping;
+        }
         if shared.now() >= until {
             return Step::Over;
         }
