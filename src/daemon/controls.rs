@@ -1,11 +1,13 @@
 //! What this node knows of the fleet controls (`pause`, `drain`, `trigger
 //! --fleet`), and the loop that keeps it current.
 //!
-//! Every [`control::REFRESH`] (1 s) the loop reads one snapshot per member
-//! in one round trip each ([`control::snapshot`]): this node's drain mark,
-//! the pauses hash only when its `~version` changed, and (first member
-//! only) the oldest waiting `trigger --fleet` requests, one of which it
-//! takes if it runs that job and is not drained ([`super::fleet_run`]).
+//! Every [`control::REFRESH`] (1 s, at the half second of the wall clock,
+//! away from the whole seconds occurrences fall on) the loop reads one
+//! snapshot per member in one round trip each ([`control::snapshot`]):
+//! this node's drain mark, the pauses hash only when its `~version`
+//! changed, and (first member only) the oldest waiting `trigger --fleet`
+//! requests, one of which it takes if it runs that job and is not drained
+//! ([`super::fleet_run`]).
 //! So a pause, resume, drain or undrain takes effect on a node within
 //! about a second of the command returning, and costs no Redis round trip
 //! per occurrence: the occurrences read the cached state ([`Controls`]).
@@ -191,7 +193,7 @@ pub async fn run(shared: Arc<Shared>, config_rx: watch::Receiver<Arc<Config>>) {
         }
         // Until the first snapshot, sooner: occurrences wait for it.
         let wait = if shared.controls.is_known() {
-            control::REFRESH
+            until_half_second(chrono::Utc::now())
         } else {
             FIRST_RETRY
         };
@@ -200,6 +202,18 @@ pub async fn run(shared: Arc<Shared>, config_rx: watch::Receiver<Arc<Config>>) {
             _ = tokio::time::sleep(wait) => {}
         }
     }
+}
+
+/// How long until the next half second of the wall clock (`x.500`), at
+/// least 100 ms: occurrences fall on whole seconds, so the reads stay out
+/// of the way of their claims (and of a thousand jobs due at once).
+fn until_half_second(now: chrono::DateTime<chrono::Utc>) -> Duration {
+    let into = u64::from(now.timestamp_subsec_millis()) % 1000;
+    let mut wait = (1500 - into) % 1000;
+    if wait < 100 {
+        wait += 1000;
+    }
+    Duration::from_millis(wait)
 }
 
 /// Folds the members' snapshots into the views; with a majority answering,
@@ -357,6 +371,15 @@ mod tests {
             until_ms: None,
             reason: None,
         }
+    }
+
+    #[test]
+    fn reads_fall_on_half_seconds() {
+        let at = |ms: i64| chrono::DateTime::from_timestamp_millis(ms).expect("valid");
+        assert_eq!(until_half_second(at(10_000)), Duration::from_millis(500));
+        assert_eq!(until_half_second(at(10_499)), Duration::from_millis(1001));
+        assert_eq!(until_half_second(at(10_501)), Duration::from_millis(999));
+        assert_eq!(until_half_second(at(10_950)), Duration::from_millis(550));
     }
 
     #[test]
