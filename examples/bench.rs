@@ -7,18 +7,26 @@
 //!
 //! Scenarios: a round trips, b lag, c 1,000 jobs on one second, d sustained
 //! throughput, e idle daemon with 10,000 jobs, f start-up to READY, g
-//! `solocron check`, h binary size, i peers (node-cron+redlock, BullMQ).
+//! `solocron check`, h binary size, i peers (node-cron+redlock, BullMQ),
+//! j the coordinator modes (`url`, `url` + `WAIT`, `sentinel`, `cluster`,
+//! `redlock`: lag, round trips, commands, claims per second).
 
 #[path = "../tests/common/mod.rs"]
 #[allow(unused_imports)]
 mod common;
 
+#[path = "bench/claims.rs"]
+mod claims;
+#[path = "bench/counting_proxy.rs"]
+mod counting_proxy;
 #[path = "bench/fleet.rs"]
 mod fleet;
 #[path = "bench/footprint.rs"]
 mod footprint;
 #[path = "bench/latency.rs"]
 mod latency;
+#[path = "bench/modes.rs"]
+mod modes;
 #[path = "bench/monitor.rs"]
 mod monitor;
 #[path = "bench/peers.rs"]
@@ -31,6 +39,10 @@ mod report;
 mod sink;
 #[path = "bench/throughput.rs"]
 mod throughput;
+#[path = "bench/topology.rs"]
+mod topology;
+#[path = "bench/trips.rs"]
+mod trips;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -38,7 +50,7 @@ use std::time::Instant;
 use fleet::Env;
 use report::Report;
 
-const ALL: &[&str] = &["a", "b", "c", "d", "e", "f", "g", "h", "i"];
+const ALL: &[&str] = &["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"];
 
 struct Options {
     quick: bool,
@@ -85,9 +97,10 @@ fn options() -> Options {
 }
 
 fn help() -> &'static str {
-    "usage: bench [--quick] [--only a,b,c,d,e,f,g,h,i] [--out DIR]\n\
+    "usage: bench [--quick] [--only a,b,c,d,e,f,g,h,i,j] [--out DIR]\n\
      a round trips, b lag, c 1,000 same second, d throughput, e idle 10,000 jobs,\n\
-     f start-up to READY, g check, h binary size, i peers"
+     f start-up to READY, g check, h binary size, i peers,\n\
+     j coordinator modes (url, url+WAIT, sentinel, cluster, redlock; claims/s)"
 }
 
 fn usage(message: &str) -> ! {
@@ -128,7 +141,7 @@ fn main() {
     );
     let wants = |s: &str| options.only.iter().any(|o| o == s);
     let mut startup = None;
-    if wants("a") || wants("b") || wants("c") || wants("i") {
+    if wants("a") || wants("b") || wants("c") || wants("i") || wants("j") {
         startup = timed(&mut report, "probe", |r| latency::probe_startup(&env, r));
     }
     let startup = startup.unwrap_or_default();
@@ -158,6 +171,9 @@ fn main() {
     }
     if wants("i") {
         timed(&mut report, "i", |r| peers::run(&env, r, &startup));
+    }
+    if wants("j") {
+        timed(&mut report, "j", |r| modes::run(&env, r, &startup));
     }
     let header = format!(
         "solocron benchmark ({}), {} UTC, {} cores, {:.0} s; command: scripts/bench{}{}",

@@ -2,10 +2,12 @@
 //!
 //! Each subcommand has its own options (`check --help` lists only what
 //! applies to `check`); the shared ones are small flattened groups with the
-//! same names and env fallbacks everywhere. Every subcommand loads
-//! `jobs.toml` first, so a bad file is reported the same way everywhere
-//! (file:line:col, key, what to do); `status` and `history` may go without
-//! it when given `--redis` ([`crate::inspect::Source`]). `run` maps a bad
+//! same names and env fallbacks everywhere. Every subcommand (but the
+//! hidden `generate-docs` of [`crate::manual`]) loads `jobs.toml` first,
+//! so a bad file is reported the same way everywhere (file:line:col, key,
+//! what to do); `status`, `history`, `pause`, `resume`, `drain`, `undrain`
+//! and `trigger --fleet` read it without its `${VAR}` values and may go
+//! without it when given `--redis` ([`crate::inspect::Source`]). `run` maps a bad
 //! file to exit 78 (EX_CONFIG) so the unit can say
 //! `RestartPreventExitStatus=78`.
 
@@ -30,9 +32,10 @@ pub struct Cli {
 }
 
 impl Cli {
-    /// The `--log-format` of the chosen subcommand; text for those without
-    /// one (they print for people and log nothing worth a format).
-    pub fn log_format(&self) -> LogFormat {
+    /// The `--log-format` of the chosen subcommand (`None`: not given, the
+    /// journal when stderr is the journal, else text); text for those
+    /// without one (they print for people and log nothing worth a format).
+    pub fn log_format(&self) -> Option<LogFormat> {
         self.command.log_format()
     }
 }
@@ -50,8 +53,19 @@ pub enum Command {
     Status(StatusArgs),
     /// Recent decisions (ran, failed, skipped, ...), newest occurrence first.
     History(HistoryArgs),
-    /// Run JOB now on this node, under its lock with a new fence; exit 0 ok, 1 failed, 3 lock busy.
+    /// Run JOB now on this node (or with --fleet on a running daemon), under its lock with a new fence; exit 0 ok, 1 failed, 3 lock busy, 4 no daemon took it.
     Trigger(TriggerArgs),
+    /// Write the man pages and shell completions into DIR (for packaging).
+    #[command(hide = true)]
+    GenerateDocs(GenerateDocsArgs),
+    /// Stop every node from starting JOB's occurrences (stored in Redis); each is recorded `paused`.
+    Pause(PauseArgs),
+    /// End a pause: every node runs JOB's occurrences again from the next one.
+    Resume(ResumeArgs),
+    /// Stop a node claiming new occurrences (the others take them); its running jobs finish.
+    Drain(DrainArgs),
+    /// End a drain: the node claims occurrences again.
+    Undrain(UndrainArgs),
 }
 
 /// `--config` of the commands that need the file.
@@ -85,9 +99,11 @@ pub struct RedisArg {
 /// `--log-format`.
 #[derive(Debug, Clone, Args)]
 pub struct LogArg {
-    /// Log format (the filter is taken from `SOLOCRON_LOG`, e.g. `info` or `debug`).
-    #[arg(long, env = "SOLOCRON_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
+    /// Log format [default: journal when stderr is the journal (under systemd), else text]
+    /// (the filter is taken from `SOLOCRON_LOG`, e.g. `info` or `debug`; the journal socket
+    /// from `SOLOCRON_JOURNAL_SOCKET`, default /run/systemd/journal/socket).
+    #[arg(long, env = "SOLOCRON_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
 }
 
 /// Where `status` and `history` read: the file is optional for them.
@@ -178,6 +194,9 @@ pub struct HistoryArgs {
 pub struct TriggerArgs {
     /// The job's name in the config.
     pub job: String,
+    /// Ask the running daemons instead: one that runs JOB and is not drained takes it and runs it (under the unit's sandbox); prints its node, outcome and output tail; exit 4 if none took it within 10 s.
+    #[arg(long)]
+    pub fleet: bool,
     #[command(flatten)]
     pub file: ConfigArg,
     #[command(flatten)]
@@ -186,6 +205,88 @@ pub struct TriggerArgs {
     pub redis: RedisArg,
     #[command(flatten)]
     pub log: LogArg,
+}
+
+/// `solocron generate-docs` (hidden: `scripts/package` runs it).
+#[derive(Debug, Clone, Args)]
+pub struct GenerateDocsArgs {
+    /// Where to write `man/` and `completions/` (created if missing).
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+}
+
+/// `solocron pause`.
+#[derive(Debug, Clone, Args)]
+pub struct PauseArgs {
+    /// The jobs to pause (names in the config, or run by a live node).
+    #[arg(
+        value_name = "JOB",
+        required_unless_present = "all",
+        conflicts_with = "all"
+    )]
+    pub jobs: Vec<String>,
+    /// Pause every job, also jobs added later (`resume --all` ends it).
+    #[arg(long)]
+    pub all: bool,
+    /// End the pause by itself after DURATION (`90s`, `30m`, `2h`); default: until `resume`.
+    #[arg(long = "for", value_name = "DURATION", value_parser = parse_positive_duration)]
+    pub duration: Option<std::time::Duration>,
+    /// Why, shown by `status` and in each `paused` history entry.
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+    #[command(flatten)]
+    pub source: InspectArgs,
+}
+
+/// `solocron resume`.
+#[derive(Debug, Clone, Args)]
+pub struct ResumeArgs {
+    /// The jobs to resume.
+    #[arg(
+        value_name = "JOB",
+        required_unless_present = "all",
+        conflicts_with = "all"
+    )]
+    pub jobs: Vec<String>,
+    /// End `pause --all` and every job's own pause.
+    #[arg(long)]
+    pub all: bool,
+    #[command(flatten)]
+    pub source: InspectArgs,
+}
+
+/// `solocron drain`.
+#[derive(Debug, Clone, Args)]
+pub struct DrainArgs {
+    /// The node to drain (default: this host's node id, `SOLOCRON_NODE_ID` or the host name).
+    #[arg(long = "node", value_name = "ID", env = "SOLOCRON_NODE_ID")]
+    pub node: Option<String>,
+    /// Why, shown by `status`.
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+    #[command(flatten)]
+    pub source: InspectArgs,
+}
+
+/// `solocron undrain`.
+#[derive(Debug, Clone, Args)]
+pub struct UndrainArgs {
+    /// The node to undrain (default: this host's node id, `SOLOCRON_NODE_ID` or the host name).
+    #[arg(long = "node", value_name = "ID", env = "SOLOCRON_NODE_ID")]
+    pub node: Option<String>,
+    #[command(flatten)]
+    pub source: InspectArgs,
+}
+
+/// A duration above zero (`--for`), in the config's notation.
+fn parse_positive_duration(text: &str) -> Result<std::time::Duration, String> {
+    match humantime::parse_duration(text.trim()) {
+        Ok(duration) if !duration.is_zero() => Ok(duration),
+        Ok(_) => Err("the duration must be above zero, e.g. `30m`".to_string()),
+        Err(_) => Err(format!(
+            "`{text}` is not a duration; write it like `90s`, `30m`, `2h` or `1h30m`"
+        )),
+    }
 }
 
 impl Command {
@@ -198,12 +299,20 @@ impl Command {
         }
     }
 
-    /// `--log-format` where the command has it (`run`, `trigger`), else text.
-    pub fn log_format(&self) -> LogFormat {
+    /// `--log-format` where the command has it (`run`, `trigger`; `None`
+    /// when not given), else text.
+    pub fn log_format(&self) -> Option<LogFormat> {
         match self {
             Command::Run(args) => args.log.log_format,
             Command::Trigger(args) => args.log.log_format,
-            Command::Check(_) | Command::Status(_) | Command::History(_) => LogFormat::Text,
+            Command::Check(_)
+            | Command::Status(_)
+            | Command::History(_)
+            | Command::GenerateDocs(_)
+            | Command::Pause(_)
+            | Command::Resume(_)
+            | Command::Drain(_)
+            | Command::Undrain(_) => Some(LogFormat::Text),
         }
     }
 }
@@ -248,10 +357,54 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             crate::inspect::history(&source(&args.source)?, &query).await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Trigger(args) if args.fleet => {
+            let source = crate::inspect::Source::resolve(
+                &args.file.config,
+                args.redis.redis.as_deref(),
+                None,
+            )?;
+            crate::ops::fleet_trigger::run(&source, &args.job).await
+        }
         Command::Trigger(args) => {
             let config = load(&args.file.config, args.redis.redis.as_deref())?;
             let node = node_id(args.node.node_id.as_deref())?;
             crate::trigger::run(config, &node, &args.job).await
+        }
+        Command::GenerateDocs(args) => {
+            let mut out = std::io::stdout().lock();
+            for path in crate::manual::generate(&args.dir)? {
+                writeln!(out, "{}", path.display())?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Pause(args) => {
+            let request = crate::ops::pause::PauseRequest {
+                jobs: args.jobs.clone(),
+                all: args.all,
+                duration: args.duration,
+                reason: args.reason.clone(),
+            };
+            crate::ops::pause::pause(&source(&args.source)?, &request).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Resume(args) => {
+            let request = crate::ops::pause::ResumeRequest {
+                jobs: args.jobs.clone(),
+                all: args.all,
+            };
+            crate::ops::pause::resume(&source(&args.source)?, &request).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Drain(args) => {
+            let node = node_id(args.node.as_deref())?;
+            let reason = args.reason.as_deref();
+            crate::ops::drain::drain(&source(&args.source)?, &node, true, reason).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Undrain(args) => {
+            let node = node_id(args.node.as_deref())?;
+            crate::ops::drain::drain(&source(&args.source)?, &node, false, None).await?;
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

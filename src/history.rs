@@ -38,6 +38,9 @@ pub struct Entry {
     pub output_tail: Option<String>,
     /// 1, 2, … for a run and its retries; `None` where not applicable.
     pub attempt: Option<u32>,
+    /// When the next attempt of this occurrence may start (this one failed
+    /// and the job has retries left); `None` for a last attempt.
+    pub retry_at: Option<DateTime<Utc>>,
 }
 
 impl Entry {
@@ -56,6 +59,7 @@ impl Entry {
             error: report.error.clone(),
             output_tail: None,
             attempt: None,
+            retry_at: None,
         }
     }
 
@@ -90,6 +94,9 @@ impl Entry {
         if let Some(attempt) = self.attempt {
             fields.push(("attempt", attempt.to_string()));
         }
+        if let Some(at) = self.retry_at {
+            fields.push(("retry_at", at.timestamp_millis().to_string()));
+        }
         fields
     }
 
@@ -122,6 +129,10 @@ impl Entry {
             error: text("error"),
             output_tail: text("output_tail"),
             attempt: fields.get("attempt").and_then(|a| a.parse().ok()),
+            retry_at: fields
+                .get("retry_at")
+                .and_then(|ms| ms.parse::<i64>().ok())
+                .and_then(DateTime::from_timestamp_millis),
         })
     }
 }
@@ -170,6 +181,7 @@ mod tests {
             error: None,
             output_tail: Some("done\n".into()),
             attempt: Some(1),
+            retry_at: Some(at + chrono::TimeDelta::seconds(30)),
         };
         let fields: HashMap<String, String> = entry
             .to_fields()

@@ -5,6 +5,7 @@
 //! - [`schedule`]: cron expression + time zone -> UTC occurrences (pure).
 //! - [`config`]: `jobs.toml` -> a validated [`config::Config`].
 //! - [`coordinator`]: how we talk to Redis: one server, Sentinel, Cluster, Redlock.
+//! - [`control`]: fleet-wide pauses, drains and `trigger --fleet` requests in Redis.
 //! - [`lock`]: the claim / extend / release scripts on Redis, and the watchdog.
 //! - [`history`]: the per-job decision stream (who ran which occurrence).
 //! - [`inspect`]: read-only `status` and `history` views for operators.
@@ -14,12 +15,16 @@
 //! - [`cli`]: command-line types, logging set-up and the subcommands.
 //! - [`shutdown`]: the future that completes on SIGTERM or SIGINT; SIGHUP reloads.
 //! - [`trigger`]: `solocron trigger JOB`, a manual run under the lock.
-//! - [`logging`]: log lines that never block or panic (a queue to one writer thread).
+//! - [`ops`]: `pause`, `resume`, `drain`, `undrain`, `trigger --fleet`.
+//! - [`logging`]: log lines that never block or panic (a queue to one writer thread),
+//!   or native journal entries under systemd.
+//! - [`manual`]: man pages and shell completions generated from [`cli`], for packaging.
 //! - [`metrics`], [`notify`]: Prometheus metrics and systemd notifications.
 #![deny(unsafe_code)]
 
 pub mod cli;
 pub mod config;
+pub mod control;
 pub mod coordinator;
 pub mod daemon;
 pub mod exec;
@@ -27,9 +32,11 @@ pub mod history;
 pub mod inspect;
 pub mod lock;
 pub mod logging;
+pub mod manual;
 pub mod memory;
 pub mod metrics;
 pub mod notify;
+pub mod ops;
 pub mod registry;
 pub mod schedule;
 pub mod shutdown;

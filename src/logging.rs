@@ -17,6 +17,15 @@
 //! Text lines name a run's numbers the way people read them (`exit=0
 //! duration=41.2s`); JSON lines carry the same fields as numbers
 //! (`exit_code`, `duration_ms`), matching the history (SPEC §6).
+//!
+//! Under systemd the daemon logs to journald natively instead, with every
+//! field a journal field ([`journal`]): the entries go through the same
+//! queue and writer thread, and an entry journald does not take is counted
+//! the same way. [`init`] picks the format: `--log-format` if given, else
+//! `journal` when stderr is the journal (`JOURNAL_STREAM`), else text; a
+//! journal socket that cannot be reached at start means text on stderr.
+
+pub mod journal;
 
 use std::fmt;
 use std::io::{IsTerminal as _, Write as _};
@@ -28,6 +37,10 @@ use tracing::field::{Field, Visit};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::field::RecordFields;
 use tracing_subscriber::fmt::format::{FormatFields, Writer};
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+
+use journal::{Journal, JournalLayer};
 
 /// Lines waiting for the writer before new ones are dropped: a few seconds
 /// of a busy node's output, at most a few MB.
@@ -35,11 +48,13 @@ const QUEUE_LINES: usize = 8192;
 /// How long [`Logging::finish`] waits for queued lines to be written.
 const FINISH_WAIT: Duration = Duration::from_secs(1);
 
-/// Lines dropped (queue full) or not written (stderr failed) so far.
+/// Lines dropped (queue full) or not written (stderr or the journal
+/// failed) so far.
 static LOST: AtomicU64 = AtomicU64::new(0);
 
 /// Log lines lost since start: dropped because the writer fell behind, or
-/// not written because stderr failed (closed pipe, full disk).
+/// not written because stderr failed (closed pipe, full disk) or journald
+/// did not take the entry (gone, or its socket full for a second).
 pub fn lines_lost() -> u64 {
     LOST.load(Ordering::Relaxed)
 }
@@ -52,8 +67,12 @@ fn lose_line() {
 /// The log format: `--log-format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
+    /// One line per event on stderr, for people.
     Text,
+    /// One JSON object per line on stderr.
     Json,
+    /// Native entries to journald, every field a journal field.
+    Journal,
 }
 
 enum Message {
@@ -68,20 +87,45 @@ pub struct Logging {
     format: LogFormat,
 }
 
-/// Starts logging to stderr in `format`, filtered by `SOLOCRON_LOG` (else
-/// `default_filter`). Call once, first thing in `main`.
-pub fn init(format: LogFormat, default_filter: &str) -> Logging {
+/// Starts logging in `requested` (`None`: journal when stderr is the
+/// journal, else text), filtered by `SOLOCRON_LOG` (else `default_filter`).
+/// Call once, first thing in `main`.
+pub fn init(requested: Option<LogFormat>, default_filter: &str) -> Logging {
     let (queue, lines) = sync_channel(QUEUE_LINES);
+    let wants_journal = match requested {
+        Some(format) => format == LogFormat::Journal,
+        None => journal::stderr_is_journal(),
+    };
+    let mut unreachable = None;
+    let (format, sink) = if wants_journal {
+        let path = journal::socket_path();
+        match Journal::open(&path) {
+            Ok(journal) => (
+                LogFormat::Journal,
+                Sink::Journal {
+                    journal,
+                    failing: None,
+                },
+            ),
+            Err(err) => {
+                unreachable = Some((path, err));
+                (LogFormat::Text, Sink::Stderr)
+            }
+        }
+    } else {
+        (requested.unwrap_or(LogFormat::Text), Sink::Stderr)
+    };
     // Without its thread the queue fills and every line is counted lost:
     // logging degrades, the daemon goes on.
     let _ = std::thread::Builder::new()
         .name("solocron-log".to_string())
-        .spawn(move || write_lines(&lines));
-    let filter =
-        EnvFilter::try_from_env("SOLOCRON_LOG").unwrap_or_else(|_| EnvFilter::new(default_filter));
+        .spawn(move || write_lines(&lines, sink));
+    let filter = || {
+        EnvFilter::try_from_env("SOLOCRON_LOG").unwrap_or_else(|_| EnvFilter::new(default_filter))
+    };
     let writer = QueueWriter(queue.clone());
     let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+        .with_env_filter(filter())
         .with_target(false)
         .with_ansi(std::io::stderr().is_terminal())
         .log_internal_errors(false)
@@ -94,7 +138,18 @@ pub fn init(format: LogFormat, default_filter: &str) -> Logging {
             .flatten_event(true)
             .with_current_span(false)
             .try_init(),
+        LogFormat::Journal => tracing_subscriber::registry()
+            .with(filter())
+            .with(JournalLayer {
+                queue: queue.clone(),
+            })
+            .try_init()
+            .map_err(Into::into),
     };
+    if let Some((path, err)) = unreachable {
+        tracing::warn!(socket = %path.display(), error = %err,
+            "cannot reach the journal socket: logging to stderr instead");
+    }
     Logging { queue, format }
 }
 
@@ -106,11 +161,14 @@ impl Logging {
 
     /// A fatal error, for the person at the terminal or the journal: in
     /// text, `error: …` as written (a config error's snippet keeps its
-    /// lines); in JSON, one `ERROR` object with the text in `error`.
+    /// lines); in JSON, one `ERROR` object with the text in `error`; in the
+    /// journal, one entry at priority 3 with the text in `SOLOCRON_ERROR`.
     pub fn fatal(&self, err: &anyhow::Error) {
         let text = format!("{err:#}");
         match self.format {
-            LogFormat::Json => tracing::error!(error = %text, "fatal error, solocron stops"),
+            LogFormat::Json | LogFormat::Journal => {
+                tracing::error!(error = %text, "fatal error, solocron stops")
+            }
             LogFormat::Text => {
                 let _ = self
                     .queue
@@ -136,12 +194,61 @@ pub fn to_stderr(text: &str) {
     let _ = err.write_all(text.as_bytes()).and_then(|()| err.flush());
 }
 
-fn write_lines(lines: &Receiver<Message>) {
-    let mut stderr = std::io::stderr();
+/// Where the writer thread puts what it is handed.
+enum Sink {
+    /// Each message is a line (or several) of text or JSON.
+    Stderr,
+    /// Each message is one native-protocol entry. `failing`: the lost-line
+    /// count when the current run of failed sends began.
+    Journal {
+        journal: Journal,
+        failing: Option<u64>,
+    },
+}
+
+impl Sink {
+    /// Writes one message; `false` if it was lost.
+    fn write(&mut self, bytes: &[u8]) -> bool {
+        match self {
+            Sink::Stderr => std::io::stderr().write_all(bytes).is_ok(),
+            Sink::Journal { journal, failing } => match journal.send(bytes) {
+                Ok(()) => {
+                    if let Some(since) = failing.take() {
+                        note(&format!(
+                            "solocron: the journal socket {} answers again; {} log lines were lost\n",
+                            journal.path().display(),
+                            lines_lost().saturating_sub(since)
+                        ));
+                    }
+                    true
+                }
+                Err(err) => {
+                    if failing.is_none() {
+                        *failing = Some(lines_lost());
+                        note(&format!(
+                            "solocron: cannot send to the journal socket {}: {err}; log lines are \
+                             lost (counted in solocron_log_lines_lost_total) until it answers\n",
+                            journal.path().display()
+                        ));
+                    }
+                    false
+                }
+            },
+        }
+    }
+}
+
+/// A line on stderr about the journal itself (under systemd, stderr is the
+/// journal's stream socket, a second way in); lost if stderr fails too.
+fn note(text: &str) {
+    let _ = std::io::stderr().write_all(text.as_bytes());
+}
+
+fn write_lines(lines: &Receiver<Message>, mut sink: Sink) {
     while let Ok(message) = lines.recv() {
         match message {
             Message::Line(line) => {
-                if stderr.write_all(&line).is_err() {
+                if !sink.write(&line) {
                     lose_line();
                 }
             }
@@ -152,16 +259,22 @@ fn write_lines(lines: &Receiver<Message>) {
     }
 }
 
+/// Hands `bytes` to the writer thread without blocking; a full queue (or a
+/// writer thread that is gone) loses them, counted.
+fn queue_line(queue: &SyncSender<Message>, bytes: Vec<u8>) {
+    match queue.try_send(Message::Line(bytes)) {
+        Ok(()) => {}
+        Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => lose_line(),
+    }
+}
+
 /// The per-event writer: one `write` per formatted event, never blocking.
 #[derive(Clone)]
 struct QueueWriter(SyncSender<Message>);
 
 impl std::io::Write for QueueWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match self.0.try_send(Message::Line(buf.to_vec())) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => lose_line(),
-        }
+        queue_line(&self.0, buf.to_vec());
         Ok(buf.len())
     }
 

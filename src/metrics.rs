@@ -11,8 +11,10 @@
 //! The listener is bound once per process: a changed `metrics_listen` takes
 //! effect at the next restart, not on reload.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ::metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
@@ -33,6 +35,38 @@ const JOBS: &str = "solocron_jobs";
 const LOG_LINES_LOST: &str = "solocron_log_lines_lost_total";
 const ABANDONED: &str = "solocron_abandoned_total";
 const REDIS_UP: &str = "solocron_redis_up";
+const NOTIFICATIONS: &str = "solocron_notifications_total";
+const RETRIES: &str = "solocron_retries_total";
+const JOB_PERIOD: &str = "solocron_job_period_seconds";
+const JOB_MAX_SILENCE: &str = "solocron_job_max_silence_seconds";
+const JOB_SCHEDULED: &str = "solocron_job_scheduled_timestamp_seconds";
+const LIVE_NODES: &str = "solocron_live_nodes";
+
+/// Every metric name this module serves, histograms by their base name
+/// (Prometheus adds `_bucket`, `_sum` and `_count`). The tests check the
+/// rules and the dashboard under `contrib/` against the names a real
+/// daemon serves; this list is what they are served under.
+pub const NAMES: &[&str] = &[
+    RUNS,
+    RUN_DURATION,
+    LAST_SUCCESS,
+    FIRE_TO_START,
+    CLAIMS,
+    LOCK_RENEWALS,
+    LOCK_LOSSES,
+    MISSED,
+    REDIS_ERRORS,
+    CLOCK_OFFSET,
+    CONFIG_DIVERGENCE,
+    JOBS,
+    LOG_LINES_LOST,
+    ABANDONED,
+    REDIS_UP,
+    JOB_PERIOD,
+    JOB_MAX_SILENCE,
+    JOB_SCHEDULED,
+    LIVE_NODES,
+];
 
 /// Buckets (seconds) for occurrence-to-process-start lag: 1 ms to 10 s.
 const LAG_BUCKETS: &[f64] = &[
@@ -47,6 +81,10 @@ const DURATION_BUCKETS: &[f64] = &[
 /// Set once the exporter is installed; a second [`install`] is refused
 /// before it could bind a second listener.
 static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+/// The newest success set per job, so that an older one read from the
+/// history at start never replaces a newer one of this node's own runs.
+static LAST_SUCCESS_KNOWN: LazyLock<Mutex<HashMap<String, f64>>> = LazyLock::new(Mutex::default);
 
 /// Why the metrics endpoint could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -105,6 +143,9 @@ pub fn install(listen: &str) -> Result<(), MetricsError> {
     match result {
         Ok(()) => {
             describe();
+            // Served from the start (at 0 unless lines were lost before),
+            // so that the first lost line is an increase.
+            counter!(LOG_LINES_LOST).absolute(crate::logging::lines_lost());
             Ok(())
         }
         Err(err) => {
@@ -133,7 +174,7 @@ fn describe() {
     describe_histogram!(RUN_DURATION, "Run duration, start to finish.");
     describe_gauge!(
         LAST_SUCCESS,
-        "Unix time of the job's last succeeded run on this node."
+        "Unix time of the job's last succeeded run on this node, or in the history read at start."
     );
     describe_histogram!(
         FIRE_TO_START,
@@ -167,9 +208,33 @@ fn describe() {
         REDIS_UP,
         "1 while this node's last Redis operation succeeded, 0 during an outage."
     );
+    describe_gauge!(
+        JOB_PERIOD,
+        "Longest interval between consecutive occurrences of the job over the coming 62 days; 0 once a reload removed the job."
+    );
+    describe_gauge!(
+        JOB_MAX_SILENCE,
+        "The job's max_silence (longest time without a success before alerting); 0 if not set."
+    );
+    describe_gauge!(
+        JOB_SCHEDULED,
+        "Unix time this process started scheduling the job's current definition."
+    );
+    describe_gauge!(
+        LIVE_NODES,
+        "Nodes alive in the node registry as this node last read it, itself included."
+    );
     describe_counter!(
         LOG_LINES_LOST,
         "Log lines dropped (the log writer fell behind) or not written (stderr failed)."
+    );
+    describe_counter!(
+        NOTIFICATIONS,
+        "Notifiers run by job, notifier (on_failure, on_success) and result (succeeded, failed, timed_out, ...)."
+    );
+    describe_counter!(
+        RETRIES,
+        "Retry attempts of failed occurrences this node claimed and ran."
     );
 }
 
@@ -207,11 +272,71 @@ pub fn run_finished(job: &str, outcome: &str, duration: Duration) {
     counter!(RUNS, "job" => job.to_string(), "outcome" => outcome.to_string()).increment(1);
     histogram!(RUN_DURATION, "job" => job.to_string()).record(duration.as_secs_f64());
     if outcome == "succeeded" {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
-        gauge!(LAST_SUCCESS, "job" => job.to_string()).set(now.as_secs_f64());
+        last_success(job, unix_now());
     }
+}
+
+/// A success of `job` at `at` (Unix seconds) that this node learnt of
+/// (its own run, or the history read at start): sets
+/// `solocron_last_success_timestamp_seconds{job}` unless a later one is
+/// already set.
+pub fn last_success(job: &str, at: f64) {
+    if !enabled() {
+        return;
+    }
+    let mut known = LAST_SUCCESS_KNOWN
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let newest = known.entry(job.to_string()).or_insert(f64::MIN);
+    if at > *newest {
+        *newest = at;
+        gauge!(LAST_SUCCESS, "job" => job.to_string()).set(at);
+    }
+}
+
+/// Whether the exporter is installed ([`install`]): work done only for
+/// metrics (the per-job gauges, the history read at start) is skipped
+/// without it.
+pub fn enabled() -> bool {
+    INSTALLED.load(Ordering::SeqCst)
+}
+
+/// A job starts being scheduled (daemon start, or a reload that added or
+/// changed it): its counters are served at 0 from now on, so that the
+/// first failure, miss or lost lock is an increase Prometheus can see
+/// (a series born at 1 has none); `solocron_job_max_silence_seconds{job}`
+/// is set (0 without `max_silence`) and
+/// `solocron_job_scheduled_timestamp_seconds{job}` to now.
+pub fn job_scheduled(job: &str, max_silence: Option<Duration>) {
+    for outcome in crate::exec::Outcome::ALL {
+        counter!(RUNS, "job" => job.to_string(), "outcome" => outcome.as_str()).increment(0);
+    }
+    for name in [MISSED, ABANDONED, LOCK_LOSSES, LOCK_RENEWALS] {
+        counter!(name, "job" => job.to_string()).increment(0);
+    }
+    gauge!(JOB_MAX_SILENCE, "job" => job.to_string())
+        .set(max_silence.map_or(0.0, |silence| silence.as_secs_f64()));
+    gauge!(JOB_SCHEDULED, "job" => job.to_string()).set(unix_now());
+}
+
+/// Sets `solocron_job_period_seconds{job}`: the longest interval between
+/// the job's consecutive occurrences ([`crate::schedule::Schedule::longest_interval`]),
+/// 0 when it is no longer scheduled (removed by a reload) or never fires again.
+pub fn job_period(job: &str, period: Option<Duration>) {
+    gauge!(JOB_PERIOD, "job" => job.to_string())
+        .set(period.map_or(0.0, |period| period.as_secs_f64()));
+}
+
+/// Sets `solocron_live_nodes`: the nodes in the registry, this one included.
+pub fn live_nodes(count: usize) {
+    gauge!(LIVE_NODES).set(count as f64);
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64()
 }
 
 /// Records the lag from an occurrence to its process start (or hook
@@ -278,6 +403,17 @@ pub fn jobs_loaded(count: usize) {
 /// Sets the count of lost log lines: `solocron_log_lines_lost_total`.
 pub fn log_lines_lost(total: u64) {
     counter!(LOG_LINES_LOST).absolute(total);
+}
+
+/// Counts a notifier run: `solocron_notifications_total{job,notifier,result}`.
+pub fn notification(job: &str, notifier: &'static str, result: &str) {
+    counter!(NOTIFICATIONS, "job" => job.to_string(), "notifier" => notifier, "result" => result.to_string())
+        .increment(1);
+}
+
+/// Counts a retry attempt this node ran: `solocron_retries_total{job}`.
+pub fn retried(job: &str) {
+    counter!(RETRIES, "job" => job.to_string()).increment(1);
 }
 
 #[cfg(test)]

@@ -18,22 +18,32 @@
 //! are restricted a day matches if *either* does (croner's default,
 //! `dom_and_dow = false`).
 //!
-//! croner's parsed form keeps a byte per year up to 5000 (about 5 KB per
-//! expression), so parsed expressions are shared: every schedule with the
-//! same pattern points at one parsed form ([`parsed`]), however many jobs
-//! and reloads use it. croner is given the years 1970–2199 ([`YEARS`])
-//! rather than all of them, which makes parsing ~10× faster; no occurrence
-//! after 2199 is computed.
+//! croner's parsed form keeps a byte per year up to 5000 (about 7 KB per
+//! expression): 10,000 jobs with as many distinct expressions held 70 MB.
+//! So a [`Schedule`] does not keep it. It keeps the pattern's text and the
+//! next occurrence it last computed ([`Hint`]); the parsed forms live in a
+//! cache ([`parsed`]): shared by pattern while anything holds them, and the
+//! [`RECENT`] most recently used ones held besides, so that the patterns
+//! that fire often are not parsed again at every occurrence. A pattern that
+//! fell out of the cache is parsed again (~20 µs) when its next occurrence
+//! is computed: once per occurrence of a rarely firing job, which is
+//! nothing next to the run. The config loader parses every distinct
+//! pattern once, on all cores ([`parse_in_parallel`]), holds them while it
+//! builds the jobs, and each schedule computes its first occurrence then,
+//! so neither start-up nor the timetable parses anything twice. croner is
+//! given the years 1970–2199 ([`YEARS`]) rather than all of them, which
+//! makes parsing ~10× faster; no occurrence after 2199 is computed.
 //!
 //! croner's messages name neither the field nor its range ("Number out of
 //! bounds"); when it refuses a pattern, `fields` explains the first bad
 //! field instead ("hour `25` is out of range 0–23").
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::time::Duration;
 
-use chrono::{DateTime, SubsecRound, TimeZone, Utc};
+use chrono::{DateTime, SubsecRound, TimeDelta, TimeZone, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
@@ -50,12 +60,24 @@ pub enum ScheduleError {
     NeverFires { expr: String },
 }
 
-/// A job's schedule: the expression as written, its zone and the parsed form.
+/// A job's schedule: the expression as written, its zone, the pattern
+/// croner parses, and the next occurrence last computed.
 #[derive(Clone)]
 pub struct Schedule {
     expr: String,
     tz: Tz,
-    cron: Arc<Cron>,
+    /// The expanded pattern (macros replaced), the key of [`parsed`].
+    pattern: Arc<str>,
+    hint: Option<Hint>,
+}
+
+/// `next` is the first occurrence strictly after `after` (both whole
+/// seconds): it answers [`Schedule::next_after`] for every instant in
+/// `[after, next)` without the parsed form.
+#[derive(Clone, Copy)]
+struct Hint {
+    after: DateTime<Utc>,
+    next: DateTime<Utc>,
 }
 
 impl Schedule {
@@ -78,17 +100,28 @@ impl Schedule {
                 expr: expr.to_string(),
             },
         })?;
-        Ok(Schedule {
+        let mut schedule = Schedule {
             expr: expr.to_string(),
             tz,
-            cron,
-        })
+            pattern: Arc::from(pattern),
+            hint: None,
+        };
+        schedule.hint = schedule.hint_now(&cron);
+        Ok(schedule)
     }
 
-    /// The same expression read in another zone, without parsing it again
-    /// (a cron line means the same wall clock times in every zone).
+    /// The same expression read in another zone (a cron line means the
+    /// same wall clock times in every zone).
     pub fn with_timezone(&self, tz: Tz) -> Schedule {
-        Schedule { tz, ..self.clone() }
+        let mut schedule = Schedule {
+            tz,
+            hint: None,
+            ..self.clone()
+        };
+        if let Ok(cron) = parsed(&schedule.pattern) {
+            schedule.hint = schedule.hint_now(&cron);
+        }
+        schedule
     }
 
     /// The expression as written.
@@ -106,15 +139,116 @@ impl Schedule {
     pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
         // Occurrences fall on whole seconds, so the first one after the
         // truncated instant is also the first one after `after` itself.
-        let start = after.trunc_subsecs(0).with_timezone(&self.tz);
-        self.cron
-            .find_next_occurrence(&start, false)
+        let start = after.trunc_subsecs(0);
+        if let Some(hint) = self.hint
+            && hint.after <= start
+            && start < hint.next
+        {
+            return Some(hint.next);
+        }
+        // The pattern was valid when the schedule was made; parsing it
+        // again cannot fail (and if it did, there is no occurrence).
+        let cron = parsed(&self.pattern).ok()?;
+        self.next_with(&cron, start)
+    }
+
+    fn next_with(&self, cron: &Cron, start: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        cron.find_next_occurrence(&start.with_timezone(&self.tz), false)
             .ok()
             .map(|at| at.with_timezone(&Utc))
     }
+
+    /// The next occurrence from now, while the parsed form is at hand.
+    fn hint_now(&self, cron: &Cron) -> Option<Hint> {
+        let after = Utc::now().trunc_subsecs(0);
+        self.next_with(cron, after).map(|next| Hint { after, next })
+    }
+
+    /// The last occurrence strictly before `before`, `None` if there is
+    /// none from 1970 on ([`YEARS`]).
+    pub fn previous_before(&self, before: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        // An occurrence on the truncated second is before `before` itself
+        // when `before` has a fraction of a second.
+        let inclusive = before.timestamp_subsec_nanos() > 0;
+        let start = before.trunc_subsecs(0).with_timezone(&self.tz);
+        parsed(&self.pattern)
+            .ok()?
+            .find_previous_occurrence(&start, inclusive)
+            .ok()
+            .map(|at| at.with_timezone(&Utc))
+    }
+
+    /// The longest interval between two consecutive occurrences from the
+    /// first one after `from` until `horizon` later (and over at least two
+    /// intervals, so a yearly schedule gets one); `None` if the schedule
+    /// has fewer than two occurrences left.
+    ///
+    /// Exact for every interval longer than [`EXACT_ABOVE`] and for those
+    /// among the first [`WALKED`] occurrences; a shorter interval further
+    /// out may be passed over (it is then no longer than [`EXACT_ABOVE`]).
+    /// That keeps the cost near [`WALKED`] + 2 × `horizon` / [`EXACT_ABOVE`]
+    /// occurrence searches whatever the schedule, where walking every
+    /// occurrence of `* * * * * *` over two months would take 5 million.
+    pub fn longest_interval(&self, from: DateTime<Utc>, horizon: Duration) -> Option<Duration> {
+        let end = TimeDelta::from_std(horizon)
+            .ok()
+            .and_then(|horizon| from.checked_add_signed(horizon))
+            .unwrap_or(DateTime::<Utc>::MAX_UTC);
+        // Parsed once for the whole walk, not looked up at every step.
+        let cron = parsed(&self.pattern).ok()?;
+        let next_after = |after: DateTime<Utc>| self.next_with(&cron, after.trunc_subsecs(0));
+        let mut at = next_after(from)?;
+        let mut longest = TimeDelta::zero();
+        let mut intervals = 0u32;
+        let covered = |at: DateTime<Utc>, intervals: u32| at >= end && intervals >= 2;
+        // The first occurrences one by one.
+        for _ in 0..WALKED {
+            if covered(at, intervals) {
+                break;
+            }
+            let Some(next) = next_after(at) else {
+                break;
+            };
+            longest = longest.max(next - at);
+            intervals += 1;
+            at = next;
+        }
+        // Then in jumps: every interval longer than the jump holds some
+        // probe, and the occurrences on either side of the probe bound it.
+        // What lies between `at` and the probe is shorter than the jump.
+        let min_jump = TimeDelta::from_std(EXACT_ABOVE).unwrap_or(TimeDelta::MAX);
+        for _ in 0..MAX_JUMPS {
+            if covered(at, intervals) {
+                break;
+            }
+            let Some(probe) = at.checked_add_signed(longest.max(min_jump)) else {
+                break;
+            };
+            let Some(next) = next_after(probe) else {
+                break;
+            };
+            let previous = self
+                .previous_before(next)
+                .map_or(at, |previous| previous.clamp(at, probe));
+            longest = longest.max(next - previous);
+            intervals += 1;
+            at = next;
+        }
+        if intervals == 0 {
+            return None;
+        }
+        longest.to_std().ok()
+    }
 }
 
-// croner's parsed form holds a bit per year up to 5000: keep it out of logs.
+/// [`Schedule::longest_interval`] walks this many occurrences one by one.
+pub const WALKED: usize = 64;
+/// [`Schedule::longest_interval`] finds every interval longer than this.
+pub const EXACT_ABOVE: Duration = Duration::from_secs(6 * 3600);
+/// At most this many jumps: enough for a horizon of ten years.
+const MAX_JUMPS: usize = 15_000;
+
+// The parsed form is not shown (it holds a byte per year up to 5000).
 impl fmt::Debug for Schedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Schedule")
@@ -129,21 +263,42 @@ enum Refused {
     NeverFires,
 }
 
-/// Parsed patterns by text; entries die with the last schedule using them.
+/// Parsed patterns by text, shared while anything holds them.
 static PARSED: LazyLock<Mutex<HashMap<String, Weak<Cron>>>> = LazyLock::new(Mutex::default);
 
-/// The parsed form of `pattern`, shared with every other live schedule of
-/// the same pattern. A pattern that can never fire is refused here, checked
+/// How many recently used parsed forms are held besides (about 7 KB each).
+const RECENT_MAX: usize = 256;
+/// The [`RECENT_MAX`] most recently parsed or used forms, newest last.
+static RECENT: LazyLock<Mutex<VecDeque<Arc<Cron>>>> = LazyLock::new(Mutex::default);
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Keeps `cron` among the recently used forms.
+fn keep_recent(cron: &Arc<Cron>) {
+    let mut recent = lock(&RECENT);
+    if recent.back().is_some_and(|last| Arc::ptr_eq(last, cron)) {
+        return;
+    }
+    if let Some(at) = recent.iter().position(|held| Arc::ptr_eq(held, cron)) {
+        recent.remove(at);
+    } else if recent.len() >= RECENT_MAX {
+        recent.pop_front();
+    }
+    recent.push_back(Arc::clone(cron));
+}
+
+/// The parsed form of `pattern`, shared with every other holder of the
+/// same pattern. A pattern that can never fire is refused here, checked
 /// with one forward search from a fixed reference instant in UTC (patterns
 /// have no year field, so what fires once after it fires forever, and a
 /// zone only moves the instants).
 fn parsed(pattern: &str) -> Result<Arc<Cron>, Refused> {
-    let cache = || {
-        PARSED
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    };
-    if let Some(cron) = cache().get(pattern).and_then(Weak::upgrade) {
+    if let Some(cron) = lock(&PARSED).get(pattern).and_then(Weak::upgrade) {
+        keep_recent(&cron);
         return Ok(cron);
     }
     // Parsed without the lock, so that threads warming the cache run in
@@ -160,41 +315,63 @@ fn parsed(pattern: &str) -> Result<Arc<Cron>, Refused> {
     if !fires {
         return Err(Refused::NeverFires);
     }
-    let mut cache = cache();
-    if let Some(cron) = cache.get(pattern).and_then(Weak::upgrade) {
-        return Ok(cron);
-    }
-    let cron = Arc::new(cron);
-    // Forget dead entries once they could make up half of the map.
-    if cache.len() >= 64 && cache.len().is_power_of_two() {
-        cache.retain(|_, cron| cron.strong_count() > 0);
-    }
-    cache.insert(pattern.to_string(), Arc::downgrade(&cron));
+    let cron = {
+        let mut cache = lock(&PARSED);
+        match cache.get(pattern).and_then(Weak::upgrade) {
+            Some(cron) => cron,
+            None => {
+                let cron = Arc::new(cron);
+                // Forget dead entries once they could make up half of the map.
+                if cache.len() >= 64 && cache.len().is_power_of_two() {
+                    cache.retain(|_, cron| cron.strong_count() > 0);
+                }
+                cache.insert(pattern.to_string(), Arc::downgrade(&cron));
+                cron
+            }
+        }
+    };
+    keep_recent(&cron);
     Ok(cron)
 }
 
-/// Parses `exprs` (in UTC) on every core, so that a config loader that
-/// then parses them one by one finds them parsed: with many distinct
-/// expressions, parsing is most of a config load. Invalid expressions are
-/// skipped here, for the loader to report with their position. The cache
-/// keeps a parsed pattern only while a schedule uses it: hold the result
-/// until the loader is done.
-pub fn parse_in_parallel<'a>(exprs: impl Iterator<Item = &'a str>) -> Vec<Schedule> {
+/// Parsed forms held by a config loader while it builds its jobs.
+pub struct Warm(#[allow(dead_code)] Vec<Arc<Cron>>);
+
+impl Warm {
+    /// How many patterns are held.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Parses `exprs` on every core, so that a config loader that then parses
+/// them one by one finds them parsed: with many distinct expressions,
+/// parsing is most of a config load. Invalid expressions are skipped here,
+/// for the loader to report with their position. Hold the result until the
+/// loader is done: the cache keeps a parsed form only while it is held (or
+/// among the most recent ones).
+pub fn parse_in_parallel<'a>(exprs: impl Iterator<Item = &'a str>) -> Warm {
     let mut exprs: Vec<&str> = exprs.collect();
     exprs.sort_unstable();
     exprs.dedup();
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     if threads < 2 || exprs.len() < 256 {
-        return Vec::new();
+        return Warm(Vec::new());
     }
     let chunk = exprs.len().div_ceil(threads);
-    std::thread::scope(|scope| {
+    let forms = std::thread::scope(|scope| {
         let workers: Vec<_> = exprs
             .chunks(chunk)
             .map(|part| {
                 scope.spawn(move || {
                     part.iter()
-                        .filter_map(|expr| Schedule::parse(expr, Tz::UTC).ok())
+                        .filter_map(|expr| expand_macro(expr.trim()).ok())
+                        .filter_map(|pattern| parsed(pattern).ok())
                         .collect::<Vec<_>>()
                 })
             })
@@ -203,7 +380,8 @@ pub fn parse_in_parallel<'a>(exprs: impl Iterator<Item = &'a str>) -> Vec<Schedu
             .into_iter()
             .flat_map(|worker| worker.join().unwrap_or_default())
             .collect()
-    })
+    });
+    Warm(forms)
 }
 
 /// The macros we accept, as the 6-field patterns they stand for (croner's

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::daemon::{Runner, connect, run_lease};
+use crate::daemon::{Attempt, Runner, connect, run_lease};
 use crate::exec::{Executor, Outcome};
 use crate::lock::{Claim, Locker, Target, new_token};
 use crate::logging::to_stderr;
@@ -111,7 +111,7 @@ pub async fn run(config: Config, node: &str, job_name: &str) -> anyhow::Result<E
         }
     });
     let runner = Runner::standalone(&locker, &executor, &interrupt);
-    let report = run_lease(&runner, &job, &lease, &name, sent).await;
+    let (report, _) = run_lease(&runner, &job, &lease, &name, sent, Attempt::MANUAL).await;
     signals.abort();
     let detail = match (report.exit_code, report.http_status) {
         (Some(code), _) => format!(" (exit {code})"),

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use solocron::config::{Action, HttpAction, Job, OnLockLost, Overlap};
-use solocron::exec::{Executor, Outcome, Report, RunContext, StopReason};
+use solocron::exec::{Executor, Notice, Outcome, Report, RunContext, StopReason};
 use solocron::schedule::Schedule;
 
 const OCCURRENCE: &str = "2026-11-30T21:00:00Z";
@@ -31,6 +31,13 @@ fn job(name: &str, action: Action) -> Job {
         env: BTreeMap::new(),
         working_dir: None,
         output_log_max: solocron::config::DEFAULT_OUTPUT_LOG_MAX,
+        splay: Duration::ZERO,
+        splay_offset: Duration::ZERO,
+        retries: 0,
+        retry_backoff: solocron::config::DEFAULT_RETRY_BACKOFF,
+        on_failure: None,
+        on_success: None,
+        max_silence: None,
     }
 }
 
@@ -47,6 +54,8 @@ fn ctx(job: Job) -> RunContext {
         env_file: Default::default(),
         lost_lease_grace: Duration::from_millis(500),
         lease_lost: Default::default(),
+        attempt: 1,
+        notice: None,
     }
 }
 
@@ -845,6 +854,70 @@ async fn http_hook_sends_method_headers_and_body() {
     assert_eq!(request.header("authorization"), Some("Bearer s3cret-token"));
     assert_eq!(request.header("x-team"), Some("ops"));
     assert_eq!(request.body, r#"{"warm":true}"#);
+}
+
+/// A notifier hook without a `body` of its own: the run's outcome as
+/// `Solocron-*` headers (one line, even for a multi-line error) and the
+/// whole of it, output tail included, as a JSON body.
+#[tokio::test]
+async fn an_http_notifier_gets_the_outcome_as_headers_and_a_json_body() {
+    let server = TestServer::start(Some(204));
+    let mut ctx = ctx(job(
+        "nightly",
+        Action::Http(Box::new(hook(server.url("/alert")))),
+    ));
+    ctx.attempt = 3;
+    ctx.notice = Some(Arc::new(Notice {
+        outcome: "failed".into(),
+        exit_code: Some(3),
+        http_status: None,
+        error: Some("first line\nsecond line".into()),
+        output_tail: Some("boom\n".into()),
+    }));
+    let report = executor().execute(&ctx, never()).await;
+    assert_eq!(report.outcome, Outcome::Succeeded, "{:?}", report.error);
+    let request = server.received();
+    assert_eq!(request.header("solocron-outcome"), Some("failed"));
+    assert_eq!(request.header("solocron-exit-code"), Some("3"));
+    assert_eq!(request.header("solocron-attempt"), Some("3"));
+    assert_eq!(
+        request.header("solocron-error"),
+        Some("first line second line")
+    );
+    assert_eq!(request.header("content-type"), Some("application/json"));
+    let body: serde_json::Value = serde_json::from_str(&request.body).expect("JSON body");
+    assert_eq!(body["job"], "nightly");
+    assert_eq!(body["occurrence"], OCCURRENCE);
+    assert_eq!(body["fence"], 812);
+    assert_eq!(body["attempt"], 3);
+    assert_eq!(body["outcome"], "failed");
+    assert_eq!(body["exit_code"], 3);
+    assert_eq!(body["error"], "first line\nsecond line");
+    assert_eq!(body["output_tail"], "boom\n");
+}
+
+/// A notifier process gets `SOLOCRON_OUTCOME` & co. besides the run's own.
+#[tokio::test]
+async fn a_command_notifier_gets_the_outcome_variables() {
+    let dir = tempfile::tempdir().expect("dir");
+    let out = dir.path().join("env");
+    let line = format!(
+        "printf '%s|%s|%s|%s|%s' \"$SOLOCRON_OUTCOME\" \"$SOLOCRON_EXIT_CODE\" \"$SOLOCRON_ERROR\" \"$SOLOCRON_OUTPUT_TAIL\" \"$SOLOCRON_ATTEMPT\" > {}",
+        out.display()
+    );
+    let mut ctx = ctx(shell("nightly", &line));
+    ctx.attempt = 2;
+    ctx.notice = Some(Arc::new(Notice {
+        outcome: "timed_out".into(),
+        exit_code: None,
+        http_status: None,
+        error: Some("ran longer than 1s".into()),
+        output_tail: Some("last words".into()),
+    }));
+    let report = executor().execute(&ctx, never()).await;
+    assert_eq!(report.outcome, Outcome::Succeeded, "{:?}", report.error);
+    let seen = std::fs::read_to_string(&out).expect("written");
+    assert_eq!(seen, "timed_out||ran longer than 1s|last words|2");
 }
 
 #[tokio::test]

@@ -453,3 +453,72 @@ fn the_ha_example_configs_load_in_their_modes() {
     assert!(matches!(&redlock.redis.mode, RedisMode::Redlock { urls } if urls.len() == 5));
     assert_eq!(redlock.redis.wait_replicas, 0);
 }
+
+/// The example of README's "When a job fails" loads: notifiers of every
+/// kind, in `[defaults]` and in a job, and retries.
+#[test]
+fn the_readme_notifier_example_loads() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("read README.md");
+    let section = readme
+        .split("## When a job fails")
+        .nth(1)
+        .expect("README has the section");
+    let example = section
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("a toml block in the section");
+    let text = format!("{example}{REDIS}");
+    let config = config::parse(&text, Path::new("README.md"), &|name| {
+        Some(format!("value-of-{name}"))
+    })
+    .unwrap_or_else(|err| panic!("{err}"));
+    let job = &config.jobs[0];
+    assert_eq!(
+        (job.retries, job.retry_backoff),
+        (2, Duration::from_secs(300))
+    );
+    let failure = job.on_failure.as_ref().expect("on_failure");
+    assert!(matches!(&failure.action, Action::Command(c) if c.contains("sendmail")));
+    assert_eq!(failure.timeout, Duration::from_secs(30), "the default");
+    let success = job.on_success.as_ref().expect("on_success");
+    assert!(
+        matches!(&success.action, Action::Http(h) if h.method == "GET" && h.url.ends_with("value-of-HC_ID"))
+    );
+}
+
+#[test]
+fn notifier_and_retry_mistakes_are_named() {
+    let cases = [
+        (
+            "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\non_failure = { timeout = \"5s\" }\n",
+            "jobs.toml:4:14: [jobs.a] `on_failure`: needs exactly one of `command`, `argv` or `http`, found none",
+        ),
+        (
+            "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\non_failure = { command = \"x\", argv = [\"y\"] }\n",
+            "found more than one",
+        ),
+        (
+            "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\non_success = { comand = \"x\" }\n",
+            "unknown key `comand`",
+        ),
+        (
+            "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\nretries = -1\n",
+            "jobs.toml:4:11: [jobs.a] `retries`: must be between 0 and 10, found -1",
+        ),
+        (
+            "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\nretry_backoff = \"soon\"\n",
+            "`retry_backoff`: invalid duration `soon`",
+        ),
+        (
+            "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\non_failure = { command = \"x\", timeout = \"0s\" }\n",
+            "jobs.toml:4:41: [jobs.a] `on_failure.timeout`: must be at least 1s, found `0s`",
+        ),
+    ];
+    for (text, expected) in cases {
+        let (_dir, _path, err) = load_text(text);
+        let message = err.to_string();
+        assert!(message.contains(expected), "{text}\n{message}");
+    }
+}

@@ -38,7 +38,13 @@ fn cut_the_runner_off(mode: Mode) {
     let quick = JobSpec::new("quick", "* * * * * *", 0.005)
         .with("lock_ttl = \"2s\"")
         .with("starting_deadline = \"2s\"");
-    let mut cluster = Cluster::new(RedisServer::start(), "", &[long.clone(), quick.clone()]);
+    // By each node's own clock: the cut node's +0.3 s makes it the one
+    // that wins the runs to cut off (with `clock = "redis"` it would not).
+    let mut cluster = Cluster::new(
+        RedisServer::start(),
+        "clock = \"local\"",
+        &[long.clone(), quick.clone()],
+    );
     let proxy = Proxy::start(cluster.redis.port);
     cluster.start_node("n1", &[]);
     cluster.start_node("n2", &[]);

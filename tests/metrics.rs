@@ -1,13 +1,17 @@
 //! The Prometheus endpoint, scraped over real HTTP. The global recorder can
-//! be installed once per process, so every assertion on the served text is
-//! in one test.
+//! be installed once per process, so every assertion on the text served by
+//! this test process is in one test; the others scrape real daemons: the
+//! per-job series the alerting rules need (`contrib/prometheus/`), through
+//! start, reload and restart.
 
 mod common;
 
 use std::net::TcpListener;
 use std::time::Duration;
 
-use common::{free_port, scrape_metrics as scrape};
+use common::{
+    Node, RedisServer, Workdir, free_port, history, scrape_metrics as scrape, wait_until,
+};
 use solocron::metrics::{self, ClaimResult, MetricsError};
 
 fn assert_line(body: &str, line: &str) {
@@ -58,6 +62,14 @@ async fn metrics_endpoint_serves_every_series() {
     metrics::redis_error("claim");
     metrics::clock_offset(-250);
     metrics::config_divergence(1);
+    metrics::job_scheduled("c", Some(Duration::from_secs(90)));
+    metrics::job_scheduled("d", None);
+    metrics::job_period("c", Some(Duration::from_secs(3600)));
+    metrics::job_period("d", None);
+    metrics::live_nodes(3);
+    // A success read from the history never moves the gauge back.
+    metrics::last_success("e", 1_000.5);
+    metrics::last_success("e", 900.0);
 
     let body = scrape(port);
     assert_line(&body, "solocron_jobs 3");
@@ -110,10 +122,246 @@ async fn metrics_endpoint_serves_every_series() {
     let last = value(&body, r#"solocron_last_success_timestamp_seconds{job="a"}"#);
     assert!((now - last).abs() < 60.0, "last success {last}, now {now}");
 
+    // A scheduled job's counters are served at 0 before anything happened.
+    for outcome in [
+        "succeeded",
+        "failed",
+        "timed_out",
+        "lock_lost",
+        "interrupted",
+    ] {
+        assert_line(
+            &body,
+            &format!(r#"solocron_runs_total{{job="c",outcome="{outcome}"}} 0"#),
+        );
+    }
+    for name in [
+        "solocron_missed_total",
+        "solocron_abandoned_total",
+        "solocron_lock_losses_total",
+        "solocron_lock_renewals_total",
+    ] {
+        assert_line(&body, &format!(r#"{name}{{job="c"}} 0"#));
+    }
+    assert_line(&body, r#"solocron_job_max_silence_seconds{job="c"} 90"#);
+    assert_line(&body, r#"solocron_job_max_silence_seconds{job="d"} 0"#);
+    assert_line(&body, r#"solocron_job_period_seconds{job="c"} 3600"#);
+    assert_line(&body, r#"solocron_job_period_seconds{job="d"} 0"#);
+    let scheduled = value(
+        &body,
+        r#"solocron_job_scheduled_timestamp_seconds{job="c"}"#,
+    );
+    assert!(
+        (now - scheduled).abs() < 60.0,
+        "scheduled {scheduled}, now {now}"
+    );
+    assert_line(&body, "solocron_live_nodes 3");
+    assert_line(
+        &body,
+        r#"solocron_last_success_timestamp_seconds{job="e"} 1000.5"#,
+    );
+    // Served from the start: the first lost line is an increase.
+    assert_line(&body, "solocron_log_lines_lost_total 0");
+
     // HELP lines from the descriptions.
     assert_line(
         &body,
         "# HELP solocron_claims_total Claim attempts by job and result (won, lost, busy).",
     );
     assert!(body.contains("# HELP solocron_runs_total "), "{body}");
+}
+
+/// `/metrics` of a daemon, `None` while its endpoint does not answer.
+fn try_scrape(port: u16) -> Option<String> {
+    std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    Some(scrape(port))
+}
+
+/// The value of `series` (name plus labels, exactly as served), if served.
+fn served(body: &str, series: &str) -> Option<f64> {
+    body.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Scrapes until `series` is served with a value `check` accepts; returns
+/// the body.
+fn wait_for_series(port: u16, series: &str, check: impl Fn(f64) -> bool) -> String {
+    let mut body = String::new();
+    wait_until(
+        Duration::from_secs(30),
+        &format!("`{series}` is served as expected"),
+        || {
+            body = try_scrape(port).unwrap_or_default();
+            served(&body, series).is_some_and(&check)
+        },
+    );
+    body
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs_f64()
+}
+
+#[test]
+fn per_job_series_follow_the_schedule_through_a_reload() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let port = free_port();
+    let daemon = format!("[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\n");
+    work.write_config(&format!(
+        "{daemon}[jobs.tick]\nschedule = \"* * * * * *\"\ncommand = \"true\"\nmax_silence = \"1h\"\n\
+         [jobs.weekday]\nschedule = \"0 9 * * 1-5\"\ncommand = \"true\"\n"
+    ));
+    let started = unix_now();
+    let node = Node::start(&work, &redis, "n1", &[]);
+    // Friday 09:00 to Monday 09:00, whatever the day today.
+    let body = wait_for_series(port, r#"solocron_job_period_seconds{job="weekday"}"#, |v| {
+        v == 3.0 * 86_400.0
+    });
+    assert_eq!(
+        served(&body, r#"solocron_job_period_seconds{job="tick"}"#),
+        Some(1.0),
+        "{body}"
+    );
+    assert_eq!(
+        served(&body, r#"solocron_job_max_silence_seconds{job="tick"}"#),
+        Some(3600.0),
+        "{body}"
+    );
+    assert_eq!(
+        served(&body, r#"solocron_job_max_silence_seconds{job="weekday"}"#),
+        Some(0.0),
+        "{body}"
+    );
+    let scheduled = served(
+        &body,
+        r#"solocron_job_scheduled_timestamp_seconds{job="weekday"}"#,
+    )
+    .expect("scheduled timestamp");
+    assert!(
+        (started - 1.0..=unix_now() + 1.0).contains(&scheduled),
+        "scheduled at {scheduled}, daemon started at {started}"
+    );
+    // weekday has not run: its counters are there, at 0.
+    for outcome in [
+        "succeeded",
+        "failed",
+        "timed_out",
+        "lock_lost",
+        "interrupted",
+    ] {
+        let series = format!(r#"solocron_runs_total{{job="weekday",outcome="{outcome}"}}"#);
+        assert_eq!(served(&body, &series), Some(0.0), "{series}\n{body}");
+    }
+    for name in ["missed", "abandoned", "lock_losses", "lock_renewals"] {
+        let series = format!(r#"solocron_{name}_total{{job="weekday"}}"#);
+        assert_eq!(served(&body, &series), Some(0.0), "{series}\n{body}");
+    }
+    wait_for_series(port, "solocron_live_nodes", |v| v == 1.0);
+
+    // A reload removes weekday (period 0: the rules skip it) and adds
+    // monthly: the 31-day months are its longest intervals.
+    work.write_config(&format!(
+        "{daemon}[jobs.tick]\nschedule = \"* * * * * *\"\ncommand = \"true\"\nmax_silence = \"1h\"\n\
+         [jobs.monthly]\nschedule = \"0 0 1 * *\"\ncommand = \"true\"\n"
+    ));
+    node.signal("HUP");
+    let body = wait_for_series(port, r#"solocron_job_period_seconds{job="monthly"}"#, |v| {
+        v == 31.0 * 86_400.0
+    });
+    let body = if served(&body, r#"solocron_job_period_seconds{job="weekday"}"#) == Some(0.0) {
+        body
+    } else {
+        wait_for_series(port, r#"solocron_job_period_seconds{job="weekday"}"#, |v| {
+            v == 0.0
+        })
+    };
+    assert_eq!(
+        served(&body, r#"solocron_job_max_silence_seconds{job="monthly"}"#),
+        Some(0.0),
+        "{body}"
+    );
+    assert_eq!(
+        served(&body, r#"solocron_job_period_seconds{job="tick"}"#),
+        Some(1.0),
+        "an unchanged job keeps its period\n{body}"
+    );
+}
+
+#[test]
+fn a_starting_node_reads_each_jobs_last_success_from_the_history() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    work.write_config(
+        "[jobs.tick]\nschedule = \"* * * * * *\"\ncommand = \"true\"\n\
+         [jobs.bad]\nschedule = \"* * * * * *\"\ncommand = \"exit 3\"\n",
+    );
+    let mut first = Node::start(&work, &redis, "n1", &[]);
+    wait_until(
+        Duration::from_secs(15),
+        "tick succeeded and bad failed",
+        || {
+            let outcomes = |job| {
+                history(&redis, job)
+                    .into_iter()
+                    .map(|entry| entry["outcome"].clone())
+                    .collect::<Vec<_>>()
+            };
+            outcomes("tick").contains(&"succeeded".to_string())
+                && outcomes("bad").contains(&"failed".to_string())
+        },
+    );
+    first.signal("TERM");
+    assert!(first.wait_exit(Duration::from_secs(15)).success());
+    let newest_ms: i64 = history(&redis, "tick")
+        .iter()
+        .filter(|entry| entry["outcome"] == "succeeded")
+        .map(|entry| entry["finished_at"].parse::<i64>().expect("finished_at ms"))
+        .max()
+        .expect("a success");
+
+    // n2 runs neither job before next year: what it serves for them can
+    // only come from the history.
+    let port = free_port();
+    work.write_config(&format!(
+        "[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\n\
+         [jobs.tick]\nschedule = \"0 0 1 1 *\"\ncommand = \"true\"\n\
+         [jobs.bad]\nschedule = \"0 0 1 1 *\"\ncommand = \"exit 3\"\n"
+    ));
+    let second = Node::start(&work, &redis, "n2", &[]);
+    second.wait_for_log(
+        Duration::from_secs(15),
+        "last successes read from the job histories",
+    );
+    assert!(second.log().contains("jobs=2 found=1"), "{}", second.log());
+    let body = scrape(port);
+    let served_at = served(
+        &body,
+        r#"solocron_last_success_timestamp_seconds{job="tick"}"#,
+    )
+    .unwrap_or_else(|| panic!("no last success for tick\n{body}"));
+    assert!(
+        (served_at - newest_ms as f64 / 1000.0).abs() < 0.002,
+        "served {served_at}, newest success in the history finished at {newest_ms} ms"
+    );
+    assert_eq!(
+        served(
+            &body,
+            r#"solocron_runs_total{job="tick",outcome="succeeded"}"#
+        ),
+        Some(0.0),
+        "n2 ran nothing itself\n{body}"
+    );
+    // bad never succeeded: nothing to read, no series.
+    assert_eq!(
+        served(
+            &body,
+            r#"solocron_last_success_timestamp_seconds{job="bad"}"#
+        ),
+        None,
+        "{body}"
+    );
 }

@@ -10,9 +10,9 @@
 //! - `rediss://` against a server with a certificate from the test's own CA
 //!   (made with `openssl`): works with `tls_ca_file`, fails closed without
 //!   it or with another CA; mutual TLS with `tls_cert_file`/`tls_key_file`;
-//! - the README's ACL line is enough for two daemons, `status`, `history`
-//!   and `trigger` (the server's `ACL LOG` stays empty), and refuses
-//!   anything else.
+//! - the README's ACL line is enough for two daemons, `status`, `history`,
+//!   `trigger` (also `--fleet`), `pause`, `resume`, `drain` and `undrain`
+//!   (the server's `ACL LOG` stays empty), and refuses anything else.
 
 mod common;
 
@@ -387,6 +387,22 @@ fn planted_secrets_appear_in_no_output_and_no_key() {
         );
         let history_json = [&["history", "--json", "--limit", "500"], &c[..]].concat();
         run(&format!("history --json, {label}"), &history_json, env, 0);
+        for (what, args) in [
+            (
+                "pause",
+                &["pause", "fails", "--for", "1s", "--reason", "r"][..],
+            ),
+            ("resume", &["resume", "fails"]),
+            ("drain", &["drain", "--node", "gone"]),
+            ("undrain", &["undrain", "--node", "gone"]),
+        ] {
+            run(
+                &format!("{what}, {label}"),
+                &[args, &c[..]].concat(),
+                env,
+                0,
+            );
+        }
     }
     let flag = [
         "--config",
@@ -448,6 +464,12 @@ fn planted_secrets_appear_in_no_output_and_no_key() {
     run(
         "history, wrong password",
         &["history", "--config", &wrong_path],
+        &token,
+        1,
+    );
+    run(
+        "pause, wrong password",
+        &["pause", "fails", "--config", &wrong_path],
         &token,
         1,
     );
@@ -847,10 +869,26 @@ fn the_readme_acl_user_is_enough_and_restrictive() {
         &["history", "--json", "tick"],
         &["history", "--json", "removed-job"],
         &["trigger", "tick", "--node-id", "acl-cli"],
+        &["pause", "tick", "--for", "1m", "--reason", "acl"],
+        &["resume", "tick"],
+        &["pause", "--all"],
+        &["resume", "--all"],
+        &["drain", "--node", "acl-gone"],
+        &["undrain", "--node", "acl-gone"],
     ] {
         let output = solocron(&[args, &flags[..]].concat(), &[]);
         assert!(output.status.success(), "{args:?}: {}", text(&output));
     }
+    // A daemon takes it (0), or finds the lock held by a scheduled run (3).
+    let fleet = solocron(
+        &[&["trigger", "tick", "--fleet"][..], &flags[..]].concat(),
+        &[],
+    );
+    assert!(
+        matches!(fleet.status.code(), Some(0 | 3)),
+        "trigger --fleet: {}",
+        text(&fleet)
+    );
     for node in &mut nodes {
         node.signal("TERM");
         assert!(node.wait_exit(Duration::from_secs(20)).success());

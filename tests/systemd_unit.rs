@@ -52,15 +52,12 @@ fn unit_is_a_notify_service_reloaded_by_sighup() {
         .collect();
     assert_eq!(
         reloads,
-        [
-            "/usr/local/bin/solocron check --quiet",
-            "/bin/kill -HUP $MAINPID"
-        ],
+        ["/usr/bin/solocron check --quiet", "/bin/kill -HUP $MAINPID"],
         "the file is checked before the SIGHUP"
     );
     assert_eq!(service("WorkingDirectory"), "/var/lib/solocron");
     assert_eq!(service("StateDirectory"), "solocron");
-    assert_eq!(service("ExecStart"), "/usr/local/bin/solocron run");
+    assert_eq!(service("ExecStart"), "/usr/bin/solocron run");
     let watchdog = humantime::parse_duration(&service("WatchdogSec")).expect("WatchdogSec");
     assert!(watchdog >= Duration::from_secs(10), "{watchdog:?}");
 }
@@ -115,6 +112,28 @@ fn unit_runs_hardened_as_a_dedicated_user() {
     assert!(settings().iter().any(|(section, key, value)| {
         section == "Install" && key == "WantedBy" && value == "multi-user.target"
     }));
+}
+
+/// The daemon logs to the journal natively only when its stderr is the
+/// journal stream (`JOURNAL_STREAM`) and no `--log-format` is given.
+#[test]
+fn unit_leaves_stderr_on_the_journal_for_native_logging() {
+    for key in ["StandardOutput", "StandardError"] {
+        if let Some((_, _, value)) = settings()
+            .into_iter()
+            .rev()
+            .find(|(section, name, _)| section == "Service" && name == key)
+        {
+            assert!(value.starts_with("journal"), "[Service] {key}={value}");
+        }
+    }
+    assert!(!service("ExecStart").contains("--log-format"));
+    if let Some((_, _, families)) = settings()
+        .into_iter()
+        .find(|(section, name, _)| section == "Service" && name == "RestrictAddressFamilies")
+    {
+        assert!(families.contains("AF_UNIX"), "{families}");
+    }
 }
 
 /// The first `ExecReload=` fails on a broken file, so `systemctl reload`

@@ -2,6 +2,8 @@
 //! built from (name, schedule, action) triples, N real `solocron run`
 //! processes (release binary) sharing `BENCH_OUT`, and the analysis of what
 //! the probe recorded: lag from the occurrence instant, duplicates, misses.
+//! [`Daemons`] is the same fleet without a server of its own: its
+//! `jobs.toml` names the coordinator (`[redis]` in any mode).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -37,9 +39,22 @@ impl Env {
     }
 }
 
-/// The `jobs.toml` for `jobs`.
+/// The `jobs.toml` for `jobs` (the server comes from `--redis`).
 pub fn config_text(env: &Env, jobs: &[(String, String, Action)]) -> String {
+    config_text_with(env, None, jobs)
+}
+
+/// The `jobs.toml` for `jobs`, with `redis` as the body of its `[redis]`
+/// section if given.
+pub fn config_text_with(
+    env: &Env,
+    redis: Option<&str>,
+    jobs: &[(String, String, Action)],
+) -> String {
     let mut text = String::with_capacity(jobs.len() * 96 + 256);
+    if let Some(redis) = redis {
+        text.push_str(&format!("[redis]\n{redis}\n\n"));
+    }
     text.push_str("[daemon]\nshutdown_grace = \"2s\"\n\n[defaults]\nlock_ttl = \"30s\"\nstarting_deadline = \"30s\"\n");
     let probe = toml_path(&env.probe);
     for (name, schedule, action) in jobs {
@@ -91,19 +106,8 @@ impl Fleet {
 
     /// Starts nodes `n1..=nN` and waits until each logged its start.
     pub fn start_nodes(&mut self, count: usize) {
-        let config = toml_path(&self.config_path());
         let url = self.redis.url();
-        let out = toml_path(&self.out());
-        for i in 1..=count {
-            let id = format!("n{i}");
-            let node = Node::start_with_args(
-                &self.work,
-                &id,
-                &["--config", &config, "--redis", &url],
-                &[("BENCH_OUT", &out)],
-            );
-            self.nodes.push(node);
-        }
+        self.nodes = start_daemons(&self.work, count, Some(&url));
     }
 
     /// (name, pid) of redis and every node, for CPU sampling.
@@ -115,18 +119,7 @@ impl Fleet {
 
     /// Stops the nodes (SIGTERM, then waits; SIGKILL after 10 s).
     pub fn stop_nodes(&mut self) {
-        for node in &self.nodes {
-            node.signal("TERM");
-        }
-        for node in &mut self.nodes {
-            let pid = node.pid();
-            let gone = std::time::Instant::now() + Duration::from_secs(10);
-            while crate::common::is_alive(pid) && std::time::Instant::now() < gone {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            node.kill9();
-        }
-        self.nodes.clear();
+        stop_daemons(&mut self.nodes);
     }
 
     /// The probe's lines so far.
@@ -143,24 +136,129 @@ impl Fleet {
         count: usize,
         limit: Duration,
     ) {
-        let deadline = std::time::Instant::now() + limit;
-        while std::time::Instant::now() < deadline {
-            let seen = self
-                .probe_runs()
-                .iter()
-                .filter(|r| r.at.is_some_and(|at| at >= from && at < to))
-                .count();
-            if seen >= count {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_probe_lines(&self.out(), from, to, count, limit);
     }
 }
 
 impl Drop for Fleet {
     fn drop(&mut self) {
         self.stop_nodes();
+    }
+}
+
+/// A work directory with a `jobs.toml` that names its coordinator, and the
+/// nodes; the Redis side belongs to the caller.
+pub struct Daemons {
+    pub work: Workdir,
+    pub nodes: Vec<Node>,
+}
+
+impl Daemons {
+    /// Writes `config` (which must have its `[redis]` section); no node runs yet.
+    pub fn new(config: &str) -> Daemons {
+        assert!(
+            config.lines().any(|line| line.trim() == "[redis]"),
+            "a `jobs.toml` for `Daemons` names its coordinator"
+        );
+        let work = Workdir::new();
+        work.write_config(config);
+        Daemons {
+            work,
+            nodes: Vec::new(),
+        }
+    }
+
+    /// Where the probe appends its lines.
+    pub fn out(&self) -> PathBuf {
+        self.work.path("runs")
+    }
+
+    /// Starts nodes `n1..=nN` on the file's coordinator.
+    pub fn start_nodes(&mut self, count: usize) {
+        self.nodes = start_daemons(&self.work, count, None);
+    }
+
+    /// (name, pid) of every node.
+    pub fn procs(&self) -> Vec<(String, i32)> {
+        self.nodes.iter().map(|n| (n.id.clone(), n.pid())).collect()
+    }
+
+    pub fn stop_nodes(&mut self) {
+        stop_daemons(&mut self.nodes);
+    }
+
+    pub fn probe_runs(&self) -> Vec<ProbeRun> {
+        parse_probe(&self.out())
+    }
+
+    /// As [`Fleet::wait_probe_runs`].
+    pub fn wait_probe_runs(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+        count: usize,
+        limit: Duration,
+    ) {
+        wait_probe_lines(&self.out(), from, to, count, limit);
+    }
+}
+
+impl Drop for Daemons {
+    fn drop(&mut self) {
+        self.stop_nodes();
+    }
+}
+
+/// Starts `solocron run` as `n1..=nN` with `work`'s `jobs.toml` (and
+/// `--redis URL` if given), `BENCH_OUT` in `work`; waits until each logged
+/// its start.
+fn start_daemons(work: &Workdir, count: usize, url: Option<&str>) -> Vec<Node> {
+    let config = toml_path(&work.path("jobs.toml"));
+    let out = toml_path(&work.path("runs"));
+    let mut args = vec!["--config", config.as_str()];
+    if let Some(url) = url {
+        args.extend(["--redis", url]);
+    }
+    (1..=count)
+        .map(|i| Node::start_with_args(work, &format!("n{i}"), &args, &[("BENCH_OUT", &out)]))
+        .collect()
+}
+
+/// SIGTERM to every node, then waits for each (SIGKILL after 10 s).
+fn stop_daemons(nodes: &mut Vec<Node>) {
+    for node in nodes.iter() {
+        node.signal("TERM");
+    }
+    for node in nodes.iter_mut() {
+        let pid = node.pid();
+        let gone = std::time::Instant::now() + Duration::from_secs(10);
+        while crate::common::is_alive(pid) && std::time::Instant::now() < gone {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        node.kill9();
+    }
+    nodes.clear();
+}
+
+/// Waits until the probe file `out` has at least `count` runs whose
+/// occurrence is in `[from, to)`, or `limit` passes.
+fn wait_probe_lines(
+    out: &Path,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    count: usize,
+    limit: Duration,
+) {
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        let seen = parse_probe(out)
+            .iter()
+            .filter(|r| r.at.is_some_and(|at| at >= from && at < to))
+            .count();
+        if seen >= count {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

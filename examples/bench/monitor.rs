@@ -1,7 +1,8 @@
 //! What reaches Redis: a raw `MONITOR` connection read on its own thread
 //! (client round trips, and commands run inside scripts, tagged `lua`), and
 //! `INFO commandstats` snapshots (commands executed, scripts' inner
-//! commands included) with deltas that leave out the bench's own commands.
+//! commands included, and the time spent in them) with deltas that leave
+//! out the bench's own commands.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader, Write as _};
@@ -139,6 +140,22 @@ fn quoted_tokens(text: &str) -> Vec<String> {
 
 /// `INFO commandstats`: calls per command name (lower case).
 pub fn commandstats(conn: &mut redis::Connection) -> BTreeMap<String, u64> {
+    commandstats_usec(conn)
+        .into_iter()
+        .map(|(name, stat)| (name, stat.calls))
+        .collect()
+}
+
+/// Calls and microseconds of one command in `INFO commandstats`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CmdStat {
+    pub calls: u64,
+    /// Time spent executing it (not blocked: a `WAIT`'s wait is not in it).
+    pub usec: u64,
+}
+
+/// `INFO commandstats` with the time spent per command (lower case names).
+pub fn commandstats_usec(conn: &mut redis::Connection) -> BTreeMap<String, CmdStat> {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(conn)
@@ -147,12 +164,36 @@ pub fn commandstats(conn: &mut redis::Connection) -> BTreeMap<String, u64> {
         .filter_map(|line| {
             let rest = line.strip_prefix("cmdstat_")?;
             let (name, fields) = rest.split_once(':')?;
-            let calls = fields
-                .split(',')
-                .find_map(|f| f.strip_prefix("calls="))?
-                .parse()
-                .ok()?;
-            Some((name.to_string(), calls))
+            let field = |key: &str| -> Option<u64> {
+                fields
+                    .split(',')
+                    .find_map(|f| f.strip_prefix(key))?
+                    .parse()
+                    .ok()
+            };
+            let stat = CmdStat {
+                calls: field("calls=")?,
+                usec: field("usec=")?,
+            };
+            Some((name.to_string(), stat))
+        })
+        .collect()
+}
+
+/// [`delta`] of [`commandstats_usec`] snapshots, the bench's own left out.
+pub fn delta_usec(
+    from: &BTreeMap<String, CmdStat>,
+    to: &BTreeMap<String, CmdStat>,
+) -> BTreeMap<String, CmdStat> {
+    to.iter()
+        .filter(|(name, _)| !OWN.contains(&name.as_str()))
+        .filter_map(|(name, stat)| {
+            let before = from.get(name).copied().unwrap_or_default();
+            let diff = CmdStat {
+                calls: stat.calls.saturating_sub(before.calls),
+                usec: stat.usec.saturating_sub(before.usec),
+            };
+            (diff.calls > 0).then(|| (name.clone(), diff))
         })
         .collect()
 }

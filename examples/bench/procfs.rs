@@ -1,7 +1,10 @@
 //! Per-process figures from `/proc`: CPU time (utime+stime of the process,
 //! and cutime+cstime of its reaped children, e.g. spawned jobs), resident
-//! memory (VmRSS, VmHWM), and CPU % over a window from two snapshots.
+//! memory (VmRSS, VmHWM), CPU % over a window from two snapshots, and the
+//! (local, remote) ports of a process's TCP connections (which tells which
+//! daemon a `MONITOR` line's client is).
 
+use std::collections::BTreeSet;
 use std::time::Instant;
 
 /// CPU ticks of one process at one instant.
@@ -127,4 +130,51 @@ pub fn json(uses: &[CpuUse]) -> serde_json::Value {
             })
             .collect(),
     )
+}
+
+/// The (local port, remote port) of `pid`'s TCP sockets: the socket inodes
+/// among its `/proc/PID/fd` links, looked up in `/proc/PID/net/tcp` and
+/// `tcp6`. Both ports, since Linux gives one local port to connections to
+/// different servers. Empty if the process is gone.
+pub fn tcp_connections(pid: i32) -> BTreeSet<(u16, u16)> {
+    let inodes: BTreeSet<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|dir| {
+            dir.flatten()
+                .filter_map(|entry| std::fs::read_link(entry.path()).ok())
+                .filter_map(|target| {
+                    target
+                        .to_str()?
+                        .strip_prefix("socket:[")?
+                        .strip_suffix(']')?
+                        .parse()
+                        .ok()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let port = |address: &str| {
+        address
+            .rsplit_once(':')
+            .and_then(|(_, port)| u16::from_str_radix(port, 16).ok())
+    };
+    let mut connections = BTreeSet::new();
+    for table in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+        // `sl local_address rem_address st … uid timeout inode …`, addresses `HEX:PORT`.
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(remote), Some(inode)) =
+                (fields.get(1), fields.get(2), fields.get(9))
+            else {
+                continue;
+            };
+            if let (Some(local), Some(remote), Ok(inode)) =
+                (port(local), port(remote), inode.parse::<u64>())
+                && inodes.contains(&inode)
+            {
+                connections.insert((local, remote));
+            }
+        }
+    }
+    connections
 }

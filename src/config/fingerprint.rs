@@ -86,20 +86,7 @@ fn canonical(job: &Job) -> String {
         }
         .to_string(),
     );
-    match &job.action {
-        Action::Command(command) => line("command", format!("{command:?}")),
-        Action::Argv(argv) => line("argv", format!("{argv:?}")),
-        Action::Http(http) => {
-            line("http.url", format!("{:?}", http.url));
-            line("http.method", http.method.clone());
-            line(
-                "http.timeout_ms",
-                format!("{:?}", http.timeout.map(|t| t.as_millis())),
-            );
-            line("http.headers", format!("{:?}", http.headers));
-            line("http.body", format!("{:?}", http.body));
-        }
-    }
+    action_lines(&mut line, "", &job.action);
     line("env", format!("{:?}", job.env));
     line("working_dir", format!("{:?}", job.working_dir));
     // Only when set: jobs that keep the default keep the fingerprints they
@@ -107,7 +94,52 @@ fn canonical(job: &Job) -> String {
     if job.output_log_max != DEFAULT_OUTPUT_LOG_MAX {
         line("output_log_max", job.output_log_max.to_string());
     }
+    if !job.splay.is_zero() {
+        line("splay_ms", job.splay.as_millis().to_string());
+    }
+    if job.retries != 0 {
+        line("retries", job.retries.to_string());
+        line(
+            "retry_backoff_ms",
+            job.retry_backoff.as_millis().to_string(),
+        );
+    }
+    for (key, notifier) in [
+        ("on_failure", &job.on_failure),
+        ("on_success", &job.on_success),
+    ] {
+        if let Some(notifier) = notifier {
+            line(
+                &format!("{key}.timeout_ms"),
+                notifier.timeout.as_millis().to_string(),
+            );
+            action_lines(&mut line, &format!("{key}."), &notifier.action);
+        }
+    }
+    if let Some(silence) = job.max_silence {
+        line("max_silence_ms", silence.as_millis().to_string());
+    }
     text
+}
+
+fn action_lines(line: &mut impl FnMut(&str, String), prefix: &str, action: &Action) {
+    match action {
+        Action::Command(command) => line(&format!("{prefix}command"), format!("{command:?}")),
+        Action::Argv(argv) => line(&format!("{prefix}argv"), format!("{argv:?}")),
+        Action::Http(http) => {
+            line(&format!("{prefix}http.url"), format!("{:?}", http.url));
+            line(&format!("{prefix}http.method"), http.method.clone());
+            line(
+                &format!("{prefix}http.timeout_ms"),
+                format!("{:?}", http.timeout.map(|t| t.as_millis())),
+            );
+            line(
+                &format!("{prefix}http.headers"),
+                format!("{:?}", http.headers),
+            );
+            line(&format!("{prefix}http.body"), format!("{:?}", http.body));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -141,6 +173,10 @@ mod tests {
             "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\nenv = { X = \"1\" }\n",
             "[defaults]\ntimeout = \"2h\"\n[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\n",
             "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\noutput_log_max = \"1KiB\"\n",
+            "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\nretries = 2\n",
+            "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\non_failure = { command = \"page\" }\n",
+            "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\non_success = { argv = [\"ping\"] }\n",
+            "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\nmax_silence = \"1d\"\n",
         ];
         let default_size =
             "[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\noutput_log_max = \"64KiB\"\n";

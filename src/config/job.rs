@@ -16,6 +16,7 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono_tz::Tz;
@@ -25,7 +26,11 @@ use super::context::Context;
 use super::error::ConfigError;
 use super::http::http_action;
 use super::interpolate::{Place, is_env_name};
-use super::model::{Action, DEFAULT_OUTPUT_LOG_MAX, HttpAction, Job, OnLockLost, Overlap};
+use super::model::{
+    Action, DEFAULT_OUTPUT_LOG_MAX, DEFAULT_RETRY_BACKOFF, HttpAction, Job, Notifier, OnLockLost,
+    Overlap, splay_offset,
+};
+use super::notifier::read_notifier;
 use super::table::{Table, closest};
 use super::warnings;
 use crate::schedule::{Schedule, ScheduleError};
@@ -52,6 +57,12 @@ pub(super) struct JobFields {
     env: BTreeMap<String, String>,
     working_dir: Option<PathBuf>,
     output_log_max: Option<u64>,
+    splay: Option<Duration>,
+    retries: Option<u32>,
+    retry_backoff: Option<Duration>,
+    on_failure: Option<Arc<Notifier>>,
+    on_success: Option<Arc<Notifier>>,
+    max_silence: Option<Duration>,
     /// Some key of the table was refused (the error is recorded): the
     /// checks of the job as a whole would only repeat it.
     failed: bool,
@@ -86,6 +97,16 @@ impl JobFields {
         fields.on_lock_lost = ctx.keep(on_lock_lost(table)).flatten();
         fields.overlap = ctx.keep(overlap(table)).flatten();
         fields.output_log_max = ctx.keep(table.size("output_log_max")).flatten();
+        fields.splay = ctx.keep(table.duration("splay", Duration::ZERO)).flatten();
+        fields.retries = ctx.keep(retries(table)).flatten();
+        fields.retry_backoff = ctx
+            .keep(table.duration("retry_backoff", ONE_SECOND))
+            .flatten();
+        fields.on_failure = read_notifier(table, "on_failure", ctx).map(Arc::new);
+        fields.on_success = read_notifier(table, "on_success", ctx).map(Arc::new);
+        fields.max_silence = ctx
+            .keep(table.duration("max_silence", ONE_SECOND))
+            .flatten();
         if let Some(env_table) = ctx.keep(table.table("env")).flatten() {
             fields.env = read_env(&env_table, ctx);
         }
@@ -199,6 +220,7 @@ impl JobFields {
         if ctx.error_count() > before {
             return None;
         }
+        let splay = self.splay.or(defaults.splay).unwrap_or(Duration::ZERO);
         let schedule = utc.with_timezone(self.timezone.or(defaults.timezone).unwrap_or(Tz::UTC));
         let mut env = defaults.env.clone();
         env.extend(self.env);
@@ -230,6 +252,16 @@ impl JobFields {
                 .output_log_max
                 .or(defaults.output_log_max)
                 .unwrap_or(DEFAULT_OUTPUT_LOG_MAX),
+            splay,
+            splay_offset: splay_offset(name, splay),
+            retries: self.retries.or(defaults.retries).unwrap_or(0),
+            retry_backoff: self
+                .retry_backoff
+                .or(defaults.retry_backoff)
+                .unwrap_or(DEFAULT_RETRY_BACKOFF),
+            on_failure: self.on_failure.or_else(|| defaults.on_failure.clone()),
+            on_success: self.on_success.or_else(|| defaults.on_success.clone()),
+            max_silence: self.max_silence.or(defaults.max_silence),
         })
     }
 }
@@ -248,6 +280,26 @@ fn on_lock_lost(table: &Table<'_, '_>) -> Result<Option<OnLockLost>, ConfigError
     }
 }
 
+/// Most retries of one occurrence: the backoff doubles each time, and an
+/// occurrence is never retried once the next one is due.
+const MAX_RETRIES: i64 = 10;
+
+fn retries(table: &Table<'_, '_>) -> Result<Option<u32>, ConfigError> {
+    let Some(value) = table.integer("retries")? else {
+        return Ok(None);
+    };
+    match u32::try_from(*value.get_ref()) {
+        Ok(count) if i64::from(count) <= MAX_RETRIES => Ok(Some(count)),
+        _ => {
+            let message = format!(
+                "must be between 0 and {MAX_RETRIES}, found {}",
+                value.get_ref()
+            );
+            Err(table.error(value.span(), "retries", message))
+        }
+    }
+}
+
 fn overlap(table: &Table<'_, '_>) -> Result<Option<Overlap>, ConfigError> {
     let Some(value) = table.string("overlap")? else {
         return Ok(None);
@@ -260,7 +312,7 @@ fn overlap(table: &Table<'_, '_>) -> Result<Option<Overlap>, ConfigError> {
 }
 
 /// A `command` as run: interpolated, and not empty before or after.
-fn read_command(
+pub(super) fn read_command(
     table: &Table<'_, '_>,
     written: &str,
     span: Range<usize>,
@@ -308,7 +360,7 @@ fn time_zone(name: &str) -> Result<Tz, String> {
     })
 }
 
-fn read_argv(
+pub(super) fn read_argv(
     table: &Table<'_, '_>,
     value: &super::table::Value<'_>,
 ) -> Result<Vec<String>, ConfigError> {

@@ -30,6 +30,7 @@ pub const DAEMON: &[&str] = &[
     "history_max",
     "metrics_listen",
     "env_file",
+    "clock",
 ];
 /// `[jobs.NAME]` and `[defaults]`.
 pub const JOB: &[&str] = &[
@@ -46,6 +47,14 @@ pub const JOB: &[&str] = &[
     "on_lock_lost",
     "overlap",
     "output_log_max",
+    "splay",
+    "retries",
+    "retry_backoff",
+    "on_failure",
+    "on_success",
+    "max_silence",
 ];
+/// A job's `on_failure = { ... }` / `on_success = { ... }`.
+pub const NOTIFIER: &[&str] = &["command", "argv", "http", "timeout"];
 /// A job's `http = { ... }`.
 pub const HTTP: &[&str] = &["url", "method", "timeout", "headers", "body"];

@@ -29,6 +29,7 @@ mod interpolate;
 mod job;
 pub mod keys;
 mod model;
+mod notifier;
 mod redis;
 mod sections;
 mod table;
@@ -237,7 +238,7 @@ fn jobs(root: &Table<'_, '_>, defaults: &JobFields, ctx: &Context<'_>) -> Vec<Ar
             },
             _ => None,
         });
-    let _parsed = crate::schedule::parse_in_parallel(schedules);
+    let _warm = crate::schedule::parse_in_parallel(schedules);
     let mut jobs = Vec::with_capacity(all.entries.len());
     for (key, value) in all.in_file_order() {
         let name: &str = key.get_ref();

@@ -253,6 +253,18 @@ pub struct DaemonConfig {
     /// `env_file`, resolved against the config's directory; re-read at
     /// every load (start and each reload).
     pub env_file: Option<PathBuf>,
+    /// Which clock fires occurrences (default [`ClockSource::Redis`]).
+    pub clock: ClockSource,
+}
+
+/// `[daemon] clock`: by whose clock a node fires occurrences.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClockSource {
+    /// Redis `TIME`: this node's clock plus the offset it measures against
+    /// Redis (local time until the first measurement).
+    Redis,
+    /// This node's own wall clock.
+    Local,
 }
 
 /// What to do with a running job whose lease can no longer be confirmed.
@@ -292,7 +304,91 @@ pub struct Job {
     pub working_dir: Option<PathBuf>,
     /// Bytes of one run's output that go to the log; the rest is counted.
     pub output_log_max: u64,
+    /// `splay`: occurrences fire up to this much after their instant.
+    pub splay: Duration,
+    /// This job's own offset in `[0, splay)`, from a hash of its name: each
+    /// occurrence fires this long after its instant (its name stays the
+    /// instant).
+    pub splay_offset: Duration,
+    /// How many times a failed or timed-out run of an occurrence is tried
+    /// again (0: never).
+    pub retries: u32,
+    /// The pause before the first retry; doubled for each later one.
+    pub retry_backoff: Duration,
+    /// Run once per occurrence that ends `failed`, `timed_out`,
+    /// `lock_lost`, `missed` or `abandoned` (after the last retry).
+    pub on_failure: Option<Arc<Notifier>>,
+    /// Run once per occurrence that ends `succeeded`.
+    pub on_success: Option<Arc<Notifier>>,
+    /// How long the job may go without a success before the Prometheus
+    /// rules alert (`solocron_job_max_silence_seconds`); `None`: a multiple
+    /// of its schedule's longest interval, set in the rules. At least 1 s.
+    pub max_silence: Option<Duration>,
 }
+
+impl Job {
+    /// When occurrence `at` fires: `at` plus the job's splay offset.
+    pub fn fires_at(&self, at: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc> {
+        chrono::TimeDelta::from_std(self.splay_offset)
+            .ok()
+            .and_then(|offset| at.checked_add_signed(offset))
+            .unwrap_or(at)
+    }
+}
+
+/// The offset of job `name` within `[0, splay)`: the same on every node and
+/// at every start (a hash of the name, not a random draw), so the fleet
+/// agrees on when each occurrence fires; 1 ms steps.
+pub fn splay_offset(name: &str, splay: Duration) -> Duration {
+    use sha2::Digest as _;
+    let steps = u64::try_from(splay.as_millis()).unwrap_or(u64::MAX);
+    if steps == 0 {
+        return Duration::ZERO;
+    }
+    let digest = sha2::Sha256::digest(name.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    Duration::from_millis(u64::from_be_bytes(first) % steps)
+}
+
+#[cfg(test)]
+mod splay_tests {
+    use super::*;
+
+    #[test]
+    fn the_offset_is_the_same_for_a_name_and_within_the_splay() {
+        let splay = Duration::from_secs(30);
+        let a = splay_offset("nightly-report", splay);
+        assert_eq!(a, splay_offset("nightly-report", splay));
+        assert!(a < splay);
+        assert_eq!(
+            splay_offset("nightly-report", Duration::ZERO),
+            Duration::ZERO
+        );
+        let spread: std::collections::BTreeSet<u128> = (0..1000)
+            .map(|i| splay_offset(&format!("job-{i}"), splay).as_millis() / 1000)
+            .collect();
+        assert_eq!(
+            spread.len(),
+            30,
+            "1,000 jobs cover every second of the splay"
+        );
+    }
+}
+
+/// `on_failure = { ... }` / `on_success = { ... }`: an action of its own,
+/// run with the outcome of the job's run, under its own timeout.
+#[derive(Clone, Debug)]
+pub struct Notifier {
+    pub action: Action,
+    /// Default [`DEFAULT_NOTIFIER_TIMEOUT`].
+    pub timeout: Duration,
+}
+
+/// Default `timeout` of a notifier: 30 s.
+pub const DEFAULT_NOTIFIER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default `retry_backoff`: 30 s.
+pub const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_secs(30);
 
 /// Default of `output_log_max`: 64 KiB.
 pub const DEFAULT_OUTPUT_LOG_MAX: u64 = 64 * 1024;
@@ -348,6 +444,12 @@ impl fmt::Debug for Job {
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .field("working_dir", &self.working_dir)
             .field("output_log_max", &self.output_log_max)
+            .field("splay", &self.splay)
+            .field("retries", &self.retries)
+            .field("retry_backoff", &self.retry_backoff)
+            .field("on_failure", &self.on_failure)
+            .field("on_success", &self.on_success)
+            .field("max_silence", &self.max_silence)
             .finish()
     }
 }

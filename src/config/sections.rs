@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::context::Context;
 use super::envfile::{self, EnvFileError};
 use super::keys::DAEMON as DAEMON_KEYS;
-use super::model::DaemonConfig;
+use super::model::{ClockSource, DaemonConfig};
 use super::table::Table;
 use super::tls;
 
@@ -27,6 +27,7 @@ pub(super) fn daemon(
         history_max: 10_000,
         metrics_listen: None,
         env_file: None,
+        clock: ClockSource::Redis,
     };
     let Some(table) = table else {
         return (daemon, BTreeMap::new());
@@ -55,6 +56,16 @@ pub(super) fn daemon(
             let message =
                 format!("`{value}` is not a socket address; write it like `127.0.0.1:9464`");
             ctx.error(table.error(listen.span(), "metrics_listen", message));
+        }
+    }
+    if let Some(clock) = ctx.keep(table.string("clock")).flatten() {
+        match *clock.get_ref() {
+            "redis" => daemon.clock = ClockSource::Redis,
+            "local" => daemon.clock = ClockSource::Local,
+            other => {
+                let message = format!("expected `redis` or `local`, found `{other}`");
+                ctx.error(table.error(clock.span(), "clock", message));
+            }
         }
     }
     let mut pairs = BTreeMap::new();

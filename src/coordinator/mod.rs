@@ -287,6 +287,11 @@ pub async fn query_groups(
 
 /// Redis `TIME` of `conn` as UTC epoch ms.
 pub async fn redis_time_ms(conn: &Conn) -> redis::RedisResult<i64> {
+    Ok(redis_time_us(conn).await?.div_euclid(1000))
+}
+
+/// Redis `TIME` of `conn` as UTC epoch µs.
+pub async fn redis_time_us(conn: &Conn) -> redis::RedisResult<i64> {
     let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn.clone()).await?;
-    Ok(secs * 1000 + micros / 1000)
+    Ok(secs * 1_000_000 + micros)
 }

@@ -9,9 +9,20 @@
 //!
 //! Occurrences are named by the schedule, not by "now", so a skewed clock
 //! cannot make an occurrence run twice; it only makes this node fire early
-//! or late. Still, ops want to know: warn above 500 ms, at start and every
-//! minute. The offset is corrected for half the round trip. Until Redis
-//! first answers, the check is retried every second.
+//! or late. With `clock = "redis"` (the default) the timetable fires by
+//! this node's clock minus the offset measured here ([`super::Shared::now`]),
+//! so a node whose clock is off still starts each run at Redis's instant.
+//! The offset is measured at start, every minute and after each outage:
+//! of three round trips to `TIME`, the shortest, corrected by half of it.
+//! Ops still want to know: warn above 500 ms, and when the offset jumps by
+//! more than 100 ms between checks (a stepped clock). Until Redis first
+//! answers, the check is retried every second and the node fires by its
+//! own clock; if Redis becomes unreachable later, the last offset stays
+//! in use (a node that cannot reach Redis runs nothing anyway).
+//!
+//! Failure model: Redis's clock is the reference. If it is wrong, every
+//! node fires at the same wrong instant (still at most once per
+//! occurrence); with Redlock the median of the masters' clocks is used.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,12 +42,45 @@ const PERIOD: Duration = Duration::from_secs(60);
 /// Between attempts until Redis first answers.
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 
-/// This node's clock minus Redis's, in ms (positive: this node is ahead).
+/// Round trips per measurement; the one with the shortest round trip is
+/// kept (its half-round-trip correction is the least uncertain).
+const SAMPLES: usize = 3;
+/// A change of the offset between two checks larger than this is logged:
+/// this node's clock (or Redis's) was stepped.
+const STEP_ABOVE_MS: i64 = 100;
+
+/// This node's clock minus Redis's, in ms (positive: this node is ahead):
+/// of [`SAMPLES`] round trips to `TIME`, the one that took the shortest,
+/// corrected by half its round trip.
 pub async fn offset_ms(locker: &Locker) -> Result<i64, redis::RedisError> {
-    let local_before = Utc::now().timestamp_millis();
-    let (redis_ms, rtt) = locker.redis_time_ms().await?;
-    let half_rtt = i64::try_from(rtt.as_millis() / 2).unwrap_or(0);
-    Ok(local_before + half_rtt - redis_ms)
+    Ok(offset_us(locker).await?.div_euclid(1000))
+}
+
+/// [`offset_ms`] in µs.
+pub async fn offset_us(locker: &Locker) -> Result<i64, redis::RedisError> {
+    let mut best: Option<(std::time::Duration, i64)> = None;
+    let mut last_error = None;
+    for _ in 0..SAMPLES {
+        let local_before = Utc::now().timestamp_micros();
+        match locker.redis_time_us().await {
+            Ok((redis_us, rtt)) => {
+                let half_rtt = i64::try_from(rtt.as_micros() / 2).unwrap_or(0);
+                let offset_us = local_before + half_rtt - redis_us;
+                if best.is_none_or(|(shortest, _)| rtt < shortest) {
+                    best = Some((rtt, offset_us));
+                }
+            }
+            Err(err) => last_error = Some(err),
+        }
+    }
+    match (best, last_error) {
+        (Some((_, offset_us)), _) => Ok(offset_us),
+        (None, Some(err)) => Err(err),
+        (None, None) => Err(redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "no TIME answer",
+        ))),
+    }
 }
 
 /// Checks the offset now and every minute until shutdown; READY=1 to
@@ -45,15 +89,22 @@ pub async fn check_loop(shared: Arc<Shared>) {
     let locker = &shared.locker;
     let mut answered = false;
     loop {
-        let checked = match offset_ms(locker).await {
+        let checked = match offset_us(locker).await {
             Ok(offset) if !answered => locker.load_scripts().await.map(|()| offset),
             other => other,
         };
         match checked {
-            Ok(offset) => {
+            Ok(offset_us) => {
+                let offset = offset_us.div_euclid(1000);
                 shared.health.answered();
                 metrics::redis_up(true);
-                shared.set_clock_offset(offset);
+                if let Some(before) = shared.clock_offset()
+                    && (offset - before).abs() > STEP_ABOVE_MS
+                {
+                    warn!(node = %locker.node(), offset_ms = offset, before_ms = before,
+                        "clock offset against redis changed: a clock was stepped; firing by the new offset");
+                }
+                shared.set_clock_offset_us(offset_us);
                 metrics::clock_offset(offset);
                 if offset.abs() > WARN_ABOVE_MS {
                     warn!(node = %locker.node(), offset_ms = offset,
@@ -64,6 +115,10 @@ pub async fn check_loop(shared: Arc<Shared>) {
                     debug!(node = %locker.node(), offset_ms = offset, "clock checked against redis");
                 }
                 if !answered {
+                    if shared.clock_from_redis() {
+                        info!(node = %locker.node(), offset_ms = offset,
+                            "firing occurrences by redis's clock (clock = \"redis\")");
+                    }
                     answered = true;
                     shared.clock_measured.notify_one();
                     notify::ready();
@@ -83,6 +138,9 @@ pub async fn check_loop(shared: Arc<Shared>) {
         tokio::select! {
             _ = shared.cancel.cancelled() => return,
             _ = tokio::time::sleep(pause) => {}
+            // Measured again once Redis is back after an outage (it may be
+            // another server now: a failover, a restart).
+            () = shared.health.recovered.notified() => {}
         }
     }
 }

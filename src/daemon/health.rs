@@ -41,6 +41,8 @@ pub enum Trouble {
 
 /// Up or down, and since when.
 pub struct Health {
+    /// Woken when an outage ends (the clock is measured again then).
+    pub recovered: tokio::sync::Notify,
     node: String,
     down: AtomicBool,
     outage: Mutex<Option<Outage>>,
@@ -58,6 +60,7 @@ impl Health {
     /// Redis counts as up until something fails.
     pub fn new(node: &str) -> Health {
         Health {
+            recovered: tokio::sync::Notify::new(),
             node: node.to_string(),
             down: AtomicBool::new(false),
             outage: Mutex::new(None),
@@ -94,6 +97,7 @@ impl Health {
             return;
         };
         drop(guard);
+        self.recovered.notify_one();
         let secs = outage.since.elapsed().as_secs_f64();
         info!(node = %self.node, down_for_ms = u64::try_from(outage.since.elapsed().as_millis()).unwrap_or(u64::MAX),
             missed = outage.missed,

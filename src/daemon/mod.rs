@@ -1,6 +1,8 @@
 //! The daemon: one timer over every job's next occurrence (the timetable),
 //! one task per occurrence joining lock, exec and history; plus the clock
-//! check, the node registry (config drift guard) and SIGHUP reloads.
+//! check, the node registry (config drift guard), the fleet controls
+//! (`pause`, `drain`, `trigger --fleet`: [`controls`], [`gate`],
+//! [`fleet_run`]) and SIGHUP reloads.
 //!
 //! Three tokens drive the stop: `cancel` (the first SIGTERM/SIGINT: stop
 //! claiming), `interrupt` (the shutdown grace is over, or a second signal:
@@ -12,15 +14,21 @@
 //! without its lease, and never hangs on a Redis that is gone.
 
 mod clock;
+mod controls;
+mod fleet_run;
+mod gate;
 mod health;
+mod job_gauges;
+mod notifications;
 mod occurrence;
 mod recording;
 mod registry_loop;
 mod reload;
+mod retry;
 mod timetable;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use anyhow::Context as _;
@@ -29,7 +37,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
-use crate::config::Config;
+use chrono::{DateTime, Utc};
+
+use crate::config::{ClockSource, Config};
 use crate::exec::Executor;
 use crate::lock::Locker;
 use crate::{metrics, notify, registry};
@@ -37,7 +47,7 @@ use crate::{metrics, notify, registry};
 pub use crate::coordinator::connect;
 pub use clock::offset_ms;
 pub use health::is_refusal;
-pub use occurrence::{Runner, claim_deadline, run_lease};
+pub use occurrence::{Attempt, Runner, claim_deadline, run_lease};
 pub use recording::{GAP_LISTED, gap_entries};
 pub use timetable::rfc3339;
 
@@ -77,8 +87,11 @@ pub(crate) struct Shared {
     claim_turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// `[daemon] env_file` of the loaded config, for the jobs' environment.
     env_file: RwLock<Arc<BTreeMap<String, String>>>,
-    /// Last measured clock offset against Redis, ms; `i64::MIN` = unknown.
-    clock_offset: AtomicI64,
+    /// Last measured clock offset against Redis, µs; `i64::MIN` = unknown.
+    clock_offset_us: AtomicI64,
+    /// `[daemon] clock = "redis"`: fire by this node's clock minus the
+    /// offset (see [`Shared::now`]).
+    clock_from_redis: AtomicBool,
     /// Woken when the clock offset is first measured, to publish it at once.
     pub clock_measured: tokio::sync::Notify,
     /// Cancelled when the daemon cannot go on (Redis refused it at start),
@@ -87,6 +100,10 @@ pub(crate) struct Shared {
     fatal_reason: Mutex<Option<String>>,
     /// This daemon process's id in the node registry ([`registry::new_instance`]).
     pub instance: String,
+    /// The per-job gauges of the alerting rules.
+    pub job_gauges: job_gauges::JobGauges,
+    /// The fleet controls as last read: pauses, this node's drain.
+    pub controls: controls::Controls,
 }
 
 impl Shared {
@@ -141,12 +158,43 @@ impl Shared {
         }
     }
 
-    pub fn set_clock_offset(&self, ms: i64) {
-        self.clock_offset.store(ms, Ordering::Relaxed);
+    /// Stores the offset (this node's clock minus Redis's) just measured.
+    pub fn set_clock_offset_us(&self, us: i64) {
+        self.clock_offset_us.store(us, Ordering::Relaxed);
     }
 
+    /// The last measured offset in ms, if any.
     pub fn clock_offset(&self) -> Option<i64> {
-        Some(self.clock_offset.load(Ordering::Relaxed)).filter(|ms| *ms != i64::MIN)
+        self.clock_offset_us().map(|us| us.div_euclid(1000))
+    }
+
+    fn clock_offset_us(&self) -> Option<i64> {
+        Some(self.clock_offset_us.load(Ordering::Relaxed)).filter(|us| *us != i64::MIN)
+    }
+
+    /// The instant occurrences are fired by: with `clock = "redis"`, this
+    /// node's wall clock corrected by the offset last measured against
+    /// Redis `TIME` (so every node fires at the same instant whatever its
+    /// own clock says); with `clock = "local"`, or before the first
+    /// measurement, the wall clock as it is.
+    pub fn now(&self) -> DateTime<Utc> {
+        let local = Utc::now();
+        match self.clock_offset_us() {
+            Some(offset) if self.clock_from_redis.load(Ordering::Relaxed) => local
+                .checked_sub_signed(chrono::TimeDelta::microseconds(offset))
+                .unwrap_or(local),
+            _ => local,
+        }
+    }
+
+    /// Whether occurrences fire by Redis's clock (`[daemon] clock`).
+    pub fn clock_from_redis(&self) -> bool {
+        self.clock_from_redis.load(Ordering::Relaxed)
+    }
+
+    fn set_clock_source(&self, clock: ClockSource) {
+        self.clock_from_redis
+            .store(clock == ClockSource::Redis, Ordering::Relaxed);
     }
 }
 
@@ -177,6 +225,7 @@ pub async fn run(
     let executor = Executor::new()
         .context("cannot set up job execution")?
         .with_hurry(hurry.clone());
+    let (job_gauges, gauge_changes) = job_gauges::JobGauges::new();
     let shared = Arc::new(Shared {
         locker,
         executor,
@@ -189,11 +238,14 @@ pub async fn run(
         watches: recording::Watches::default(),
         claim_turns: Mutex::new(HashMap::new()),
         env_file: RwLock::new(Arc::new(config.env.clone())),
-        clock_offset: AtomicI64::new(i64::MIN),
+        clock_offset_us: AtomicI64::new(i64::MIN),
+        clock_from_redis: AtomicBool::new(config.daemon.clock == ClockSource::Redis),
         clock_measured: tokio::sync::Notify::new(),
         fatal: CancellationToken::new(),
         fatal_reason: Mutex::new(None),
         instance: registry::new_instance(),
+        job_gauges,
+        controls: controls::Controls::default(),
     });
     info!(
         node = %options.node,
@@ -209,7 +261,9 @@ pub async fn run(
     let (config_tx, config_rx) = watch::channel(Arc::clone(&config));
     let tracker = &shared.tracker;
     tracker.spawn(clock::check_loop(Arc::clone(&shared)));
+    tracker.spawn(controls::run(Arc::clone(&shared), config_rx.clone()));
     tracker.spawn(registry_loop::run(Arc::clone(&shared), config_rx));
+    tracker.spawn(job_gauges::periods_loop(Arc::clone(&shared), gauge_changes));
     // Watchdog pings go on through the drain; they stop once it is over.
     let watchdog_stop = CancellationToken::new();
     let watchdog = tokio::spawn(notify::watchdog_loop(watchdog_stop.clone()));
@@ -218,7 +272,7 @@ pub async fn run(
     recording::spawn_startup_check(&shared, &config.jobs);
     info!(node = %options.node, jobs = config.jobs.len(), "jobs scheduled");
     loop {
-        let wake = timetable.next_wake();
+        let wake = timetable.next_wake(&shared);
         tokio::select! {
             signal = stops.recv() => {
                 info!(node = %options.node, signal = signal.unwrap_or("stop"), "stop requested");

@@ -23,7 +23,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::Shared;
+use super::notifications::{self, Subject};
 use super::recording::{self, log_abandoned, spawn_record_missed, watch_lock};
+use super::retry;
 use super::timetable::rfc3339;
 use crate::config::{Job, OnLockLost};
 use crate::exec::{Executor, Outcome, Report, RunContext, StopReason};
@@ -35,21 +37,25 @@ use crate::metrics::{self, ClaimResult};
 /// First and longest pause between retries while Redis fails.
 const RETRY_FIRST: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(1);
+/// The most a scheduled claim waits, at random, before it is sent.
+const FAIR_SPREAD: Duration = Duration::from_millis(1);
 /// How long after the deadline (this node's clock) claims are still retried:
 /// above the redis response timeout plus the clock offset we warn about.
 const GIVE_UP_MARGIN: Duration = Duration::from_millis(1500);
 
 /// The last instant `at` of `job` may still be claimed: `starting_deadline`
-/// after it, but never once the job's next occurrence is due.
+/// after it fires, but never once the job's next occurrence fires (an
+/// occurrence fires at its instant plus the job's splay offset).
 pub fn claim_deadline(job: &Job, at: DateTime<Utc>) -> DateTime<Utc> {
     let late = chrono::TimeDelta::from_std(job.starting_deadline).unwrap_or(chrono::TimeDelta::MAX);
     let by_deadline = at
         .checked_add_signed(late)
         .unwrap_or(DateTime::<Utc>::MAX_UTC);
-    match job.schedule.next_after(at) {
+    let deadline = match job.schedule.next_after(at) {
         Some(next) => by_deadline.min(next),
         None => by_deadline,
-    }
+    };
+    job.fires_at(deadline)
 }
 
 /// Claims and, if won, runs the occurrence of `job` at `at`.
@@ -67,7 +73,7 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
     // in time is answered to a node that is still waiting for it, never to
     // one that gave up (a lock nobody runs under).
     let give_up = Instant::now()
-        + (deadline_at - Utc::now())
+        + (deadline_at - shared.now())
             .to_std()
             .unwrap_or(Duration::ZERO)
         + GIVE_UP_MARGIN;
@@ -79,6 +85,12 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
     // in no record at all. An older one gives up at the newer one's time.
     let turn = shared.claim_turn(&job.name);
     let _turn = turn.lock().await;
+    // Every node fires at the same instant (by Redis's clock); which one
+    // is first by a few hundred µs is a fixed bias of its offset estimate.
+    // Up to a millisecond at random makes the winner a fair draw instead.
+    if !catch_up {
+        tokio::time::sleep(FAIR_SPREAD.mul_f64(rand::random::<f64>())).await;
+    }
     loop {
         let sent = Instant::now();
         let claimed = if Instant::now() >= give_up {
@@ -159,7 +171,7 @@ async fn decided(
 ) {
     let node = shared.locker.node();
     if let Some(abandoned) = &reply.abandoned {
-        log_abandoned(shared, &job.name, abandoned);
+        log_abandoned(shared, job, abandoned);
     }
     match reply.claim {
         Claim::Won(lease) => {
@@ -168,10 +180,27 @@ async fn decided(
                 catch_up = catch_up.then_some(true), "claim won");
             let runner = shared.runner();
             let gap = recording::record_gap_before(shared, job, reply.previous_ms, at);
-            let run = run_lease(&runner, job, &lease, name, sent);
-            let ((), report) = tokio::join!(gap, run);
-            let lag = (report.started_at - at).to_std().unwrap_or(Duration::ZERO);
+            let attempt = Attempt {
+                number: 1,
+                occurrence: Some(at),
+            };
+            let run = run_lease(&runner, job, &lease, name, sent, attempt);
+            let ((), (report, retry_at)) = tokio::join!(gap, run);
+            let lag = (report.started_at - job.fires_at(at))
+                .to_std()
+                .unwrap_or(Duration::ZERO);
             metrics::fire_to_start(&job.name, lag);
+            let ran = retry::Ran::new(1, lease.fence, &report);
+            if retry_at.is_some() {
+                retry::watch(shared, job, at, Some(ran));
+            } else {
+                let subject = Subject {
+                    occurrence: name,
+                    fence: lease.fence,
+                    attempt: 1,
+                };
+                notifications::send(shared, job, subject, ran.notice);
+            }
         }
         Claim::Taken {
             by,
@@ -182,6 +211,7 @@ async fn decided(
             if decision == "claimed" {
                 info!(job = %job.name, occurrence = %name, node = %node, winner = %by, fence, "claim lost");
                 watch_lock(shared, job, fence, reply.lock_ttl_left);
+                retry::watch(shared, job, at, None);
             } else {
                 info!(job = %job.name, occurrence = %name, node = %node, decided_by = %by, decision = %decision,
                     "occurrence already decided by another node");
@@ -245,17 +275,37 @@ impl<'a> Runner<'a> {
     }
 }
 
+/// Which attempt of what a run is.
+#[derive(Debug, Clone, Copy)]
+pub struct Attempt {
+    /// 1, then 2… for retries (`SOLOCRON_ATTEMPT`).
+    pub number: u32,
+    /// The scheduled occurrence; `None` for a manual run, never retried.
+    pub occurrence: Option<DateTime<Utc>>,
+}
+
+impl Attempt {
+    /// A manual run (`trigger`).
+    pub const MANUAL: Attempt = Attempt {
+        number: 1,
+        occurrence: None,
+    };
+}
+
 /// Runs a won occurrence or manual run (`name`) of `job` under `lease` to its
 /// end, keeping the lease alive until the last process of the run is gone,
 /// then releases it and records the outcome. `claim_sent` is when the
-/// winning claim was sent.
+/// winning claim was sent. Also answers when the next attempt may start,
+/// if this one failed and the job has a retry left (the release marked it
+/// pending).
 pub async fn run_lease(
     runner: &Runner<'_>,
     job: &Arc<Job>,
     lease: &Lease,
     name: &str,
     claim_sent: Instant,
-) -> Report {
+    attempt: Attempt,
+) -> (Report, Option<DateTime<Utc>>) {
     let locker = runner.locker;
     let node = locker.node().to_string();
     let ctx = RunContext {
@@ -266,6 +316,8 @@ pub async fn run_lease(
         env_file: runner.shared.map(Shared::env_file).unwrap_or_default(),
         lost_lease_grace: watchdog::safety_margin(lease.ttl) / 2,
         lease_lost: CancellationToken::new(),
+        attempt: attempt.number,
+        notice: None,
     };
     // The watchdog runs beside the run, not inside it: it goes on renewing
     // while a stopped job takes its grace to die, and only the end of the
@@ -278,11 +330,25 @@ pub async fn run_lease(
         never = keep => match never {},
     };
     metrics::run_finished(&job.name, report.outcome.as_str(), report.duration);
-    log_finished(job, name, &node, lease.fence, &report);
+    let retry_at = attempt.occurrence.and_then(|at| {
+        let now = runner.shared.map_or_else(Utc::now, Shared::now);
+        retry::next_attempt_at(job, at, attempt.number, report.outcome, now)
+    });
+    log_finished(
+        job,
+        name,
+        &node,
+        lease.fence,
+        attempt.number,
+        retry_at,
+        &report,
+    );
     let mut entry = Entry::from_report(name, &node, lease.fence, &report);
     entry.output_tail = report.output_tail.clone();
+    entry.attempt = Some(attempt.number);
+    entry.retry_at = retry_at;
     recording::release(locker, runner.shared, lease, &entry).await;
-    report
+    (report, retry_at)
 }
 
 /// Completes when the run must stop: `lost` (the lease is gone and
@@ -326,16 +392,28 @@ fn log_lost(job: &Job, name: &str, node: &str, fence: u64, lost: &LeaseLost) {
     }
 }
 
-fn log_finished(job: &Job, name: &str, node: &str, fence: u64, report: &Report) {
+fn log_finished(
+    job: &Job,
+    name: &str,
+    node: &str,
+    fence: u64,
+    attempt: u32,
+    retry_at: Option<DateTime<Utc>>,
+    report: &Report,
+) {
     let duration_ms = u64::try_from(report.duration.as_millis()).unwrap_or(u64::MAX);
     let outcome = report.outcome.as_str();
     let (exit_code, http) = (report.exit_code, report.http_status);
+    // Shown only where retries exist: attempt 1 of a job without them says nothing.
+    let attempt = (job.retries > 0).then_some(attempt);
+    let retry_at = retry_at.map(rfc3339);
     match report.outcome {
         Outcome::Succeeded => info!(job = %job.name, occurrence = %name, node = %node, fence,
-            outcome = %outcome, exit_code, http_status = http, duration_ms, "run finished"),
+            outcome = %outcome, exit_code, http_status = http, duration_ms, attempt, "run finished"),
         _ => {
             warn!(job = %job.name, occurrence = %name, node = %node, fence, outcome = %outcome, exit_code,
-            http_status = http, duration_ms, error = report.error.as_deref().map(tracing::field::display),
+            http_status = http, duration_ms, attempt, retry_at = retry_at.as_deref().map(tracing::field::display),
+            error = report.error.as_deref().map(tracing::field::display),
             "run finished")
         }
     }

@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use super::Shared;
+use super::notifications::{self, Subject};
 use super::timetable::rfc3339;
 use crate::config::Job;
 use crate::history::Entry;
@@ -164,6 +165,7 @@ pub async fn record_missed(
             shared.health.answered();
             debug!(job = %job.name, occurrence = %name, recorded, "missed occurrence recorded");
             if recorded {
+                notify_missed(shared, job, at, reason);
                 record_gap_before(shared, job, previous_ms, at).await;
             }
         }
@@ -206,6 +208,7 @@ pub fn spawn_record_missed(
                     shared.health.answered();
                     debug!(job = %job.name, occurrence = %name, recorded, "missed occurrence recorded");
                     if recorded {
+                        notify_missed(&shared, &job, at, reason);
                         record_gap_before(&shared, &job, previous_ms, at).await;
                     }
                     return;
@@ -233,7 +236,7 @@ pub fn gap_entries(job: &Job, previous_ms: i64, at: DateTime<Utc>) -> Vec<(Strin
     let Some(previous) = DateTime::from_timestamp_millis(previous_ms) else {
         return Vec::new();
     };
-    let reason = "no node claimed it: redis was unreachable or every node was down";
+    let reason = "no node claimed it: redis was unreachable or every node was down or drained";
     let mut entries = Vec::new();
     let mut cursor = job.schedule.next_after(previous);
     let mut counted = 0usize;
@@ -275,7 +278,7 @@ pub fn gap_entries(job: &Job, previous_ms: i64, at: DateTime<Utc>) -> Vec<(Strin
 /// (decided before `at`) and `at`, retrying while Redis is away.
 pub async fn record_gap_before(
     shared: &Shared,
-    job: &Job,
+    job: &Arc<Job>,
     previous_ms: Option<i64>,
     at: DateTime<Utc>,
 ) {
@@ -298,6 +301,11 @@ pub async fn record_gap_before(
                     warn!(job = %job.name, node = %shared.locker.node(), count = entries.len(),
                         from = %entries[0].0, until = %rfc3339(at),
                         "occurrences nobody claimed (redis away or every node down) recorded as missed");
+                    let notices = entries
+                        .into_iter()
+                        .map(|(name, reason)| (name, notifications::decided("missed", reason)))
+                        .collect();
+                    notifications::send_each(shared, job, notices);
                 }
                 return;
             }
@@ -377,7 +385,7 @@ pub fn watch_lock(shared: &Arc<Shared>, job: &Arc<Job>, fence: u64, ttl_left: Op
                 }
                 Ok(AbandonCheck::Abandoned(abandoned)) => {
                     shared.health.answered();
-                    log_abandoned(&shared, &job.name, &abandoned);
+                    log_abandoned(&shared, &job, &abandoned);
                     break;
                 }
                 Ok(AbandonCheck::Idle) => {
@@ -407,7 +415,7 @@ pub fn spawn_startup_check(shared: &Arc<Shared>, jobs: &[Arc<Job>]) {
             match shared.locker.check_abandoned(&job.name).await {
                 Ok(AbandonCheck::Abandoned(abandoned)) => {
                     shared.health.answered();
-                    log_abandoned(&shared, &job.name, &abandoned);
+                    log_abandoned(&shared, job, &abandoned);
                 }
                 Ok(AbandonCheck::Held { ttl_left, holder }) => {
                     shared.health.answered();
@@ -428,11 +436,42 @@ pub fn spawn_startup_check(shared: &Arc<Shared>, jobs: &[Arc<Job>]) {
 }
 
 /// The decision line for a run found abandoned.
-pub fn log_abandoned(shared: &Shared, job: &str, abandoned: &Abandoned) {
-    crate::metrics::abandoned(job);
-    warn!(job = %job, occurrence = %abandoned.occurrence, node = %shared.locker.node(),
+pub fn log_abandoned(shared: &Shared, job: &Arc<Job>, abandoned: &Abandoned) {
+    crate::metrics::abandoned(&job.name);
+    warn!(job = %job.name, occurrence = %abandoned.occurrence, node = %shared.locker.node(),
         runner = %abandoned.node, fence = abandoned.fence, outcome = "abandoned",
         "run abandoned: its lock expired without a release (the runner died or lost redis); recorded");
+    let subject = Subject {
+        occurrence: &abandoned.occurrence,
+        fence: abandoned.fence,
+        attempt: 1,
+    };
+    let error = format!(
+        "the lock expired without a release: node {} stopped renewing it (it died, or lost redis)",
+        abandoned.node
+    );
+    notifications::send(
+        shared,
+        job,
+        subject,
+        notifications::decided("abandoned", error),
+    );
+}
+
+/// Sends `on_failure` for `at` of `job`, which this node just recorded `missed`.
+fn notify_missed(shared: &Shared, job: &Arc<Job>, at: DateTime<Utc>, reason: &str) {
+    let name = rfc3339(at);
+    let subject = Subject {
+        occurrence: &name,
+        fence: 0,
+        attempt: 1,
+    };
+    notifications::send(
+        shared,
+        job,
+        subject,
+        notifications::decided("missed", reason.to_string()),
+    );
 }
 
 impl LockError {

@@ -169,7 +169,8 @@ impl CollisionWatch {
 }
 
 /// The live nodes' divergences; the per-job fingerprints are only read when
-/// some live node's whole-config fingerprint differs from `ours`.
+/// some live node's whole-config fingerprint differs from `ours`. Sets
+/// `solocron_live_nodes` on the way.
 async fn current_divergences(
     coordinator: &Coordinator,
     prefix: &str,
@@ -178,6 +179,8 @@ async fn current_divergences(
     let hashes = coordinator
         .on_members(|conn| async move { registry::config_hashes(&conn, prefix).await })
         .await?;
+    // One fingerprint per live node (per member with Redlock).
+    metrics::live_nodes(hashes.iter().map(Vec::len).max().unwrap_or(0));
     if hashes.iter().flatten().all(|hash| hash == ours) {
         return Ok(Vec::new());
     }

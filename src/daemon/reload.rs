@@ -49,6 +49,7 @@ pub fn reload(
             keep_restart_only_settings(&current, &mut new, &options.node);
             super::log_warnings(&new, &options.node);
             shared.set_env_file(&new.env);
+            shared.set_clock_source(new.daemon.clock);
             let diff = timetable.apply(shared, &new.jobs);
             info!(node = %options.node, added = ?diff.added, removed = ?diff.removed, changed = ?diff.changed,
                 unchanged = diff.unchanged, "config reloaded");

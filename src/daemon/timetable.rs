@@ -1,9 +1,14 @@
 //! The schedule of every loaded job in one timer: a heap of next
 //! occurrences, woken by the daemon's main loop at the earliest one. Each due
-//! occurrence is handed to [`super::occurrence`] in its own task, so an
-//! overlapping occurrence is still claimed (and recorded as skipped) while a
-//! run goes on, and 10,000 idle jobs cost one sleeping timer, not 10,000.
+//! occurrence is handed to [`super::gate`] (a drained node decides nothing,
+//! a paused job's occurrence is recorded `paused`) and from there to
+//! [`super::occurrence`], in its own task, so an overlapping occurrence is
+//! still claimed (and recorded as skipped) while a run goes on, and 10,000
+//! idle jobs cost one sleeping timer, not 10,000.
 //!
+//! "Now" is [`Shared::now`]: Redis's clock with `clock = "redis"` (this
+//! node's clock corrected by its measured offset), so every node fires at
+//! the same instant, or this node's own with `clock = "local"`.
 //! The timer sleeps on the monotonic clock but re-reads the wall clock at
 //! least every minute, so a stepped clock (NTP) moves the wake-up with it and
 //! no occurrence is lost to a long sleep computed from a stale "now".
@@ -20,7 +25,7 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::{Shared, occurrence, recording};
+use super::{Shared, gate, occurrence, recording};
 use crate::config::Job;
 
 /// Longest single sleep before the wall clock is read again.
@@ -61,7 +66,8 @@ struct Slot {
 impl Timetable {
     /// Makes the schedule match `jobs`: added and changed jobs start (with
     /// catch-up), removed ones stop being scheduled (a run in progress
-    /// finishes), unchanged ones keep their next occurrence.
+    /// finishes), unchanged ones keep their next occurrence. The per-job
+    /// gauges follow ([`super::job_gauges`]).
     pub fn apply(&mut self, shared: &Arc<Shared>, jobs: &[Arc<Job>]) -> Diff {
         let mut diff = Diff::default();
         let wanted: HashMap<&str, &Arc<Job>> =
@@ -77,9 +83,10 @@ impl Timetable {
             if let Some((slot, _)) = self.by_name.remove(&name) {
                 self.slots.remove(&slot);
             }
+            shared.job_gauges.removed(&name);
             diff.removed.push(name);
         }
-        let now = Utc::now();
+        let now = shared.now();
         for job in jobs {
             let fingerprint = job.fingerprint();
             match self.by_name.get(&job.name) {
@@ -100,7 +107,9 @@ impl Timetable {
             self.next_slot += 1;
             self.by_name.insert(job.name.clone(), (slot, fingerprint));
             self.schedule(slot, Arc::clone(job), job.schedule.next_after(now));
+            shared.job_gauges.scheduled(job);
         }
+        super::job_gauges::read_last_successes(shared, diff.added.clone());
         if self.heap.len() > 2 * self.slots.len() + 64 {
             let slots = &self.slots;
             self.heap
@@ -112,7 +121,7 @@ impl Timetable {
     /// When the earliest occurrence is due by the wall clock, but at most
     /// [`MAX_SLEEP`] from now (then [`Timetable::fire_due`] finds nothing
     /// due and the wall clock is read again).
-    pub fn next_wake(&mut self) -> Instant {
+    pub fn next_wake(&mut self, shared: &Shared) -> Instant {
         while let Some(Reverse((_, slot))) = self.heap.peek() {
             if self.slots.contains_key(slot) {
                 break;
@@ -123,7 +132,11 @@ impl Timetable {
             .heap
             .peek()
             .and_then(|Reverse((_, slot))| self.slots.get(slot))
-            .map(|slot| (slot.next - Utc::now()).to_std().unwrap_or(Duration::ZERO))
+            .map(|slot| {
+                (slot.job.fires_at(slot.next) - shared.now())
+                    .to_std()
+                    .unwrap_or(Duration::ZERO)
+            })
             .unwrap_or(MAX_SLEEP);
         Instant::now() + left.saturating_sub(EARLY_WAKE).min(MAX_SLEEP)
     }
@@ -131,8 +144,8 @@ impl Timetable {
     /// Starts an attempt for every occurrence due by now and schedules each
     /// job's next one.
     pub fn fire_due(&mut self, shared: &Arc<Shared>) {
-        self.sleep_to_the_earliest();
-        let now = Utc::now();
+        self.sleep_to_the_earliest(shared);
+        let now = shared.now();
         while let Some(&Reverse((at_ms, slot))) = self.heap.peek() {
             if at_ms > now.timestamp_millis() {
                 break;
@@ -141,7 +154,7 @@ impl Timetable {
             let Some(Slot { job, next }) = self.slots.remove(&slot) else {
                 continue;
             };
-            if next > now {
+            if job.fires_at(next) > now {
                 // Sub-millisecond early: keep it for the next wake-up.
                 self.schedule(slot, job, Some(next));
                 break;
@@ -155,14 +168,14 @@ impl Timetable {
     /// Woken up to [`EARLY_WAKE`] before the earliest occurrence: sleep the
     /// rest on this thread (the daemon's main loop, not a runtime worker),
     /// with the OS timer's ~50 µs precision.
-    fn sleep_to_the_earliest(&self) {
+    fn sleep_to_the_earliest(&self, shared: &Shared) {
         let Some(Reverse((_, slot))) = self.heap.peek() else {
             return;
         };
         let Some(slot) = self.slots.get(slot) else {
             return;
         };
-        if let Ok(left) = (slot.next - Utc::now()).to_std()
+        if let Ok(left) = (slot.job.fires_at(slot.next) - shared.now()).to_std()
             && left <= EARLY_WAKE
         {
             std::thread::sleep(left);
@@ -172,7 +185,8 @@ impl Timetable {
     fn schedule(&mut self, slot: u64, job: Arc<Job>, next: Option<DateTime<Utc>>) {
         match next {
             Some(next) => {
-                self.heap.push(Reverse((next.timestamp_millis(), slot)));
+                let fires = job.fires_at(next).timestamp_millis();
+                self.heap.push(Reverse((fires, slot)));
                 self.slots.insert(slot, Slot { job, next });
             }
             None => info!(job = %job.name, "schedule has no further occurrences"),
@@ -195,6 +209,10 @@ fn handle_due(
             "occurrences missed: this node woke too late to claim them");
     }
     if now > occurrence::claim_deadline(job, due) {
+        if shared.controls.draining() {
+            // A drained node decides nothing, not even a miss (`gate.rs`).
+            return due;
+        }
         warn!(job = %job.name, occurrence = %rfc3339(due), node = %shared.locker.node(),
             "occurrence missed: past its claim deadline when this node woke");
         recording::spawn_record_missed(shared, job, due, "node woke after the claim deadline", "");
@@ -204,8 +222,9 @@ fn handle_due(
     due
 }
 
+/// Hands the occurrence to the gate: drained node, paused job, or claim.
 fn spawn_attempt(shared: &Arc<Shared>, job: &Arc<Job>, at: DateTime<Utc>, catch_up: bool) {
-    shared.tracker.spawn(occurrence::attempt(
+    shared.tracker.spawn(gate::attempt(
         Arc::clone(shared),
         Arc::clone(job),
         at,
@@ -213,8 +232,10 @@ fn spawn_attempt(shared: &Arc<Shared>, job: &Arc<Job>, at: DateTime<Utc>, catch_
     ));
 }
 
-/// The latest occurrence within `starting_deadline` before `now`, if any.
+/// The latest occurrence within `starting_deadline` before `now`, if any
+/// (both counted from when it fires: its instant plus the job's splay).
 fn catch_up(job: &Job, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let now = unsplayed(job, now);
     // Checked: a deadline reaching before year 1 just means "all of the past".
     let after = now
         .checked_sub_signed(chrono_duration(job.starting_deadline))
@@ -231,6 +252,7 @@ fn catch_up(job: &Job, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
 /// From a due occurrence `at`, the latest one due by `now`, and how many
 /// were passed over to get there.
 fn latest_due(job: &Job, at: DateTime<Utc>, now: DateTime<Utc>) -> (DateTime<Utc>, u64) {
+    let now = unsplayed(job, now);
     let mut due = at;
     let mut passed = 0;
     while let Some(later) = job.schedule.next_after(due).filter(|later| *later <= now) {
@@ -238,6 +260,12 @@ fn latest_due(job: &Job, at: DateTime<Utc>, now: DateTime<Utc>) -> (DateTime<Utc
         passed += 1;
     }
     (due, passed)
+}
+
+/// `now` moved back by `job`'s splay: occurrences at or before it have fired.
+fn unsplayed(job: &Job, now: DateTime<Utc>) -> DateTime<Utc> {
+    now.checked_sub_signed(chrono_duration(job.splay_offset))
+        .unwrap_or(now)
 }
 
 /// RFC 3339 UTC with whole seconds and `Z`: the name of an occurrence.

@@ -116,6 +116,10 @@ fn build_request(
     let mut request = client.request(method, url).headers(headers(ctx, action)?);
     if let Some(body) = &action.body {
         request = request.body(body.clone());
+    } else if let Some(notice) = &ctx.notice {
+        request = request
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(notice_body(ctx, notice).to_string());
     }
     if let Some(limit) = effective_timeout(action.timeout, ctx.job.timeout) {
         request = request.timeout(limit);
@@ -148,13 +152,62 @@ fn headers(ctx: &RunContext, action: &HttpAction) -> Result<HeaderMap, String> {
         ("solocron-fence", ctx.fence.to_string()),
         ("solocron-node", ctx.node.clone()),
         ("idempotency-key", format!("{job}@{}", ctx.occurrence)),
+        ("solocron-attempt", ctx.attempt.to_string()),
     ];
-    for (name, value) in ours {
+    let notice = ctx.notice.as_deref().map(|notice| {
+        [
+            ("solocron-outcome", notice.outcome.clone()),
+            (
+                "solocron-exit-code",
+                notice.exit_code.map(|c| c.to_string()).unwrap_or_default(),
+            ),
+            (
+                "solocron-http-status",
+                notice
+                    .http_status
+                    .map(|c| c.to_string())
+                    .unwrap_or_default(),
+            ),
+            (
+                "solocron-error",
+                header_safe(notice.error.as_deref().unwrap_or_default()),
+            ),
+        ]
+    });
+    for (name, value) in ours.into_iter().chain(notice.into_iter().flatten()) {
         let value = HeaderValue::from_str(&value)
             .map_err(|_| format!("`{value}` cannot be sent as header `{name}` for job `{job}`"))?;
         headers.insert(HeaderName::from_static(name), value);
     }
     Ok(headers)
+}
+
+/// Longest `Solocron-Error` header; the whole text is in the JSON body.
+const HEADER_TEXT_MAX: usize = 512;
+
+/// `text` on one line of visible ASCII (a header value cannot hold a
+/// newline or most other bytes), cut to [`HEADER_TEXT_MAX`].
+fn header_safe(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_ascii_graphic() { c } else { ' ' })
+        .take(HEADER_TEXT_MAX)
+        .collect()
+}
+
+/// The JSON body of a notifier hook without a `body` of its own.
+fn notice_body(ctx: &RunContext, notice: &super::Notice) -> serde_json::Value {
+    serde_json::json!({
+        "job": ctx.job.name,
+        "occurrence": ctx.occurrence,
+        "node": ctx.node,
+        "fence": ctx.fence,
+        "attempt": ctx.attempt,
+        "outcome": notice.outcome,
+        "exit_code": notice.exit_code,
+        "http_status": notice.http_status,
+        "error": notice.error,
+        "output_tail": notice.output_tail,
+    })
 }
 
 #[cfg(test)]

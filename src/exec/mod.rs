@@ -50,6 +50,45 @@ pub struct RunContext {
     /// Cancelled when the lease is lost: a job already being stopped (after
     /// its timeout, at shutdown) then gets at most `lost_lease_grace` more.
     pub lease_lost: CancellationToken,
+    /// `SOLOCRON_ATTEMPT`: 1, then 2… for retries of the occurrence.
+    pub attempt: u32,
+    /// Set when this is a notifier (`on_failure` / `on_success`): how the
+    /// job's run ended, for `SOLOCRON_OUTCOME` & co.
+    pub notice: Option<Arc<Notice>>,
+}
+
+/// What a notifier is told about the run it reports (SPEC §4):
+/// `SOLOCRON_OUTCOME`, `SOLOCRON_EXIT_CODE`, `SOLOCRON_ERROR`,
+/// `SOLOCRON_OUTPUT_TAIL`, and `Solocron-*` headers / a JSON body for HTTP.
+#[derive(Debug, Clone, Default)]
+pub struct Notice {
+    /// `succeeded`, `failed`, `timed_out`, `lock_lost`, `missed`, `abandoned`…
+    pub outcome: String,
+    pub exit_code: Option<i32>,
+    pub http_status: Option<u16>,
+    pub error: Option<String>,
+    pub output_tail: Option<String>,
+}
+
+impl Notice {
+    /// The `SOLOCRON_*` variables a notifier process gets (empty strings
+    /// for what is not known).
+    pub fn variables(&self) -> [(&'static str, String); 4] {
+        [
+            ("SOLOCRON_OUTCOME", self.outcome.clone()),
+            (
+                "SOLOCRON_EXIT_CODE",
+                self.exit_code
+                    .map(|code| code.to_string())
+                    .unwrap_or_default(),
+            ),
+            ("SOLOCRON_ERROR", self.error.clone().unwrap_or_default()),
+            (
+                "SOLOCRON_OUTPUT_TAIL",
+                self.output_tail.clone().unwrap_or_default(),
+            ),
+        ]
+    }
 }
 
 /// Why the daemon stops a running job early.
@@ -77,6 +116,15 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome (what `solocron_runs_total` is served at 0 for).
+    pub const ALL: [Outcome; 5] = [
+        Outcome::Succeeded,
+        Outcome::Failed,
+        Outcome::TimedOut,
+        Outcome::LockLost,
+        Outcome::Interrupted,
+    ];
+
     /// The name used in logs and history: `succeeded`, `failed`, `timed_out`,
     /// `lock_lost`, `interrupted`.
     pub fn as_str(self) -> &'static str {
@@ -259,6 +307,26 @@ impl Executor {
             finished_at: Utc::now(),
             duration: start.elapsed(),
             output_tail: finish.output_tail,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Outcome;
+
+    #[test]
+    fn all_lists_every_outcome_once_in_order() {
+        for (position, outcome) in Outcome::ALL.into_iter().enumerate() {
+            // A new variant fails to compile here until `ALL` lists it.
+            let index = match outcome {
+                Outcome::Succeeded => 0,
+                Outcome::Failed => 1,
+                Outcome::TimedOut => 2,
+                Outcome::LockLost => 3,
+                Outcome::Interrupted => 4,
+            };
+            assert_eq!(index, position, "{outcome:?}");
         }
     }
 }

@@ -144,8 +144,14 @@ fn environment(ctx: &RunContext) -> Vec<(OsString, OsString)> {
         ("SOLOCRON_OCCURRENCE", ctx.occurrence.clone()),
         ("SOLOCRON_FENCE", ctx.fence.to_string()),
         ("SOLOCRON_NODE", ctx.node.clone()),
+        ("SOLOCRON_ATTEMPT", ctx.attempt.to_string()),
     ] {
         env.insert(name.into(), value.into());
+    }
+    if let Some(notice) = &ctx.notice {
+        for (name, value) in notice.variables() {
+            env.insert(name.into(), value.into());
+        }
     }
     // The daemon's own settings may hold a Redis password: not for jobs.
     env.remove(OsStr::new("SOLOCRON_REDIS_URL"));

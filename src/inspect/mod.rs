@@ -13,7 +13,7 @@
 //! pipelined: `status` on a thousand jobs is a few round trips.
 
 mod format;
-mod history;
+pub(crate) mod history;
 mod source;
 mod status;
 
@@ -27,6 +27,7 @@ use crate::lock::coordinator_time_ms;
 
 pub use history::{HistoryQuery, OUTCOMES, TimeBound, history};
 pub use source::{DEFAULT_KEY_PREFIX, Source};
+pub(crate) use source::{closest, node_jobs, note};
 pub use status::status;
 
 /// How long the first command may take before Redis counts as unreachable.
@@ -36,7 +37,7 @@ const REACH_LIMIT: Duration = Duration::from_secs(5);
 /// ms; with Redlock the median of a majority). `Err` names the redacted
 /// URL: Redis is unreachable, refused us, or did not answer within
 /// [`REACH_LIMIT`].
-async fn open(config: &RedisConfig) -> anyhow::Result<(Coordinator, i64)> {
+pub(crate) async fn open(config: &RedisConfig) -> anyhow::Result<(Coordinator, i64)> {
     let redacted = config.redacted_url();
     let coordinator = crate::daemon::connect(config)?;
     match tokio::time::timeout(REACH_LIMIT, coordinator_time_ms(&coordinator)).await {
@@ -50,7 +51,7 @@ async fn open(config: &RedisConfig) -> anyhow::Result<(Coordinator, i64)> {
 }
 
 /// The live nodes, read from every member and merged.
-async fn live_nodes(
+pub(crate) async fn live_nodes(
     coordinator: &Coordinator,
     prefix: &str,
 ) -> redis::RedisResult<Vec<crate::registry::NodeInfo>> {
@@ -63,13 +64,17 @@ async fn live_nodes(
 /// "`what` redis at `URL`: error", with the URL redacted. The error is
 /// formatted, not chained: its `Display` already includes its source, which
 /// `{:#}` would print a second time.
-fn redis_failed(what: &str, config: &RedisConfig, err: &redis::RedisError) -> anyhow::Error {
+pub(crate) fn redis_failed(
+    what: &str,
+    config: &RedisConfig,
+    err: &redis::RedisError,
+) -> anyhow::Error {
     anyhow::anyhow!("{what} redis at `{}`: {err}", config.redacted_url())
 }
 
 /// Writes `text` to stdout. A closed pipe (`| head`) is not an error: the
 /// reader has what it wanted.
-fn print(text: &str) -> anyhow::Result<()> {
+pub(crate) fn print(text: &str) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => {

@@ -20,8 +20,10 @@
 //! the release, a skip in the claim, a miss in [`Locker::record_missed`];
 //! the occurrences nobody decided (all nodes down, Redis away) are named by
 //! the next decision's [`ClaimReply::previous_ms`] and recorded by
-//! [`Locker::record_gap`]; a run whose node died is found by the next claim
-//! or by [`Locker::check_abandoned`] once its lock expired unreleased.
+//! [`Locker::record_gap`]; an occurrence due while its job is paused is
+//! recorded by [`Locker::record_paused`]; a run whose node died is found
+//! by the next claim or by [`Locker::check_abandoned`] once its lock
+//! expired unreleased.
 
 //!
 //! The lock runs on a [`Coordinator`]: each script on its one member (a
@@ -103,6 +105,18 @@ pub enum LockError {
     },
 }
 
+/// The `first_error` of a [`LockError::NoQuorum`] where every master that
+/// answered did, but they disagree (e.g. two nodes deciding at once).
+pub const DISAGREED: &str = "no error: the masters disagreed";
+
+impl LockError {
+    /// Redlock masters answered but disagree: a retry settles it, Redis is
+    /// not in trouble.
+    pub fn is_disagreement(&self) -> bool {
+        matches!(self, LockError::NoQuorum { first_error, .. } if first_error == DISAGREED)
+    }
+}
+
 /// The Redis keys of one job; all share the hash tag `{PREFIX:JOB}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobKeys {
@@ -136,6 +150,14 @@ pub enum Target {
         name: String,
         deadline_ms: i64,
     },
+    /// Attempt `attempt` (2, 3…) of a scheduled occurrence whose attempt
+    /// before failed; claimable until `deadline_ms` (the next occurrence).
+    Retry {
+        at_ms: i64,
+        name: String,
+        attempt: u32,
+        deadline_ms: i64,
+    },
     /// A manual run (`manual-…`): never recorded as an occurrence.
     Manual { name: String },
 }
@@ -144,8 +166,48 @@ impl Target {
     /// The name runs and logs see (`SOLOCRON_OCCURRENCE`).
     pub fn name(&self) -> &str {
         match self {
-            Target::Scheduled { name, .. } | Target::Manual { name } => name,
+            Target::Scheduled { name, .. }
+            | Target::Retry { name, .. }
+            | Target::Manual { name } => name,
         }
+    }
+}
+
+/// Where the retries of one occurrence stand ([`Locker::retry_state`]).
+/// `attempt` is the last attempt marked for it (0: none, no retry yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryState {
+    /// Attempt `attempt` may be claimed from `at_ms` (epoch ms) on.
+    Pending { attempt: u32, at_ms: i64 },
+    /// A run of the job is in progress (its lock is held).
+    Running { attempt: u32 },
+    /// No run is in progress and no attempt is pending: the occurrence is
+    /// over, or a newer one was decided.
+    Finished { attempt: u32 },
+}
+
+impl RetryState {
+    /// How far along the occurrence is, to merge Redlock members' views:
+    /// a later attempt says more, and pending says more than running.
+    fn rank(self) -> (u32, u8) {
+        match self {
+            RetryState::Pending { attempt, .. } => (attempt, 2),
+            RetryState::Running { attempt } => (attempt, 1),
+            RetryState::Finished { attempt } => (attempt, 0),
+        }
+    }
+}
+
+/// The [`RetryState`] of an occurrence from its job's state hash: the last
+/// attempt marked for it, whether that one is pending (and from when),
+/// whether a run of the job is in progress.
+fn retry_state_of(attempt: u32, pending: bool, at_ms: i64, running: bool) -> RetryState {
+    if pending && attempt > 1 {
+        RetryState::Pending { attempt, at_ms }
+    } else if running {
+        RetryState::Running { attempt }
+    } else {
+        RetryState::Finished { attempt }
     }
 }
 
@@ -224,6 +286,17 @@ pub struct Missed {
     pub recorded: bool,
     /// As [`ClaimReply::previous_ms`].
     pub previous_ms: Option<i64>,
+}
+
+/// The answer to a `paused` record ([`Locker::record_paused`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paused {
+    /// Recorded now: nobody had decided the occurrence (or a newer one).
+    pub recorded: bool,
+    /// As [`ClaimReply::previous_ms`], when recorded.
+    pub previous_ms: Option<i64>,
+    /// Not recorded: the last decision (`claimed`, `paused`, ...) and its node.
+    pub decided: Option<(String, String)>,
 }
 
 /// A held lock: what extend and release need to prove ownership.
@@ -401,6 +474,24 @@ impl Locker {
         }
     }
 
+    /// Records the scheduled occurrence `at_ms` (named `name`) of `job` as
+    /// `paused`, with `why` (who paused it, since when, why) as its error
+    /// text, unless it or a newer one was already decided: then it is
+    /// never run, skipped or missed, and never recorded twice.
+    pub async fn record_paused(
+        &self,
+        job: &str,
+        at_ms: i64,
+        name: &str,
+        why: &str,
+    ) -> Result<Paused, LockError> {
+        let keys = self.keys(job);
+        match self.single() {
+            Some(server) => server.record_paused(&keys, job, at_ms, name, why).await,
+            None => quorum::record_paused(&self.servers, &keys, job, at_ms, name, why).await,
+        }
+    }
+
     /// Whether the last run of `job` was abandoned (its lock expired without
     /// a release); if so it is recorded now, once cluster-wide.
     pub async fn check_abandoned(&self, job: &str) -> Result<AbandonCheck, LockError> {
@@ -408,6 +499,16 @@ impl Locker {
         match self.single() {
             Some(server) => server.check_abandoned(&keys, job).await,
             None => quorum::check_abandoned(&self.servers, &keys, job).await,
+        }
+    }
+
+    /// Where the retries of `job`'s occurrence `at_ms` stand (a hint for
+    /// when to claim the next attempt; the claim itself decides).
+    pub async fn retry_state(&self, job: &str, at_ms: i64) -> Result<RetryState, LockError> {
+        let keys = self.keys(job);
+        match self.single() {
+            Some(server) => server.retry_state(&keys, job, at_ms).await,
+            None => quorum::retry_state(&self.servers, &keys, job, at_ms).await,
         }
     }
 
@@ -450,6 +551,11 @@ impl Locker {
     pub async fn redis_time_ms(&self) -> Result<(i64, Duration), redis::RedisError> {
         coordinator_time_ms(&self.coordinator).await
     }
+
+    /// [`Locker::redis_time_ms`] in µs.
+    pub async fn redis_time_us(&self) -> Result<(i64, Duration), redis::RedisError> {
+        coordinator_time_us(&self.coordinator).await
+    }
 }
 
 /// Redis `TIME` of `coordinator` as UTC epoch ms and the round trip: one
@@ -457,11 +563,19 @@ impl Locker {
 pub async fn coordinator_time_ms(
     coordinator: &Coordinator,
 ) -> Result<(i64, Duration), redis::RedisError> {
+    let (us, rtt) = coordinator_time_us(coordinator).await?;
+    Ok((us.div_euclid(1000), rtt))
+}
+
+/// [`coordinator_time_ms`] in µs.
+pub async fn coordinator_time_us(
+    coordinator: &Coordinator,
+) -> Result<(i64, Duration), redis::RedisError> {
     let answers = join_all(coordinator.members().iter().map(|member| async move {
         let sent = std::time::Instant::now();
         let time = tokio::time::timeout(
             quorum::ANSWER_TIMEOUT * 3,
-            crate::coordinator::redis_time_ms(&member.conn),
+            crate::coordinator::redis_time_us(&member.conn),
         )
         .await
         .unwrap_or_else(|_| Err(timed_out("TIME")));

@@ -30,7 +30,10 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 
 use super::server::Server;
-use super::{AbandonCheck, Claim, ClaimReply, JobKeys, Lease, LockError, Missed, Released, Target};
+use super::{
+    AbandonCheck, Claim, ClaimReply, JobKeys, Lease, LockError, Missed, Paused, Released,
+    RetryState, Target,
+};
 use crate::history::Entry;
 
 /// Longest wait for one master's answer.
@@ -102,7 +105,11 @@ pub(super) async fn claim(
         _ => None,
     });
     let valid = elapsed + drift(ttl) < ttl;
-    if won.len() >= majority(servers) && decided.is_none() && valid {
+    // A majority of fresh grants wins, whatever a minority says: no other
+    // claim can hold a majority at the same time, and "decided" answers
+    // from a minority are other nodes' grants of this same moment, which
+    // they undo (see below).
+    if won.len() >= majority(servers) && valid {
         let fence = won
             .iter()
             .filter_map(|(_, reply)| match &reply.claim {
@@ -134,18 +141,14 @@ pub(super) async fn claim(
     // Not won: give back what was granted, so that a retry (or another
     // node) finds the occurrence free on those masters.
     join_all(won.iter().map(|(server, _)| server.undo(keys, job, token))).await;
-    let decided_by = answers
-        .iter()
-        .filter(|answer| {
-            matches!(answer, Ok(reply) if matches!(reply.claim, Claim::Taken { .. } | Claim::Superseded { .. }))
-        })
-        .count();
-    // Decided on a majority: it is. Decided on a minority only: most
-    // likely another node claiming at the same moment, which undoes its
-    // own minority too; the caller retries (after a random pause) until
-    // one wins or the deadline passes.
-    if let Some(decided) = decided
-        && decided_by >= majority(servers)
+    // Decided by one node on a majority: it is. Decided on a minority, or
+    // by different nodes none of which has a majority (three nodes claiming
+    // at the same moment split five masters 2–2–1, and each sees the two
+    // others' grants as "decided"): those are claims like ours, which
+    // their nodes undo as we undo ours; the caller retries (after a random
+    // pause) until one wins or the deadline passes.
+    if decided.is_some()
+        && let Some(decided) = decided_by_majority(&answers, majority(servers))
     {
         return Ok(decided);
     }
@@ -174,6 +177,30 @@ pub(super) async fn claim(
         of: servers.len(),
         first_error: first_error(&answers),
     })
+}
+
+/// The answer of the masters that agree an occurrence was decided, if a
+/// majority of them name the same decider (or a newer occurrence).
+fn decided_by_majority(
+    answers: &[Result<ClaimReply, LockError>],
+    majority: usize,
+) -> Option<ClaimReply> {
+    let mut groups: Vec<(Option<&str>, usize, &ClaimReply)> = Vec::new();
+    for reply in answers.iter().filter_map(|answer| answer.as_ref().ok()) {
+        let key = match &reply.claim {
+            Claim::Taken { by, .. } => Some(by.as_str()),
+            Claim::Superseded { .. } => None,
+            _ => continue,
+        };
+        match groups.iter_mut().find(|(group, _, _)| *group == key) {
+            Some((_, count, _)) => *count += 1,
+            None => groups.push((key, 1, reply)),
+        }
+    }
+    groups
+        .into_iter()
+        .find(|(_, count, _)| *count >= majority)
+        .map(|(_, _, reply)| reply.clone())
 }
 
 pub(super) async fn extend(servers: &[Server], lease: &Lease) -> Result<bool, LockError> {
@@ -296,6 +323,63 @@ pub(super) async fn record_gap(
     Ok(done.iter().any(|recorded| *recorded))
 }
 
+/// A `paused` record on every master. It counts once a majority of the
+/// masters has the occurrence decided `paused` (by this node or another:
+/// nodes record it at the same instant, each master keeps the first);
+/// readers count such entries once. A majority decided otherwise (a claim
+/// of a node that did not know the pause yet) is that decision. Anything
+/// else, e.g. a claim won on some masters that its node is undoing because
+/// this record holds others, is `Err(NoQuorum)`: the caller retries, and
+/// once the claim is undone this record takes those masters too, so the
+/// occurrence ends up `paused` on a majority and is never run.
+pub(super) async fn record_paused(
+    servers: &[Server],
+    keys: &JobKeys,
+    job: &str,
+    at_ms: i64,
+    name: &str,
+    why: &str,
+) -> Result<Paused, LockError> {
+    let answers = on_all(servers, job, "record paused", |server| {
+        server.record_paused(keys, job, at_ms, name, why)
+    })
+    .await;
+    let done: Vec<&Paused> = answers
+        .iter()
+        .filter_map(|answer| answer.as_ref().ok())
+        .collect();
+    let paused = done
+        .iter()
+        .filter(|answer| {
+            answer.recorded
+                || answer
+                    .decided
+                    .as_ref()
+                    .is_some_and(|(decision, _)| decision == "paused")
+        })
+        .count();
+    if paused >= majority(servers) {
+        return Ok(Paused {
+            recorded: done.iter().any(|answer| answer.recorded),
+            previous_ms: done.iter().filter_map(|answer| answer.previous_ms).max(),
+            decided: None,
+        });
+    }
+    let other = done
+        .iter()
+        .filter_map(|answer| answer.decided.clone())
+        .filter(|(decision, _)| decision != "paused")
+        .collect::<Vec<_>>();
+    if other.len() >= majority(servers) {
+        return Ok(Paused {
+            recorded: false,
+            previous_ms: None,
+            decided: other.into_iter().next(),
+        });
+    }
+    Err(no_quorum("record paused", job, servers, paused, &answers))
+}
+
 pub(super) async fn check_abandoned(
     servers: &[Server],
     keys: &JobKeys,
@@ -336,6 +420,31 @@ pub(super) async fn check_abandoned(
         }))
 }
 
+/// The most advanced view any member that answered has (a pending later
+/// attempt, else a running one); only a hint for when to claim.
+pub(super) async fn retry_state(
+    servers: &[Server],
+    keys: &JobKeys,
+    job: &str,
+    at_ms: i64,
+) -> Result<RetryState, LockError> {
+    let answers = on_all(servers, job, "retry state", |server| {
+        server.retry_state(keys, job, at_ms)
+    })
+    .await;
+    let done: Vec<RetryState> = answers
+        .iter()
+        .filter_map(|answer| answer.as_ref().ok().copied())
+        .collect();
+    if done.len() < majority(servers) {
+        return Err(no_quorum("retry state", job, servers, done.len(), &answers));
+    }
+    Ok(done
+        .into_iter()
+        .max_by_key(|state| state.rank())
+        .unwrap_or(RetryState::Finished { attempt: 0 }))
+}
+
 fn no_quorum<T>(
     step: &'static str,
     job: &str,
@@ -358,5 +467,5 @@ fn first_error<T>(answers: &[Result<T, LockError>]) -> String {
     answers
         .iter()
         .find_map(|answer| answer.as_ref().err().map(ToString::to_string))
-        .unwrap_or_else(|| "no error: the masters disagreed".to_string())
+        .unwrap_or_else(|| super::DISAGREED.to_string())
 }

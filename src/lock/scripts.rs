@@ -69,10 +69,19 @@ local function abandon(state, history, maxlen, recorder, now)
 end
 "#;
 
-/// KEYS: lock, state, history. ARGV: mode (`scheduled`|`manual`), occurrence
-/// ms (scheduled only), token, node, ttl ms, occurrence string, history max,
-/// deadline ms (scheduled only: the last instant it may still be claimed,
-/// the earlier of occurrence + starting_deadline and the next occurrence).
+/// KEYS: lock, state, history. ARGV: mode (`scheduled`|`retry`|`manual`),
+/// occurrence ms (scheduled and retry), token, node, ttl ms, occurrence
+/// string, history max, deadline ms (scheduled: the last instant it may
+/// still be claimed, the earlier of occurrence + starting_deadline and the
+/// next occurrence; retry: the next occurrence), attempt (retry only).
+///
+/// A retry claims attempt N of an occurrence whose attempt N − 1 failed and
+/// whose release marked the retry pending (`retry_occ`, `retry_attempt`,
+/// `retry_state`): once, by any node, under the same lock and a new fence;
+/// it never touches `last_*` (the occurrence stays decided). It answers
+/// `won`, `claimed` (another node took this attempt), `busy` (the lock is
+/// held: try again) or `late` (nothing pending, or the next occurrence is
+/// due).
 ///
 /// Replies (`PREV` is the occurrence decided before this one, ms, or ``;
 /// `AB…` name a run this claim recorded `abandoned`, or are ``):
@@ -110,6 +119,38 @@ local now, t = now_ms()
 local ab = {'', '', ''}
 if not current then
   ab = abandon(KEYS[2], KEYS[3], maxlen, node, now) or ab
+end
+if mode == 'retry' then
+  -- Attempt ARGV[9] of occurrence ARGV[2], which the release of the
+  -- attempt before marked pending (`retry_*`); run only once the next
+  -- occurrence is not due yet (deadline ARGV[8]).
+  local r = redis.call('HMGET', KEYS[2], 'retry_occ', 'retry_attempt', 'retry_state', 'retry_node', 'retry_fence')
+  local marked, wanted = tonumber(r[2]) or 0, tonumber(ARGV[9])
+  if r[1] ~= ARGV[2] or marked < wanted then
+    return {'late', ms_str(now)}
+  end
+  if marked > wanted or r[3] ~= 'pending' then
+    -- Taken by another node (and maybe over already).
+    return {'claimed', r[4] or '', r[5] or '0', 'claimed', redis.call('PTTL', KEYS[1]), ab[1], ab[2], ab[3]}
+  end
+  if now > tonumber(ARGV[8]) then
+    return {'late', ms_str(now)}
+  end
+  if current then
+    local sp = string.find(current, ' ', 1, true)
+    return {'busy', sp and string.sub(current, sp + 1) or current, redis.call('HGET', KEYS[2], 'holder_fence') or '0', '',
+      redis.call('PTTL', KEYS[1])}
+  end
+  local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local fence = (tonumber(redis.call('HGET', KEYS[2], 'fence')) or 0) + 1
+  if now_us > fence then fence = now_us end
+  fence = string.format('%.0f', fence)
+  redis.call('SET', KEYS[1], value, 'PX', ttl)
+  redis.call('HSET', KEYS[2], 'fence', fence, 'holder_node', node, 'holder_fence', fence,
+    'holder_since', ms_str(now), 'holder_occ', occ_str, 'last_outcome', 'running', 'last_outcome_occ', occ_str,
+    'run_token', token, 'run_occ', occ_str, 'run_node', node, 'run_fence', fence, 'run_since', ms_str(now),
+    'retry_state', 'claimed', 'retry_node', node, 'retry_fence', fence, 'retry_token', token)
+  return {'won', fence, '', ab[1], ab[2], ab[3]}
 end
 if mode == 'scheduled' and last and occ <= last then
   if occ < last then
@@ -169,6 +210,9 @@ return 0
 /// the last `remember` ms (longer than a node retries a release after Redis
 /// answers again) are kept, so a retried release whose first attempt did
 /// reach Redis records nothing, even after later runs of the job released.
+/// An entry with a `retry_at` field (epoch ms) marks the next attempt of
+/// the occurrence pending, for any node to claim (see [`CLAIM`]); the
+/// release of a retry's last attempt marks the retry `done`.
 /// If the run was recorded `abandoned` meanwhile (its node was cut off from
 /// Redis longer than the lock's TTL, not dead), that entry is replaced by
 /// this one. Reply `{released, replaced}`: 1 if the lock was ours and is now
@@ -183,11 +227,13 @@ if was_recorded(KEYS[2], ARGV[2]) then
   return {released, 0}
 end
 local fields = {}
-local outcome = ''
+local outcome, attempt, retry_at = '', '1', ''
 for i = 6, #ARGV, 2 do
   fields[#fields + 1] = ARGV[i]
   fields[#fields + 1] = ARGV[i + 1]
   if ARGV[i] == 'outcome' then outcome = ARGV[i + 1] end
+  if ARGV[i] == 'attempt' then attempt = ARGV[i + 1] end
+  if ARGV[i] == 'retry_at' then retry_at = ARGV[i + 1] end
 end
 local replaced, kept = 0, {}
 for item in string.gmatch(redis.call('HGET', KEYS[2], 'abandoned') or '', '%S+') do
@@ -203,9 +249,20 @@ if replaced == 1 then
   redis.call('HSET', KEYS[2], 'abandoned', table.concat(kept, ' '))
 end
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', unpack(fields))
-local tokens = redis.call('HMGET', KEYS[2], 'last_token', 'run_token')
-if tokens[1] == ARGV[2] then
+local tokens = redis.call('HMGET', KEYS[2], 'last_token', 'run_token', 'retry_token', 'last_occ', 'retry_occ')
+if tokens[1] == ARGV[2] or tokens[3] == ARGV[2] then
   redis.call('HSET', KEYS[2], 'last_outcome', outcome)
+  -- The occurrence this run was an attempt of: a retry's is `retry_occ`
+  -- (a newer occurrence may be decided meanwhile), a first attempt's the
+  -- last decided one.
+  local occ = tokens[4] or ''
+  if tokens[3] == ARGV[2] then occ = tokens[5] or '' end
+  if retry_at ~= '' then
+    redis.call('HSET', KEYS[2], 'retry_occ', occ, 'retry_attempt', tostring((tonumber(attempt) or 1) + 1),
+      'retry_state', 'pending', 'retry_at', retry_at, 'retry_token', '')
+  elseif tokens[3] == ARGV[2] then
+    redis.call('HSET', KEYS[2], 'retry_state', 'done')
+  end
 end
 if tokens[2] == ARGV[2] then
   redis.call('HSET', KEYS[2], 'run_token', '')
@@ -295,7 +352,10 @@ pub const UNDO: &str = r#"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
 end
-local st = redis.call('HMGET', KEYS[2], 'last_token', 'last_prev', 'run_token')
+local st = redis.call('HMGET', KEYS[2], 'last_token', 'last_prev', 'run_token', 'retry_token')
+if st[4] == ARGV[2] then
+  redis.call('HSET', KEYS[2], 'retry_state', 'pending', 'retry_token', '')
+end
 if st[1] == ARGV[2] then
   redis.call('HSET', KEYS[2], 'last_occ', st[2] or '', 'last_token', '', 'last_decision', 'undone',
     'last_outcome', 'undone')
@@ -310,3 +370,28 @@ return 1
 pub fn with_prelude(body: &str) -> String {
     format!("{PRELUDE}{body}")
 }
+
+/// KEYS: state, history. ARGV: occurrence ms, occurrence string, node,
+/// history max, error text (who paused it, since when, why). Records a
+/// scheduled occurrence `paused` (`pause JOB` / `pause --all`) once, the
+/// way [`MISSED`] records a miss: only if it is newer than the job's last
+/// decided occurrence. Then no claim decided it before, and none can after
+/// (claims and miss records refuse an occurrence not newer than the last
+/// decided one), so a paused occurrence is never also run or missed, and
+/// two nodes never both record it on one server (with Redlock each master
+/// keeps the first, and a majority decides: `quorum.rs`). The lock and a run in progress
+/// (`run_*`) are not touched. Reply `{'1', PREV}` if recorded (PREV as in
+/// [`CLAIM`]); else `{'0', DECISION, NODE}` of the last decided occurrence.
+pub const PAUSED: &str = r#"
+local st = redis.call('HMGET', KEYS[1], 'last_occ', 'last_decision', 'last_node')
+local last, occ = tonumber(st[1]), tonumber(ARGV[1])
+if last and occ <= last then
+  return {'0', st[2] or '', st[3] or ''}
+end
+local now_s = ms_str(now_ms())
+redis.call('HSET', KEYS[1], 'last_occ', ARGV[1], 'last_node', ARGV[3], 'last_fence', '0', 'last_token', '',
+  'last_decision', 'paused', 'last_outcome', 'paused', 'last_outcome_occ', ARGV[2], 'last_prev', st[1] or '')
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'occurrence', ARGV[2], 'node', ARGV[3],
+  'fence', '0', 'outcome', 'paused', 'started_at', now_s, 'finished_at', now_s, 'error', ARGV[5])
+return {'1', st[1] or ''}
+"#;

@@ -29,7 +29,7 @@ use redis::{FromRedisValue, Script, ScriptInvocation};
 
 use super::scripts;
 use super::{
-    AbandonCheck, Abandoned, Claim, ClaimReply, Lease, LockError, Missed, Released, Target,
+    AbandonCheck, Abandoned, Claim, ClaimReply, Lease, LockError, Missed, Paused, Released, Target,
     redis_error, ttl_ms,
 };
 use crate::coordinator::{Conn, Member, Wait};
@@ -80,6 +80,7 @@ pub(super) struct Scripts {
     gap: Script,
     abandon: Script,
     undo: Script,
+    paused: Script,
 }
 
 impl Scripts {
@@ -92,10 +93,11 @@ impl Scripts {
             gap: Script::new(&scripts::with_prelude(scripts::GAP)),
             abandon: Script::new(&scripts::with_prelude(scripts::ABANDON)),
             undo: Script::new(scripts::UNDO),
+            paused: Script::new(&scripts::with_prelude(scripts::PAUSED)),
         }
     }
 
-    fn all(&self) -> [&Script; 7] {
+    fn all(&self) -> [&Script; 8] {
         [
             &self.claim,
             &self.extend,
@@ -104,6 +106,7 @@ impl Scripts {
             &self.gap,
             &self.abandon,
             &self.undo,
+            &self.paused,
         ]
     }
 }
@@ -265,11 +268,17 @@ impl Server {
         token: &str,
         ttl: Duration,
     ) -> Result<ClaimReply, LockError> {
-        let (mode, at_ms, deadline_ms) = match target {
+        let (mode, at_ms, deadline_ms, attempt) = match target {
             Target::Scheduled {
                 at_ms, deadline_ms, ..
-            } => ("scheduled", *at_ms, *deadline_ms),
-            Target::Manual { .. } => ("manual", 0, 0),
+            } => ("scheduled", *at_ms, *deadline_ms, 1),
+            Target::Retry {
+                at_ms,
+                deadline_ms,
+                attempt,
+                ..
+            } => ("retry", *at_ms, *deadline_ms, *attempt),
+            Target::Manual { .. } => ("manual", 0, 0, 1),
         };
         let mut invocation = self.scripts.claim.prepare_invoke();
         invocation
@@ -283,7 +292,8 @@ impl Server {
             .arg(ttl_ms(ttl))
             .arg(target.name())
             .arg(self.history_max)
-            .arg(deadline_ms);
+            .arg(deadline_ms)
+            .arg(attempt);
         let (reply, acked, listed): (Vec<String>, _, _) = self
             .invoke_with(&invocation, "claim", job, self.watches_replicas())
             .await?;
@@ -411,6 +421,42 @@ impl Server {
         Ok(recorded == 1)
     }
 
+    pub(super) async fn record_paused(
+        &self,
+        keys: &super::JobKeys,
+        job: &str,
+        at_ms: i64,
+        name: &str,
+        why: &str,
+    ) -> Result<Paused, LockError> {
+        let reply: Vec<String> = self
+            .scripts
+            .paused
+            .key(&keys.state)
+            .key(&keys.history)
+            .arg(at_ms)
+            .arg(name)
+            .arg(&self.node)
+            .arg(self.history_max)
+            .arg(why)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|source| redis_error("record paused", job, source))?;
+        let text = |i: usize| reply.get(i).cloned().unwrap_or_default();
+        Ok(match text(0).as_str() {
+            "1" => Paused {
+                recorded: true,
+                previous_ms: text(1).parse().ok(),
+                decided: None,
+            },
+            _ => Paused {
+                recorded: false,
+                previous_ms: None,
+                decided: Some((text(1), text(2))),
+            },
+        })
+    }
+
     pub(super) async fn check_abandoned(
         &self,
         keys: &super::JobKeys,
@@ -447,6 +493,40 @@ impl Server {
                 });
             }
         })
+    }
+
+    pub(super) async fn retry_state(
+        &self,
+        keys: &super::JobKeys,
+        job: &str,
+        at_ms: i64,
+    ) -> Result<super::RetryState, LockError> {
+        let fields: Vec<Option<String>> = redis::cmd("HMGET")
+            .arg(&keys.state)
+            .arg(&[
+                "retry_occ",
+                "retry_attempt",
+                "retry_state",
+                "retry_at",
+                "run_token",
+            ])
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|source| redis_error("retry state", job, source))?;
+        let field = |i: usize| fields.get(i).cloned().flatten().unwrap_or_default();
+        let occurrence = at_ms.to_string();
+        let this_one = field(0) == occurrence;
+        let attempt = if this_one {
+            field(1).parse().unwrap_or(0)
+        } else {
+            0
+        };
+        Ok(super::retry_state_of(
+            attempt,
+            this_one && field(2) == "pending",
+            field(3).parse().unwrap_or(0),
+            !field(4).is_empty(),
+        ))
     }
 
     pub(super) async fn load_scripts(&self) -> Result<(), redis::RedisError> {

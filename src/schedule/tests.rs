@@ -6,7 +6,8 @@ use chrono_tz::Tz;
 
 use std::sync::Arc;
 
-use super::{Schedule, ScheduleError, parse_in_parallel};
+use super::{PARSED, RECENT_MAX, Schedule, ScheduleError, lock, parse_in_parallel, parsed};
+use std::sync::Weak;
 
 fn utc_at(text: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(text)
@@ -417,10 +418,11 @@ fn schedules_of_one_pattern_share_its_parsed_form_in_any_zone() {
     let a = Schedule::parse("17 3 * * *", Tz::UTC).unwrap();
     let b = Schedule::parse(" 17 3 * * * ", Tz::Europe__Berlin).unwrap();
     let c = a.with_timezone(Tz::Asia__Tashkent);
-    assert!(Arc::ptr_eq(&a.cron, &b.cron));
-    assert!(Arc::ptr_eq(&a.cron, &c.cron));
+    let form = |s: &Schedule| parsed(&s.pattern).ok().expect("parses");
+    assert!(Arc::ptr_eq(&form(&a), &form(&b)));
+    assert!(Arc::ptr_eq(&form(&a), &form(&c)));
     let other = Schedule::parse("18 3 * * *", Tz::UTC).unwrap();
-    assert!(!Arc::ptr_eq(&a.cron, &other.cron));
+    assert!(!Arc::ptr_eq(&form(&a), &form(&other)));
     // Shared, yet each reads the pattern in its own zone.
     let after = utc_at("2026-06-01T00:00:00Z");
     assert_eq!(a.next_after(after), Some(utc_at("2026-06-01T03:17:00Z")));
@@ -438,18 +440,41 @@ fn parsing_in_parallel_gives_what_parsing_one_by_one_gives() {
     let after = utc_at("2026-11-30T12:00:00Z");
     for expr in &exprs[..600] {
         let one = Schedule::parse(expr, Tz::UTC).unwrap();
-        let shared = warmed
+        let form = parsed(&one.pattern).ok().expect("parses");
+        let warm = warmed
+            .0
             .iter()
-            .find(|warm| warm.expression() == expr)
-            .expect("warmed");
-        assert!(Arc::ptr_eq(&one.cron, &shared.cron), "{expr}");
-        assert_eq!(one.next_after(after), shared.next_after(after), "{expr}");
+            .find(|warm| Arc::ptr_eq(warm, &form))
+            .unwrap_or_else(|| panic!("{expr}: the loader finds it parsed"));
+        assert_eq!(one.next_after(after), one.next_with(warm, after), "{expr}");
     }
     assert!(Schedule::parse("not cron", Tz::UTC).is_err());
     assert!(matches!(
         Schedule::parse("0 0 30 2 *", Tz::UTC),
         Err(ScheduleError::NeverFires { .. })
     ));
+}
+
+/// A schedule keeps no parsed form: once nothing holds it and it fell out
+/// of the recent ones, it is dropped, and parsed again when needed, with
+/// the same answers (10,000 distinct expressions must not hold 70 MB).
+#[test]
+fn a_schedule_holds_no_parsed_form_and_answers_the_same_after_it_was_dropped() {
+    let expr = "7 11 13 2 *";
+    let schedule = Schedule::parse(expr, Tz::Europe__Berlin).unwrap();
+    let after = utc_at("2031-01-01T00:00:00Z");
+    let before = schedule.next_after(after);
+    // Push it out of the recent ones with other patterns.
+    for i in 0..(RECENT_MAX + 10) {
+        Schedule::parse(&format!("{} {} 1 1 *", i % 60, (i / 60) % 24), Tz::UTC).unwrap();
+    }
+    let alive = lock(&PARSED).get(expr).and_then(Weak::upgrade).is_some();
+    assert!(!alive, "nothing holds the parsed form any more");
+    assert_eq!(schedule.next_after(after), before);
+    assert_eq!(before, Some(utc_at("2031-02-13T10:07:00Z")));
+    // The hint answers from its own instant up to its occurrence.
+    let hint = schedule.hint.expect("computed at parse");
+    assert_eq!(schedule.next_after(hint.after), Some(hint.next));
 }
 
 #[test]
@@ -518,4 +543,104 @@ fn a_refused_field_is_named_with_its_range() {
     assert!(Schedule::parse("0 0 * * 1-5#2", Tz::UTC).is_ok());
     let err = Schedule::parse("0 0 * * 1-5#9", Tz::UTC).expect_err("nth");
     assert!(err.to_string().ends_with("day-of-week `1-5#9` has week `9`: the number after `#` is 1–5 (the first to fifth such day of the month)"), "{err}");
+}
+
+/// The longest interval found by walking every occurrence, for comparison
+/// with [`Schedule::longest_interval`].
+fn longest_by_walking(schedule: &Schedule, from: DateTime<Utc>, days: i64) -> std::time::Duration {
+    let end = from + chrono::TimeDelta::days(days);
+    let mut at = schedule.next_after(from).expect("fires");
+    let (mut longest, mut intervals) = (chrono::TimeDelta::zero(), 0);
+    while at < end || intervals < 2 {
+        let next = schedule.next_after(at).expect("fires again");
+        longest = longest.max(next - at);
+        intervals += 1;
+        at = next;
+    }
+    longest.to_std().expect("positive")
+}
+
+const SIXTY_TWO_DAYS: std::time::Duration = std::time::Duration::from_secs(62 * 86_400);
+
+#[test]
+fn longest_interval_finds_weekends_nights_and_month_ends() {
+    let monday = utc_at("2026-03-02T10:00:00Z");
+    let hours = |h: u64, m: u64| std::time::Duration::from_secs(h * 3600 + m * 60);
+    for (expr, tz, expected) in [
+        // Friday 17:55 to Monday 09:00, far beyond the 64 occurrences walked
+        // one by one (they end on Monday afternoon).
+        ("*/5 9-17 * * 1-5", "UTC", hours(63, 5)),
+        ("0 9 * * 1-5", "UTC", hours(72, 0)),
+        ("* * * * * *", "UTC", std::time::Duration::from_secs(1)),
+        ("*/15 * * * *", "Europe/Berlin", hours(0, 15)),
+        // Only months with 31 days: 31 March to 31 May.
+        ("0 0 31 * *", "UTC", hours(61 * 24, 0)),
+        // New York's spring forward (8 March 2026) takes an hour out of the
+        // night; its fall back is outside the horizon.
+        ("0 22 * * *", "America/New_York", hours(24, 0)),
+        ("30 1 * * 0", "America/New_York", hours(7 * 24, 0)),
+    ] {
+        let schedule = Schedule::parse(expr, zone(tz)).expect("parses");
+        let found = schedule
+            .longest_interval(monday, SIXTY_TWO_DAYS)
+            .expect("fires");
+        assert_eq!(found, expected, "{expr} in {tz}");
+        if expr == "* * * * * *" {
+            continue; // 5 million occurrences to walk
+        }
+        assert_eq!(
+            found,
+            longest_by_walking(&schedule, monday, 62),
+            "{expr} in {tz}: same as walking every occurrence"
+        );
+    }
+}
+
+#[test]
+fn longest_interval_spans_two_intervals_and_ends_with_the_schedule() {
+    let schedule = Schedule::parse("@yearly", Tz::UTC).expect("parses");
+    // 2027 -> 2028 (365 days), 2028 -> 2029 (leap year: 366).
+    let found = schedule.longest_interval(utc_at("2026-06-01T00:00:00Z"), SIXTY_TWO_DAYS);
+    assert_eq!(found, Some(std::time::Duration::from_secs(366 * 86_400)));
+    // The last occurrence computed is 2199-01-01: no interval after it.
+    assert_eq!(
+        schedule.longest_interval(utc_at("2198-06-01T00:00:00Z"), SIXTY_TWO_DAYS),
+        None
+    );
+}
+
+#[test]
+fn longest_interval_is_exact_above_six_hours_on_random_looking_patterns() {
+    let from = utc_at("2026-10-20T07:13:29Z");
+    for expr in [
+        "0 */7 * * *",
+        "0 3,4,23 * * 2,5",
+        "*/20 8-11,14 1-10 * *",
+        "15 10 * * MON#2",
+        "0 0 L * *",
+        "*/10 * * * 6",
+        "0 12 13 * 5",
+        "*/30 0-2 * * *",
+    ] {
+        let schedule = Schedule::parse(expr, zone("Europe/London")).expect("parses");
+        let walked = longest_by_walking(&schedule, from, 62);
+        let found = schedule
+            .longest_interval(from, SIXTY_TWO_DAYS)
+            .expect("fires");
+        assert_eq!(found, walked, "{expr}");
+    }
+}
+
+#[test]
+fn previous_before_is_the_occurrence_next_after_steps_to() {
+    let schedule = Schedule::parse("*/15 * * * *", zone("America/New_York")).expect("parses");
+    let at = utc_at("2026-03-08T06:00:00Z");
+    let next = schedule.next_after(at).expect("fires");
+    assert_eq!(schedule.previous_before(next), Some(at));
+    // Strictly before: an occurrence is not its own predecessor, but it is
+    // the predecessor of any instant a fraction of a second later.
+    assert_eq!(
+        schedule.previous_before(at + chrono::TimeDelta::milliseconds(1)),
+        Some(at)
+    );
 }

@@ -348,6 +348,21 @@ impl Node {
         args: &[&str],
         extra_env: &[(&str, &str)],
     ) -> Node {
+        let node = Node::spawn_with_args(work, id, args, extra_env);
+        node.wait_for_log(Duration::from_secs(10), "solocron started");
+        node
+    }
+
+    /// Like [`Node::start_with_args`] without waiting for `solocron
+    /// started` in the log (a node logging to the journal writes nothing
+    /// there). The log file is created (or truncated) in place, so a test
+    /// may create `ID.log` first to learn its device and inode.
+    pub fn spawn_with_args(
+        work: &Workdir,
+        id: &str,
+        args: &[&str],
+        extra_env: &[(&str, &str)],
+    ) -> Node {
         let log = work.path(&format!("{id}.log"));
         let log_file = fs::File::create(&log).expect("create log file");
         let out_file = log_file.try_clone().expect("clone log file");
@@ -360,6 +375,9 @@ impl Node {
             .env_remove("SOLOCRON_CONFIG")
             .env("SOLOCRON_LOG", "info")
             .env_remove("SOLOCRON_LOG_FORMAT")
+            // Journal logging only where a test asks for it.
+            .env_remove("JOURNAL_STREAM")
+            .env_remove("SOLOCRON_JOURNAL_SOCKET")
             .stdin(Stdio::null())
             .stdout(out_file)
             .stderr(log_file);
@@ -367,13 +385,11 @@ impl Node {
             command.env(key, value);
         }
         let child = command.spawn().expect("start solocron");
-        let node = Node {
+        Node {
             id: id.to_string(),
             child,
             log,
-        };
-        node.wait_for_log(Duration::from_secs(10), "solocron started");
-        node
+        }
     }
 
     /// Starts `solocron run` as `id` whose stdout and stderr are a pipe

@@ -502,5 +502,38 @@ fn output_log_max_takes_sizes() {
     assert_eq!(sizes, [1024, 0]);
 }
 
+#[test]
+fn max_silence_is_a_duration_from_the_job_or_the_defaults() {
+    let with = |value: &str| {
+        format!("[jobs.x]\nschedule = \"@daily\"\ncommand = \"x\"\nmax_silence = {value}\n")
+    };
+    assert_eq!(
+        job("[jobs.x]\nschedule = \"@daily\"\ncommand = \"x\"\n").max_silence,
+        None
+    );
+    assert_eq!(
+        job(&with("\"3d\"")).max_silence,
+        Some(Duration::from_secs(3 * 86_400))
+    );
+    assert_eq!(
+        error(&with("\"500ms\"")),
+        "/etc/solocron/jobs.toml:4:15: [jobs.x] `max_silence`: must be at least 1s, found `500ms`"
+    );
+    let text = "[defaults]\nmax_silence = \"2h\"\n[jobs.a]\nschedule = \"@daily\"\ncommand = \"x\"\n\
+                [jobs.b]\nschedule = \"@daily\"\ncommand = \"x\"\nmax_silence = \"1w\"\n";
+    let silences: Vec<Option<Duration>> = config(text)
+        .jobs
+        .iter()
+        .map(|job| job.max_silence)
+        .collect();
+    assert_eq!(
+        silences,
+        [
+            Some(Duration::from_secs(7200)),
+            Some(Duration::from_secs(7 * 86_400))
+        ]
+    );
+}
+
 mod redis_section;
 mod whole_file;

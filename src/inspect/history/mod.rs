@@ -11,7 +11,7 @@
 //! stream exists (a job removed from the config keeps its history); any
 //! other name is a typo, refused with the closest known name.
 
-mod read;
+pub(crate) mod read;
 mod render;
 
 use std::time::Duration;

@@ -122,10 +122,17 @@ pub fn merge(mut lists: Vec<Vec<Recorded>>, limit: usize) -> Vec<Recorded> {
         .filter(|recorded| {
             let entry = &recorded.entry;
             // Not the fence: a skip or abandoned entry carries each master's own.
+            // Not the node of a `paused` entry: every node records it at the
+            // same instant and each master keeps the first one it got.
+            let node = if entry.outcome == "paused" {
+                String::new()
+            } else {
+                entry.node.clone()
+            };
             seen.insert((
                 recorded.job.clone(),
                 entry.occurrence.clone(),
-                entry.node.clone(),
+                node,
                 entry.outcome.clone(),
             ))
         })
@@ -270,6 +277,7 @@ mod tests {
                 error: None,
                 output_tail: None,
                 attempt: None,
+                retry_at: None,
             },
         }
     }

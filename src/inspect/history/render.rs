@@ -127,6 +127,7 @@ mod tests {
                 error: Some("lock held by web-1".into()),
                 output_tail: None,
                 attempt: None,
+                retry_at: None,
             },
         }
     }

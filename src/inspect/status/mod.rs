@@ -1,6 +1,6 @@
 //! `solocron status`: per job, who holds the lock, the last decided
 //! occurrence and the next one; then the live nodes, config drift and
-//! node-id collisions.
+//! node-id collisions; paused jobs and drained nodes ([`controls`]).
 //!
 //! The jobs are the config's; without a config, every job some live node
 //! runs, with the schedule most of them published (so NEXT is known
@@ -11,6 +11,7 @@
 //! `holder_*` fields after a release, so they only describe a held lock when
 //! the lock names the same node.
 
+mod controls;
 mod render;
 
 use std::collections::{BTreeMap, HashMap};
@@ -73,6 +74,8 @@ pub struct JobStatus {
     /// Computed locally from the schedule; `None` if it never fires again
     /// or the schedule is unknown.
     pub next: Option<DateTime<Utc>>,
+    /// The pause in effect now (`true`: `pause --all`), if any.
+    pub paused: Option<(crate::control::Mark, bool)>,
 }
 
 /// Where the job list came from, for the text form.
@@ -123,13 +126,17 @@ pub async fn status(source: &Source, json: bool) -> anyhow::Result<()> {
         })
         .await
         .map_err(failed)?;
-    let jobs = merge_views(views);
+    let mut jobs = merge_views(views);
+    let (pauses, drain_marks) = controls::read(&coordinator, prefix).await.map_err(failed)?;
+    controls::apply_pauses(&mut jobs, &pauses, now_ms);
+    let drains = controls::drains(&drain_marks, &jobs, &nodes);
     let drift = registry::divergences(&nodes);
     if json {
-        let value = render::to_json(&jobs, &nodes, &drift, now_ms);
+        let value = render::to_json(&jobs, &nodes, &drift, &drains, now_ms);
         return super::print(&format!("{value:#}\n"));
     }
     let view = render::View {
+        drains: &drains,
         jobs: &jobs,
         listing,
         prefix,
@@ -277,6 +284,7 @@ pub async fn read_jobs(
             held: lock.map(|value| held(&value, pttl, &state)),
             last: last(&state),
             next,
+            paused: None,
         });
     }
     Ok(statuses)

@@ -1,11 +1,13 @@
-//! The two faces of `status`: the text tables (JOBS, NODES, CONFIG DRIFT,
-//! NODE ID COLLISIONS) and the `--json` object (`jobs`, `nodes`,
-//! `divergences`, RFC 3339 UTC times, `null` where unknown). Durations are
-//! relative to Redis `TIME`; a node-id collision is shown while it is
-//! recent ([`Collision::is_recent`]).
+//! The two faces of `status`: the text tables (JOBS, PAUSED, NODES,
+//! DRAINED NODES, CONFIG DRIFT, NODE ID COLLISIONS) and the `--json`
+//! object (`jobs`, `nodes`, `divergences`, `drains`; RFC 3339 UTC times,
+//! `null` where unknown). Durations are relative to Redis `TIME`; a
+//! node-id collision is shown while it is recent
+//! ([`Collision::is_recent`]).
 
 use serde_json::{Value, json};
 
+use super::controls::{self, DrainShown};
 use super::{JobStatus, Listing};
 use crate::inspect::format::{self, NONE, Table};
 use crate::registry::{self, Collision, Divergence, NodeInfo};
@@ -13,6 +15,8 @@ use crate::registry::{self, Collision, Divergence, NodeInfo};
 /// Everything the text form shows.
 pub struct View<'a> {
     pub jobs: &'a [JobStatus],
+    /// Drained nodes (live or not).
+    pub drains: &'a [DrainShown],
     pub listing: Listing,
     /// The key prefix read (named when nothing was found).
     pub prefix: &'a str,
@@ -23,11 +27,23 @@ pub struct View<'a> {
 }
 
 /// The `--json` object.
-pub fn to_json(jobs: &[JobStatus], nodes: &[NodeInfo], drift: &[Divergence], now_ms: i64) -> Value {
+pub fn to_json(
+    jobs: &[JobStatus],
+    nodes: &[NodeInfo],
+    drift: &[Divergence],
+    drains: &[DrainShown],
+    now_ms: i64,
+) -> Value {
     json!({
         "jobs": jobs.iter().map(|job| job_json(job, now_ms)).collect::<Vec<_>>(),
-        "nodes": nodes.iter().map(|node| node_json(node, now_ms)).collect::<Vec<_>>(),
+        "nodes": nodes.iter().map(|node| {
+            let mut value = node_json(node, now_ms);
+            let drain = drains.iter().find(|drain| drain.node == node.node);
+            value["drain"] = json!(drain.map(DrainShown::state));
+            value
+        }).collect::<Vec<_>>(),
         "divergences": drift.iter().map(divergence_json).collect::<Vec<_>>(),
+        "drains": controls::drains_json(drains),
     })
 }
 
@@ -55,6 +71,7 @@ fn job_json(status: &JobStatus, now_ms: i64) -> Value {
         })),
         "next": status.next.map(format::secs),
         "next_local": status.next.zip(zone).map(|(at, zone)| at.with_timezone(&zone).to_rfc3339()),
+        "paused": controls::pause_json(status.paused.as_ref()),
     })
 }
 
@@ -125,6 +142,7 @@ pub fn text(view: &View<'_>) -> String {
         }
         (Listing::Config, false) => out.push_str(&jobs_table(view.jobs, view.now_ms).render()),
     }
+    out.push_str(&controls::paused_text(view.jobs));
     out.push('\n');
     if view.nodes.is_empty() {
         out.push_str(&format!(
@@ -135,6 +153,7 @@ pub fn text(view: &View<'_>) -> String {
         out.push_str(&format!("NODES ({} live)\n", view.nodes.len()));
         out.push_str(&nodes_table(view.nodes, view.now_ms).render());
     }
+    out.push_str(&controls::drains_text(view.drains, view.now_ms));
     if !view.drift.is_empty() {
         out.push_str("\nCONFIG DRIFT: live nodes disagree on these jobs (fingerprint: nodes)\n");
         let mut table = Table::new(&["JOB", "DEFINITIONS"]);

@@ -1,0 +1,122 @@
+//! The Lua scripts of the fleet controls. Each is one round trip, runs
+//! atomically, and touches only keys with the hash tag `{PREFIX}` (one
+//! Cluster slot). Marks are JSON (`cjson` in Redis); a value that does not
+//! decode is left alone (`pcall`), never an error of the script.
+//!
+//! Commands used inside: `TIME HGET HSET HDEL HGETALL LRANGE LREM PEXPIRE`
+//! (the README's ACL line lists them).
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// KEYS: a marks hash (pauses or drains). ARGV: prune age ms, then field /
+/// JSON mark pairs. Writes each mark, its `at_ms` raised above the field's
+/// current stamp if needed (two writes within one ms still order), bumps
+/// `~version`, and drops inactive or expired marks stamped before `now -
+/// prune age`. Reply: each field's previous value (`''` if none), in order.
+const WRITE_SRC: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function decode(text)
+  if not text then return nil end
+  local ok, value = pcall(cjson.decode, text)
+  if ok and type(value) == 'table' then return value end
+  return nil
+end
+local previous = {}
+for i = 2, #ARGV, 2 do
+  local old = redis.call('HGET', KEYS[1], ARGV[i])
+  local value = ARGV[i + 1]
+  local mark, before = decode(value), decode(old)
+  if mark and before and tonumber(before.at_ms) and tonumber(mark.at_ms)
+      and tonumber(before.at_ms) >= tonumber(mark.at_ms) then
+    mark.at_ms = tonumber(before.at_ms) + 1
+    value = cjson.encode(mark)
+  end
+  redis.call('HSET', KEYS[1], ARGV[i], value)
+  previous[#previous + 1] = old or ''
+end
+local version = tonumber(redis.call('HGET', KEYS[1], '~version') or '0') or 0
+redis.call('HSET', KEYS[1], '~version', string.format('%.0f', version + 1))
+local all = redis.call('HGETALL', KEYS[1])
+local oldest = now - tonumber(ARGV[1])
+for i = 1, #all, 2 do
+  local mark = decode(all[i + 1])
+  if mark and tonumber(mark.at_ms) and tonumber(mark.at_ms) < oldest then
+    local ended = mark.active ~= true
+      or (type(mark.until_ms) == 'number' and mark.until_ms <= now)
+    if ended then redis.call('HDEL', KEYS[1], all[i]) end
+  end
+end
+return previous
+"#;
+
+/// KEYS: pauses, drains, requests. ARGV: node, known pauses version,
+/// pending max, stale age ms. Reply `{version, changed, drain, pauses,
+/// pending}`: the pauses hash (flat field/value list) only when its
+/// `~version` differs from the known one (`changed` 1), this node's drain
+/// mark (`''`: none), and the newest-last tail of the request list (up to
+/// `pending max` entries; requests whose `deadline_ms` passed more than
+/// `stale age` ago are removed: their CLI has long given up).
+const SNAPSHOT_SRC: &str = r#"
+local version = redis.call('HGET', KEYS[1], '~version') or '0'
+local changed, pauses = 0, {}
+if version ~= ARGV[2] then
+  changed = 1
+  pauses = redis.call('HGETALL', KEYS[1])
+end
+local drain = redis.call('HGET', KEYS[2], ARGV[1]) or ''
+local pending = {}
+local wanted = tonumber(ARGV[3])
+if wanted > 0 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  for _, raw in ipairs(redis.call('LRANGE', KEYS[3], -wanted, -1)) do
+    local ok, request = pcall(cjson.decode, raw)
+    local deadline = ok and type(request) == 'table' and tonumber(request.deadline_ms)
+    if not deadline or deadline + tonumber(ARGV[4]) < now then
+      redis.call('LREM', KEYS[3], 1, raw)
+    else
+      pending[#pending + 1] = raw
+    end
+  end
+end
+return {version, changed, drain, pauses, pending}
+"#;
+
+/// KEYS: requests, the request's hash, drains. ARGV: raw entry, node,
+/// deadline ms, ttl ms. Takes the request for `node` unless the node is
+/// drained, the deadline passed, or someone took (or withdrew) it first:
+/// removes it from the list and creates the request hash (`state taken`)
+/// with a TTL, in one step, so exactly one of the daemons and the CLI's
+/// withdrawal gets it. Reply `taken`, `draining`, `late` or `gone`.
+const TAKE_SRC: &str = r#"
+local drain = redis.call('HGET', KEYS[3], ARGV[2])
+if drain then
+  local ok, mark = pcall(cjson.decode, drain)
+  if ok and type(mark) == 'table' and mark.active == true then return 'draining' end
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if now > tonumber(ARGV[3]) then return 'late' end
+if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then return 'gone' end
+redis.call('HSET', KEYS[2], 'state', 'taken', 'node', ARGV[2], 'taken_at', string.format('%.0f', now))
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+return 'taken'
+"#;
+
+/// KEYS: the request's hash. ARGV: ttl ms, then field/value pairs. Only
+/// while the hash exists (its CLI may still be waiting): sets the fields
+/// and renews the TTL. Reply 1, or 0 if the hash is gone.
+const UPDATE_SRC: &str = r#"
+if not redis.call('HGET', KEYS[1], 'state') then return 0 end
+if #ARGV > 1 then redis.call('HSET', KEYS[1], unpack(ARGV, 2)) end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return 1
+"#;
+
+pub static WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(WRITE_SRC));
+pub static SNAPSHOT: LazyLock<Script> = LazyLock::new(|| Script::new(SNAPSHOT_SRC));
+pub static TAKE: LazyLock<Script> = LazyLock::new(|| Script::new(TAKE_SRC));
+pub static UPDATE: LazyLock<Script> = LazyLock::new(|| Script::new(UPDATE_SRC));

@@ -1,0 +1,166 @@
+//! Between the timetable and a claim: whether this node decides a due
+//! occurrence at all, and how (see [`super::controls`] for where the state
+//! comes from).
+//!
+//! - Drained node: it decides nothing, neither a claim nor a `missed` or
+//!   `paused` record; the other nodes decide the occurrence. If every node
+//!   is drained, nobody decides it, and the job's next decision after an
+//!   `undrain` (its next claim anywhere) records it `missed` with the other
+//!   occurrences nobody decided (the gap record of [`super::recording`]).
+//! - Paused job: the occurrence is recorded `paused` through the job's
+//!   state hash ([`crate::lock::Locker::record_paused`]) instead of
+//!   claimed: whichever node decides first wins, so it is recorded once
+//!   and never also run or missed. Then the occurrences nobody decided
+//!   before it are recorded `missed`, as after a won claim.
+//! - Otherwise: the claim ([`super::occurrence::attempt`]).
+//!
+//! Failure model: a `paused` record that Redis does not take is retried
+//! (jittered backoff) while it can still decide the occurrence; it holds the
+//! job's claim turn until the occurrence's deadline, then goes on in the
+//! background for up to an hour. If a newer occurrence was decided
+//! meanwhile, this one is in that decision's gap and recorded `missed`
+//! there; the late `paused` record then finds it decided and writes nothing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::time::Instant;
+use tracing::{debug, error, info};
+
+use super::Shared;
+use super::occurrence::{self, claim_deadline};
+use super::recording;
+use super::timetable::rfc3339;
+use crate::config::Job;
+use crate::control::Mark;
+use crate::lock::Paused;
+
+/// The longest an occurrence waits at start for the first control snapshot.
+const KNOWN_WAIT: Duration = Duration::from_secs(5);
+/// What that wait leaves of the time to the occurrence's claim deadline.
+const KNOWN_MARGIN: Duration = Duration::from_millis(250);
+/// First and longest pause between retries of a `paused` record.
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(1);
+/// How long a `paused` record is retried while Redis is away.
+const RECORD_FOR: Duration = Duration::from_secs(3600);
+
+/// Decides the occurrence `at` of `job` on this node; see the module doc.
+pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catch_up: bool) {
+    let deadline = claim_deadline(&job, at);
+    // Leave the claim time before its deadline (a claim is a round trip).
+    let left = (deadline - Utc::now())
+        .to_std()
+        .unwrap_or(Duration::ZERO)
+        .saturating_sub(KNOWN_MARGIN);
+    shared.controls.wait_known(left.min(KNOWN_WAIT)).await;
+    if shared.controls.draining() {
+        debug!(job = %job.name, occurrence = %rfc3339(at), node = %shared.locker.node(),
+            "occurrence not claimed here: this node is drained");
+        return;
+    }
+    match shared.controls.pause_for(&job.name, at.timestamp_millis()) {
+        Some((mark, all)) => record_paused(&shared, &job, at, &mark, all).await,
+        None => occurrence::attempt(shared, job, at, catch_up).await,
+    }
+}
+
+/// The history's error text of a paused occurrence.
+fn why(mark: &Mark, all: bool) -> String {
+    let scope = if all { " (pause --all)" } else { "" };
+    format!("job paused{scope} {}", mark.describe())
+}
+
+/// Records `at` of `job` as `paused`; see the module doc.
+async fn record_paused(
+    shared: &Arc<Shared>,
+    job: &Arc<Job>,
+    at: DateTime<Utc>,
+    mark: &Mark,
+    all: bool,
+) {
+    let name = rfc3339(at);
+    let node = shared.locker.node();
+    let why = why(mark, all);
+    let turn = shared.claim_turn(&job.name);
+    let mut turn_held = Some(turn.lock().await);
+    let turn_until = Instant::now()
+        + (claim_deadline(job, at) - Utc::now())
+            .to_std()
+            .unwrap_or(Duration::ZERO);
+    let give_up = Instant::now() + RECORD_FOR;
+    let mut pause = RETRY_FIRST;
+    loop {
+        if Instant::now() >= turn_until {
+            turn_held = None;
+        }
+        match shared
+            .locker
+            .record_paused(&job.name, at.timestamp_millis(), &name, &why)
+            .await
+        {
+            Ok(Paused {
+                recorded: true,
+                previous_ms,
+                ..
+            }) => {
+                shared.health.answered();
+                info!(job = %job.name, occurrence = %name, node = %node, paused_by = %mark.by,
+                    outcome = "paused", "occurrence paused: recorded `paused`, not run (the job is paused fleet-wide)");
+                drop(turn_held);
+                recording::record_gap_before(shared, job, previous_ms, at).await;
+                return;
+            }
+            Ok(Paused { decided, .. }) => {
+                shared.health.answered();
+                let (decision, by) = decided.unwrap_or_default();
+                info!(job = %job.name, occurrence = %name, node = %node, decided_by = %by, decision = %decision,
+                    "occurrence already decided by another node");
+                return;
+            }
+            Err(err) if err.is_disagreement() => {
+                debug!(job = %job.name, occurrence = %name, node = %node, error = %err,
+                    "paused record not settled yet (redlock masters disagree), retrying");
+                if Instant::now() + pause >= give_up {
+                    return;
+                }
+            }
+            Err(err) => {
+                shared.health.failed("record paused", &err, err.trouble());
+                if Instant::now() + pause >= give_up {
+                    error!(job = %job.name, occurrence = %name, node = %node, error = %err,
+                        "paused occurrence not recorded: redis unreachable for an hour (the next decision records it missed)");
+                    return;
+                }
+            }
+        }
+        tokio::select! {
+            _ = shared.cancel.cancelled() => return,
+            _ = tokio::time::sleep(pause + pause.mul_f64(rand::random::<f64>() / 2.0)) => {}
+        }
+        pause = (pause * 2).min(RETRY_MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_history_says_who_paused_it_and_why() {
+        let mark = Mark {
+            at_ms: 0,
+            active: true,
+            by: "alice@web-1".into(),
+            since_ms: 0,
+            until_ms: None,
+            reason: Some("db migration".into()),
+        };
+        assert_eq!(
+            why(&mark, false),
+            "job paused by alice@web-1 since 1970-01-01T00:00:00Z: db migration"
+        );
+        assert!(why(&mark, true).starts_with("job paused (pause --all) by alice@web-1"));
+    }
+}

@@ -1,0 +1,306 @@
+//! Retries (`retries`, `retry_backoff`): a failed or timed-out run of a
+//! scheduled occurrence is tried again, same occurrence, attempt 2, 3…,
+//! after `retry_backoff` doubled at each attempt (capped), never once the
+//! job's next occurrence is due.
+//!
+//! The release of the failed attempt marks the next one pending in the
+//! job's state, atomically with its history entry. Every node that took
+//! part in the occurrence (the runner and the nodes that lost its claim)
+//! then watches the state, and at the retry instant claims the attempt
+//! like an occurrence: once, under the job's lock, with a new fence. The
+//! node whose attempt failed claims a moment later than the others, so a
+//! node that is broken for this job hands the retry to a healthy one
+//! instead of failing it again itself.
+//!
+//! Cost: only jobs with `retries > 0` are watched, with one read of the
+//! state every half backoff (at least 250 ms, at most 30 s) per node,
+//! while an attempt runs or a retry is pending.
+//!
+//! Failure model: if no node claims a pending attempt before the next
+//! occurrence (every node died, Redis away), the occurrence ends with its
+//! last recorded attempt; the node that ran that attempt, if alive, sends
+//! its `on_failure` then.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use super::Shared;
+use super::notifications::{self, Subject};
+use super::occurrence::{Attempt, run_lease};
+use super::timetable::rfc3339;
+use crate::config::Job;
+use crate::exec::{Notice, Outcome, Report};
+use crate::lock::{Claim, RetryState, Target, new_token};
+
+/// Longest pause between two attempts, unless `retry_backoff` is longer.
+const BACKOFF_CAP: Duration = Duration::from_secs(3600);
+/// Bounds of the pause between two reads of the state.
+const POLL_MIN: Duration = Duration::from_millis(250);
+const POLL_MAX: Duration = Duration::from_secs(30);
+/// How much later than the others the node whose attempt failed claims.
+const DEFER_MAX: Duration = Duration::from_secs(1);
+/// Pause before claiming again while the lock is held or Redis fails.
+const CLAIM_AGAIN: Duration = Duration::from_millis(250);
+
+/// When attempt `attempt + 1` of `job`'s occurrence `at` may start, if
+/// attempt `attempt` ended with `outcome` at `now`: `None` when the job
+/// has no retries left, the outcome is not a failure, or the next
+/// occurrence would be due first.
+pub fn next_attempt_at(
+    job: &Job,
+    at: DateTime<Utc>,
+    attempt: u32,
+    outcome: Outcome,
+    now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    if !matches!(outcome, Outcome::Failed | Outcome::TimedOut) || attempt > job.retries {
+        return None;
+    }
+    let backoff = backoff(job.retry_backoff, attempt);
+    let when = now.checked_add_signed(TimeDelta::from_std(backoff).ok()?)?;
+    (when < deadline(job, at)).then_some(when)
+}
+
+/// `base` doubled `attempt − 1` times, capped at an hour (or `base`).
+fn backoff(base: Duration, attempt: u32) -> Duration {
+    let cap = BACKOFF_CAP.max(base);
+    let factor = 2u32.saturating_pow(attempt.saturating_sub(1));
+    base.checked_mul(factor).unwrap_or(cap).min(cap)
+}
+
+/// Retries of `at` must start before this: the job's next occurrence.
+pub fn deadline(job: &Job, at: DateTime<Utc>) -> DateTime<Utc> {
+    job.fires_at(
+        job.schedule
+            .next_after(at)
+            .unwrap_or_else(|| at + TimeDelta::days(1)),
+    )
+}
+
+/// The attempt this node ran last, which failed.
+pub struct Ran {
+    pub attempt: u32,
+    pub fence: u64,
+    pub notice: Notice,
+}
+
+impl Ran {
+    pub fn new(attempt: u32, fence: u64, report: &Report) -> Ran {
+        Ran {
+            attempt,
+            fence,
+            notice: notice_of(report),
+        }
+    }
+}
+
+/// What a notifier is told about `report`.
+pub fn notice_of(report: &Report) -> Notice {
+    Notice {
+        outcome: report.outcome.as_str().to_string(),
+        exit_code: report.exit_code,
+        http_status: report.http_status,
+        error: report.error.clone(),
+        output_tail: report.output_tail.clone(),
+    }
+}
+
+/// Watches `job`'s occurrence `at` for pending retries and claims them, in
+/// the background; `ran` is this node's own failed attempt, if any.
+pub fn watch(shared: &Arc<Shared>, job: &Arc<Job>, at: DateTime<Utc>, ran: Option<Ran>) {
+    if job.retries == 0 {
+        return;
+    }
+    let shared = Arc::clone(shared);
+    let job = Arc::clone(job);
+    shared
+        .tracker
+        .clone()
+        .spawn(async move { follow(&shared, &job, at, ran).await });
+}
+
+async fn follow(shared: &Arc<Shared>, job: &Arc<Job>, at: DateTime<Utc>, mut ran: Option<Ran>) {
+    let name = rfc3339(at);
+    let until = deadline(job, at);
+    let poll = (job.retry_backoff / 2).clamp(POLL_MIN, POLL_MAX);
+    loop {
+        if shared.cancel.is_cancelled() {
+            return;
+        }
+        if shared.now() >= until {
+            // Nobody claimed the retry this node's failure asked for.
+            if let Some(ran) = ran.take() {
+                warn!(job = %job.name, occurrence = %name, node = %shared.locker.node(), attempt = ran.attempt,
+                    "retry not run: no node claimed it before the next occurrence; the occurrence ends with this attempt");
+                notify(shared, job, &name, ran);
+            }
+            return;
+        }
+        let state = shared
+            .locker
+            .retry_state(&job.name, at.timestamp_millis())
+            .await;
+        let pending = match state {
+            Ok(RetryState::Pending { attempt, at_ms }) => (attempt, at_ms),
+            // Without a failed run of our own in the balance (none, or
+            // another node took its retry), a finished occurrence is
+            // someone else's to report. Ours may still be on its way to
+            // Redis (held while Redis was away): keep looking.
+            Ok(RetryState::Finished { attempt })
+                if ran.as_ref().is_none_or(|ran| attempt > ran.attempt) =>
+            {
+                return;
+            }
+            Ok(_) => {
+                pause(shared, poll).await;
+                continue;
+            }
+            Err(err) => {
+                debug!(job = %job.name, occurrence = %name, error = %err, "retry state not read; trying again");
+                pause(shared, poll).await;
+                continue;
+            }
+        };
+        let (attempt, at_ms) = pending;
+        let mine = ran.as_ref().is_some_and(|ran| ran.attempt + 1 == attempt);
+        let defer = if mine {
+            (job.retry_backoff / 4).min(DEFER_MAX)
+        } else {
+            Duration::ZERO
+        };
+        let start = DateTime::from_timestamp_millis(at_ms).unwrap_or_else(Utc::now);
+        let wait = (start - shared.now()).to_std().unwrap_or(Duration::ZERO) + defer;
+        pause(shared, wait).await;
+        match claim_and_run(shared, job, at, &name, attempt, until).await {
+            Step::Ran(next) => match next {
+                Some(failed) => ran = Some(failed),
+                None => return,
+            },
+            Step::Taken => ran = None,
+            Step::Stopping => return,
+            Step::Over => {
+                if let Some(ran) = ran.take().filter(|_| mine) {
+                    notify(shared, job, &name, ran);
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// What a retry claim came to.
+enum Step {
+    /// This node ran the attempt; `Some` when it failed and another one is
+    /// pending now.
+    Ran(Option<Ran>),
+    /// Another node took the attempt.
+    Taken,
+    /// Nothing to claim any more (the next occurrence is due, or the retry
+    /// was not pending).
+    Over,
+    /// The daemon is stopping: another node will claim the retry.
+    Stopping,
+}
+
+async fn claim_and_run(
+    shared: &Arc<Shared>,
+    job: &Arc<Job>,
+    at: DateTime<Utc>,
+    name: &str,
+    attempt: u32,
+    until: DateTime<Utc>,
+) -> Step {
+    let node = shared.locker.node().to_string();
+    let target = Target::Retry {
+        at_ms: at.timestamp_millis(),
+        name: name.to_string(),
+        attempt,
+        deadline_ms: until.timestamp_millis(),
+    };
+    let token = new_token();
+    loop {
+        if shared.cancel.is_cancelled() {
+            return Step::Stopping;
+        }
+        // A drained node claims nothing, retries included: the others do.
+        if shared.controls.draining() {
+            return Step::Stopping;
+        }
+        if shared.now() >= until {
+            return Step::Over;
+        }
+        let sent = Instant::now();
+        match shared
+            .locker
+            .claim(&job.name, &target, &token, job.lock_ttl)
+            .await
+        {
+            Ok(Claim::Won(lease)) => {
+                shared.health.confirmed();
+                crate::metrics::retried(&job.name);
+                info!(job = %job.name, occurrence = %name, node = %node, fence = lease.fence, attempt,
+                    "retry claim won");
+                let attempt_of = Attempt {
+                    number: attempt,
+                    occurrence: Some(at),
+                };
+                let runner = shared.runner();
+                let (report, retry_at) =
+                    run_lease(&runner, job, &lease, name, sent, attempt_of).await;
+                if retry_at.is_some() {
+                    return Step::Ran(Some(Ran::new(attempt, lease.fence, &report)));
+                }
+                notify(shared, job, name, Ran::new(attempt, lease.fence, &report));
+                return Step::Ran(None);
+            }
+            Ok(Claim::Taken { by, fence, .. }) => {
+                info!(job = %job.name, occurrence = %name, node = %node, winner = %by, fence, attempt,
+                    "retry claim lost");
+                return Step::Taken;
+            }
+            Ok(Claim::Busy { .. }) => {}
+            Ok(Claim::TooLate | Claim::Superseded { .. }) => return Step::Over,
+            Err(err) => {
+                shared.health.failed("retry claim", &err, err.trouble());
+            }
+        }
+        pause(shared, CLAIM_AGAIN).await;
+    }
+}
+
+fn notify(shared: &Shared, job: &Arc<Job>, name: &str, ran: Ran) {
+    let subject = Subject {
+        occurrence: name,
+        fence: ran.fence,
+        attempt: ran.attempt,
+    };
+    notifications::send(shared, job, subject, ran.notice);
+}
+
+/// Sleeps `wait`, or less if the daemon stops meanwhile.
+async fn pause(shared: &Shared, wait: Duration) {
+    tokio::select! {
+        _ = shared.cancel.cancelled() => {}
+        _ = tokio::time::sleep(wait) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        let base = Duration::from_secs(30);
+        assert_eq!(backoff(base, 1), base);
+        assert_eq!(backoff(base, 2), Duration::from_secs(60));
+        assert_eq!(backoff(base, 3), Duration::from_secs(120));
+        assert_eq!(backoff(base, 40), BACKOFF_CAP);
+        let long = Duration::from_secs(7200);
+        assert_eq!(backoff(long, 3), long);
+    }
+}

@@ -1,0 +1,181 @@
+//! `solocron pause JOB… | --all [--for DURATION] [--reason TEXT]` and
+//! `solocron resume JOB… | --all`.
+//!
+//! A pause is a mark in `{PREFIX}:pauses` (see [`crate::control`]): who
+//! (`user@host`), since when (Redis time), until when (`--for`) and why.
+//! Every node reads it within about a second and from then on records each
+//! occurrence of the job `paused` instead of claiming it (a run already in
+//! progress finishes). `resume` writes the end of the pause; `resume
+//! --all` ends `pause --all` and every job's own pause.
+//!
+//! Failure model: see [`super`]; an unknown job is refused before anything
+//! is written, with the closest known name.
+
+use std::time::Duration;
+
+use super::{check_jobs, instant, known_jobs, read_merged, write_everywhere};
+use crate::control::{ALL, Mark, Pauses, pauses_key, who};
+use crate::inspect::{Source, note, print};
+
+/// What `pause` was asked.
+#[derive(Debug, Clone)]
+pub struct PauseRequest {
+    /// The jobs; empty with `all`.
+    pub jobs: Vec<String>,
+    /// `--all`: every job, also those added later.
+    pub all: bool,
+    /// `--for`: ends by itself after this long.
+    pub duration: Option<Duration>,
+    /// `--reason`.
+    pub reason: Option<String>,
+}
+
+/// Pauses `request.jobs` (or every job) fleet-wide; prints what it did.
+pub async fn pause(source: &Source, request: &PauseRequest) -> anyhow::Result<()> {
+    let (coordinator, now_ms) = crate::inspect::open(&source.redis).await?;
+    let fields: Vec<String> = if request.all {
+        vec![ALL.to_string()]
+    } else {
+        let known = known_jobs(&coordinator, source).await?;
+        check_jobs(source, &request.jobs, &known)?;
+        let mut jobs = request.jobs.clone();
+        jobs.dedup();
+        jobs
+    };
+    let until_ms = request.duration.map(|duration| {
+        now_ms.saturating_add(i64::try_from(duration.as_millis()).unwrap_or(i64::MAX))
+    });
+    let mark = Mark {
+        at_ms: now_ms,
+        active: true,
+        by: who(),
+        since_ms: now_ms,
+        until_ms,
+        reason: request
+            .reason
+            .as_deref()
+            .map(str::trim)
+            .filter(|reason| !reason.is_empty())
+            .map(str::to_string),
+    };
+    let marks: Vec<(String, Mark)> = fields
+        .iter()
+        .map(|field| (field.clone(), mark.clone()))
+        .collect();
+    let key = pauses_key(&source.redis.key_prefix);
+    let previous = write_everywhere(&coordinator, source, &key, &marks).await?;
+    let mut out = String::new();
+    let until = match until_ms {
+        Some(until) => format!("until {}", instant(until)),
+        None => "until `solocron resume`".to_string(),
+    };
+    for (field, before) in fields.iter().zip(previous) {
+        let what = if field == ALL {
+            "every job".to_string()
+        } else {
+            format!("job `{field}`")
+        };
+        let replaced = before
+            .filter(|before| before.covers(now_ms))
+            .map(|before| format!(" (replaces the pause {})", before.describe()))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "paused {what} on every node (by {} {until}{}){replaced}\n",
+            mark.by,
+            mark.reason
+                .as_deref()
+                .map(|reason| format!(": {reason}"))
+                .unwrap_or_default()
+        ));
+    }
+    out.push_str(&format!(
+        "every node takes it up within about {}s: from then on each occurrence is recorded \
+         `paused`, not run; runs already going finish. `solocron status` shows it.\n",
+        crate::control::REFRESH.as_secs().max(1)
+    ));
+    print(&out)
+}
+
+/// What `resume` was asked.
+#[derive(Debug, Clone)]
+pub struct ResumeRequest {
+    /// The jobs; empty with `all`.
+    pub jobs: Vec<String>,
+    /// `--all`: end `pause --all` and every job's own pause.
+    pub all: bool,
+}
+
+/// Ends the pauses `request` names; prints what it did.
+pub async fn resume(source: &Source, request: &ResumeRequest) -> anyhow::Result<()> {
+    let (coordinator, now_ms) = crate::inspect::open(&source.redis).await?;
+    let key = pauses_key(&source.redis.key_prefix);
+    let marks = read_merged(&coordinator, source, &key).await?;
+    let paused = Pauses::from_marks(marks.clone());
+    let in_effect = |field: &str| marks.get(field).is_some_and(|mark| mark.covers(now_ms));
+    let fields: Vec<String> = if request.all {
+        let mut fields: Vec<String> = paused
+            .jobs
+            .keys()
+            .filter(|job| in_effect(job))
+            .cloned()
+            .collect();
+        if in_effect(ALL) {
+            fields.insert(0, ALL.to_string());
+        }
+        fields
+    } else {
+        let mut known = known_jobs(&coordinator, source).await?;
+        known.extend(marks.keys().filter(|field| *field != ALL).cloned());
+        check_jobs(source, &request.jobs, &known)?;
+        let mut jobs = request.jobs.clone();
+        jobs.dedup();
+        jobs
+    };
+    let by = who();
+    let end = Mark {
+        at_ms: now_ms,
+        active: false,
+        by: by.clone(),
+        since_ms: now_ms,
+        until_ms: None,
+        reason: None,
+    };
+    let writes: Vec<(String, Mark)> = fields
+        .iter()
+        .filter(|field| marks.contains_key(*field))
+        .map(|field| (field.clone(), end.clone()))
+        .collect();
+    if !writes.is_empty() {
+        write_everywhere(&coordinator, source, &key, &writes).await?;
+    }
+    let mut out = String::new();
+    if request.all && fields.is_empty() {
+        out.push_str("nothing was paused\n");
+    }
+    for field in &fields {
+        let what = if field == ALL {
+            "every job (pause --all)".to_string()
+        } else {
+            format!("job `{field}`")
+        };
+        if in_effect(field) {
+            out.push_str(&format!(
+                "resumed {what} on every node (by {by}): every node runs its occurrences again \
+                 within about {}s\n",
+                crate::control::REFRESH.as_secs().max(1)
+            ));
+        } else {
+            out.push_str(&format!("{what} was not paused\n"));
+        }
+    }
+    print(&out)?;
+    if !request.all
+        && let Some(all) = paused.all.as_ref().filter(|all| all.covers(now_ms))
+    {
+        note(&format!(
+            "every job is still paused by `pause --all` ({}); `solocron resume --all` ends that",
+            all.describe()
+        ));
+    }
+    Ok(())
+}

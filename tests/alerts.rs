@@ -1,0 +1,433 @@
+//! Notifications and retries (SPEC §4), on real daemons sharing one Redis.
+//!
+//! - A failing job on 3 nodes: `on_failure` ran exactly once per failed
+//!   occurrence, on the node that ran it, with the run's variables
+//!   (`SOLOCRON_OUTCOME`, `_EXIT_CODE`, `_OUTPUT_TAIL`, fence, attempt);
+//!   `on_success` likewise for a job that succeeds.
+//! - `kill -9` of the runner: the run is recorded `abandoned` by a survivor,
+//!   which sends `on_failure` once (the other survivor sends nothing).
+//! - A hanging notifier is stopped at its own timeout and changes nothing
+//!   else: every occurrence still runs and is recorded `failed`.
+//! - Retries on 3 nodes: a job failing twice then succeeding has attempts
+//!   1, 2, 3 in the history and one `on_success` (attempt 3); a job broken
+//!   on one node is retried on another; a job whose backoff reaches the
+//!   next occurrence stops retrying there and sends one `on_failure`.
+
+mod common;
+
+use std::collections::HashMap;
+use std::fs;
+use std::time::Duration;
+
+use common::cluster::{Cluster, JobSpec, wait_gone};
+use common::{Node, RedisServer, Workdir, faketime_env, history, is_alive, toml_path, wait_until};
+
+/// Appends one `|`-separated line per notifier run to `notified`.
+const NOTIFY_SCRIPT: &str = r#"#!/bin/sh
+tail=$(printf '%s' "$SOLOCRON_OUTPUT_TAIL" | tr '\n' ' ')
+echo "$1|$SOLOCRON_JOB|$SOLOCRON_OCCURRENCE|$SOLOCRON_OUTCOME|$SOLOCRON_EXIT_CODE|$SOLOCRON_NODE|$SOLOCRON_FENCE|$SOLOCRON_ATTEMPT|$tail" >> "$2"
+"#;
+
+/// One line of `notified`.
+#[derive(Debug, Clone)]
+struct Notified {
+    kind: String,
+    job: String,
+    occurrence: String,
+    outcome: String,
+    exit_code: String,
+    node: String,
+    fence: String,
+    attempt: String,
+    tail: String,
+}
+
+fn notified(work: &Workdir) -> Vec<Notified> {
+    work.lines("notified")
+        .iter()
+        .map(|line| {
+            let f: Vec<&str> = line.splitn(9, '|').collect();
+            assert_eq!(f.len(), 9, "{line}");
+            Notified {
+                kind: f[0].into(),
+                job: f[1].into(),
+                occurrence: f[2].into(),
+                outcome: f[3].into(),
+                exit_code: f[4].into(),
+                node: f[5].into(),
+                fence: f[6].into(),
+                attempt: f[7].into(),
+                tail: f[8].into(),
+            }
+        })
+        .collect()
+}
+
+/// `on_failure = …` and `on_success = …` lines running the notify script.
+fn notifiers(work: &Workdir) -> String {
+    let script = work.path("notify.sh");
+    if !script.exists() {
+        fs::write(&script, NOTIFY_SCRIPT).expect("write notify.sh");
+    }
+    let (script, log) = (toml_path(&script), toml_path(&work.path("notified")));
+    format!(
+        "on_failure = {{ argv = [\"/bin/sh\", \"{script}\", \"on_failure\", \"{log}\"] }}\n\
+         on_success = {{ argv = [\"/bin/sh\", \"{script}\", \"on_success\", \"{log}\"] }}\n"
+    )
+}
+
+/// Stops every node with SIGTERM and waits for it to exit (its notifiers
+/// are done by then).
+fn stop_all(nodes: &mut [Node]) {
+    for node in nodes.iter() {
+        node.signal("TERM");
+    }
+    for node in nodes.iter_mut() {
+        let status = node.wait_exit(Duration::from_secs(40));
+        assert!(status.success(), "{} exited with {status}", node.id);
+    }
+}
+
+fn entries(redis: &RedisServer, job: &str, outcome: &str) -> Vec<HashMap<String, String>> {
+    history(redis, job)
+        .into_iter()
+        .filter(|entry| entry.get("outcome").map(String::as_str) == Some(outcome))
+        .collect()
+}
+
+#[test]
+fn a_failing_job_on_three_nodes_is_notified_once_per_occurrence_with_its_variables() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let notify = notifiers(&work);
+    work.write_config(&format!(
+        "[jobs.fails]\nschedule = \"*/2 * * * * *\"\nlock_ttl = \"3s\"\n\
+         command = \"echo boom-$SOLOCRON_OCCURRENCE; exit 3\"\n{notify}\n\
+         [jobs.works]\nschedule = \"*/2 * * * * *\"\nlock_ttl = \"3s\"\ncommand = \"true\"\n{notify}"
+    ));
+    let mut nodes: Vec<Node> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|id| Node::start(&work, &redis, id, &[]))
+        .collect();
+    wait_until(
+        Duration::from_secs(30),
+        "4 failed and 4 succeeded runs",
+        || {
+            entries(&redis, "fails", "failed").len() >= 4
+                && entries(&redis, "works", "succeeded").len() >= 4
+        },
+    );
+    stop_all(&mut nodes);
+
+    let lines = notified(&work);
+    for (job, outcome, kind) in [
+        ("fails", "failed", "on_failure"),
+        ("works", "succeeded", "on_success"),
+    ] {
+        let recorded = entries(&redis, job, outcome);
+        let sent: Vec<&Notified> = lines.iter().filter(|n| n.job == job).collect();
+        assert!(
+            sent.iter().all(|n| n.kind == kind && n.outcome == outcome),
+            "{job}: only {kind} about {outcome}: {sent:?}"
+        );
+        assert_eq!(
+            sent.len(),
+            recorded.len(),
+            "{job}: one notifier per recorded run: {sent:?} {recorded:?}"
+        );
+        for entry in &recorded {
+            let about: Vec<&&Notified> = sent
+                .iter()
+                .filter(|n| n.occurrence == entry["occurrence"])
+                .collect();
+            assert_eq!(about.len(), 1, "{job} {}: {about:?}", entry["occurrence"]);
+            let n = about[0];
+            assert_eq!(n.node, entry["node"], "sent by the runner: {n:?} {entry:?}");
+            assert_eq!(n.fence, entry["fence"], "{n:?}");
+            assert_eq!(n.attempt, "1", "{n:?}");
+            if job == "fails" {
+                assert_eq!(n.exit_code, "3", "{n:?}");
+                assert!(
+                    n.tail.contains(&format!("boom-{}", entry["occurrence"])),
+                    "{n:?}"
+                );
+            } else {
+                assert_eq!(n.exit_code, "0", "{n:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn kill_9_of_the_runner_is_notified_abandoned_once_by_the_survivor_that_recorded_it() {
+    let work_notify = Workdir::new();
+    let notify = notifiers(&work_notify);
+    let mut long = JobSpec::new("long", "*/30 * * * * *", 20.0).with("lock_ttl = \"2s\"");
+    for line in notify.lines() {
+        long = long.with(line);
+    }
+    let mut cluster = Cluster::new(RedisServer::start(), "", std::slice::from_ref(&long));
+    for id in ["n1", "n2", "n3"] {
+        cluster.start_node(id, &[]);
+    }
+    let victim = cluster.wait_for_run(Duration::from_secs(40), "a run of the long job", |_| true);
+    cluster.node_mut(&victim.node).kill9();
+    wait_gone(victim.pid, Duration::from_secs(2));
+    wait_until(
+        Duration::from_secs(14),
+        "on_failure about the abandoned run",
+        || {
+            notified(&work_notify)
+                .iter()
+                .any(|n| n.outcome == "abandoned" && n.occurrence == victim.occurrence)
+        },
+    );
+    // Both survivors watch the lock; let the next occurrence be decided,
+    // then only one of them may have sent anything about the dead run.
+    let next =
+        common::cluster::rfc3339(victim.at().expect("scheduled") + chrono::TimeDelta::seconds(30));
+    // Claimed by a survivor (its run takes 20 s: the history has it only
+    // at its end).
+    let claimed = format!("claim won job=long occurrence={next}");
+    let limit = std::time::Instant::now() + Duration::from_secs(45);
+    while !cluster.logs().contains(&claimed) {
+        assert!(
+            std::time::Instant::now() < limit,
+            "the next occurrence {next} was not claimed within 45 s; history {:?}\n{}",
+            history(&cluster.redis, "long"),
+            cluster.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let survivors: Vec<Node> = std::mem::take(&mut cluster.nodes)
+        .into_iter()
+        .filter(|node| node.id != victim.node)
+        .collect();
+    let mut survivors = survivors;
+    stop_all(&mut survivors);
+    let about: Vec<Notified> = notified(&work_notify)
+        .into_iter()
+        .filter(|n| n.occurrence == victim.occurrence)
+        .collect();
+    assert_eq!(about.len(), 1, "{about:?}");
+    let n = &about[0];
+    assert_eq!(
+        (n.kind.as_str(), n.outcome.as_str()),
+        ("on_failure", "abandoned")
+    );
+    assert_eq!(n.fence, victim.fence.to_string(), "the dead run's fence");
+    let entry = history(&cluster.redis, "long")
+        .into_iter()
+        .find(|e| e["occurrence"] == victim.occurrence)
+        .expect("the abandoned entry");
+    assert_eq!(entry["outcome"], "abandoned");
+    assert!(
+        entry["error"].contains(&format!("recorded by {}", n.node)),
+        "sent by the node that recorded it: {n:?} {entry:?}"
+    );
+}
+
+#[test]
+fn a_hanging_notifier_is_stopped_at_its_timeout_and_changes_nothing_else() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let pids = toml_path(&work.path("notifier-pids"));
+    work.write_config(&format!(
+        "[jobs.fails]\nschedule = \"* * * * * *\"\nlock_ttl = \"2s\"\ncommand = \"exit 1\"\n\
+         on_failure = {{ command = \"echo $$ >> {pids}; exec sleep 30\", timeout = \"3s\" }}\n"
+    ));
+    let mut node = Node::start(&work, &redis, "n1", &[]);
+    node.wait_for_log(Duration::from_secs(15), "notifier failed");
+    let log = node.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("notifier failed"))
+        .expect("logged");
+    assert!(line.contains("result=timed_out"), "{line}");
+    // Meanwhile each occurrence ran and was recorded failed, on time, while
+    // up to three notifiers hung.
+    wait_until(Duration::from_secs(20), "10 failed runs", || {
+        entries(&redis, "fails", "failed").len() >= 10
+    });
+    // The first second may hold a catch-up run at start, which the first
+    // scheduled occurrence can find still running (skipped): not ours.
+    let mut all = history(&redis, "fails");
+    all.sort_by(|a, b| a["occurrence"].cmp(&b["occurrence"]));
+    let all: Vec<HashMap<String, String>> = all.into_iter().skip(2).collect();
+    assert!(
+        all.iter().all(|e| e["outcome"] == "failed"),
+        "nothing skipped or missed behind a hanging notifier: {all:?}"
+    );
+    let mut seconds: Vec<i64> = all
+        .iter()
+        .map(|e| {
+            chrono::DateTime::parse_from_rfc3339(&e["occurrence"])
+                .expect("occurrence")
+                .timestamp()
+        })
+        .collect();
+    seconds.sort_unstable();
+    assert!(
+        seconds.windows(2).all(|w| w[1] - w[0] == 1),
+        "one run every second: {seconds:?}"
+    );
+    node.signal("TERM");
+    node.wait_exit(Duration::from_secs(30));
+    let started: Vec<i32> = work
+        .lines("notifier-pids")
+        .iter()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    assert!(started.len() >= 3, "{started:?}");
+    for pid in started {
+        assert!(!is_alive(pid), "notifier {pid} outlived its timeout");
+    }
+}
+
+#[test]
+fn retries_on_three_nodes_run_each_attempt_once_and_notify_after_the_last() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let notify = notifiers(&work);
+    let runs = toml_path(&work.path("runs"));
+    let record = format!(
+        "echo \\\"$SOLOCRON_JOB $SOLOCRON_OCCURRENCE $SOLOCRON_ATTEMPT $SOLOCRON_NODE\\\" >> {runs}"
+    );
+    work.write_config(&format!(
+        "[daemon]\nclock = \"local\"\n[defaults]\nlock_ttl = \"3s\"\n\
+         [jobs.flaky]\nschedule = \"*/20 * * * * *\"\nretries = 2\nretry_backoff = \"1s\"\n\
+         command = \"{record}; [ $SOLOCRON_ATTEMPT -ge 3 ]\"\n{notify}\n\
+         [jobs.broken-on-a]\nschedule = \"10-59/20 * * * * *\"\nretries = 2\nretry_backoff = \"4s\"\n\
+         command = \"{record}; [ $SOLOCRON_NODE != a ]\"\n{notify}\n\
+         [jobs.gives-up]\nschedule = \"*/6 * * * * *\"\nretries = 5\nretry_backoff = \"2s\"\n\
+         command = \"{record}; exit 7\"\n{notify}"
+    ));
+    // b and c see every instant 0.4 s after a (`clock = "local"`: by
+    // their own clocks): a wins each first attempt, and b or c (not
+    // deferring) the retry of a's failure.
+    let behind = faketime_env("-0.4");
+    let behind: Vec<(&str, &str)> = behind
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let mut nodes = vec![Node::start(&work, &redis, "a", &[])];
+    nodes.push(Node::start(&work, &redis, "b", &behind));
+    nodes.push(Node::start(&work, &redis, "c", &behind));
+    let runs_of = |job: &str, occurrence: &str| -> Vec<(String, String)> {
+        work.lines("runs")
+            .iter()
+            .filter_map(|line| {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                (f.len() == 4 && f[0] == job && f[1] == occurrence)
+                    .then(|| (f[2].to_string(), f[3].to_string()))
+            })
+            .collect()
+    };
+    let broken_retried = || {
+        notified(&work).iter().any(|n| {
+            n.job == "broken-on-a"
+                && n.kind == "on_success"
+                && runs_of("broken-on-a", &n.occurrence)
+                    .first()
+                    .map(|r| r.1.as_str())
+                    == Some("a")
+        })
+    };
+    wait_until(
+        Duration::from_secs(60),
+        "each job's occurrence fully tried",
+        || {
+            let n = notified(&work);
+            n.iter().any(|n| n.job == "flaky" && n.kind == "on_success")
+                && n.iter()
+                    .any(|n| n.job == "gives-up" && n.kind == "on_failure" && n.attempt == "2")
+                && broken_retried()
+        },
+    );
+    stop_all(&mut nodes);
+    let sent = notified(&work);
+
+    // flaky: attempts 1, 2, 3 once each; failed, failed, succeeded; one on_success.
+    let ok = sent
+        .iter()
+        .find(|n| n.job == "flaky" && n.kind == "on_success")
+        .expect("sent");
+    let mut attempts: Vec<String> = runs_of("flaky", &ok.occurrence)
+        .into_iter()
+        .map(|r| r.0)
+        .collect();
+    attempts.sort();
+    assert_eq!(attempts, ["1", "2", "3"], "each attempt ran once");
+    assert_eq!(ok.attempt, "3", "{ok:?}");
+    let flaky: Vec<HashMap<String, String>> = history(&redis, "flaky")
+        .into_iter()
+        .filter(|e| e["occurrence"] == ok.occurrence)
+        .collect();
+    let shape: Vec<(&str, &str, bool)> = flaky
+        .iter()
+        .map(|e| {
+            (
+                e["attempt"].as_str(),
+                e["outcome"].as_str(),
+                e.contains_key("retry_at"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            ("1", "failed", true),
+            ("2", "failed", true),
+            ("3", "succeeded", false)
+        ],
+        "{flaky:?}"
+    );
+    assert!(
+        !sent
+            .iter()
+            .any(|n| n.job == "flaky" && n.occurrence == ok.occurrence && n.kind == "on_failure"),
+        "no on_failure before the last attempt: {sent:?}"
+    );
+
+    // broken-on-a: a's failure was retried by b or c, which succeeded.
+    for n in sent
+        .iter()
+        .filter(|n| n.job == "broken-on-a" && n.kind == "on_success")
+    {
+        let tried = runs_of("broken-on-a", &n.occurrence);
+        if tried.first().map(|r| r.1.as_str()) == Some("a") {
+            assert_eq!(tried.len(), 2, "{tried:?}");
+            assert_eq!(tried[1].0, "2");
+            assert_ne!(
+                tried[1].1, "a",
+                "the retry went to a healthy node: {tried:?}"
+            );
+            assert_eq!(n.node, tried[1].1, "{n:?}");
+        }
+    }
+
+    // gives-up: the second retry would be due after the next occurrence:
+    // two attempts, then one on_failure about attempt 2. (A catch-up run
+    // at start is already late: its first retry would be, so it has one.)
+    let failed = sent
+        .iter()
+        .find(|n| n.job == "gives-up" && n.kind == "on_failure" && n.attempt == "2")
+        .expect("sent");
+    let tried = runs_of("gives-up", &failed.occurrence);
+    assert_eq!(tried.len(), 2, "{tried:?}");
+    assert_eq!(failed.exit_code, "7", "{failed:?}");
+    for n in sent.iter().filter(|n| n.job == "gives-up") {
+        let about: Vec<&Notified> = sent
+            .iter()
+            .filter(|m| m.job == "gives-up" && m.occurrence == n.occurrence)
+            .collect();
+        assert_eq!(about.len(), 1, "one on_failure per occurrence: {about:?}");
+        assert_eq!(n.kind, "on_failure", "{n:?}");
+        let tried = runs_of("gives-up", &n.occurrence);
+        assert_eq!(
+            n.attempt,
+            tried.len().to_string(),
+            "about its last attempt: {n:?} {tried:?}"
+        );
+    }
+}
