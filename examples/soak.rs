@@ -1,175 +1,137 @@
-//! The soak: 5 nodes × 55 jobs for a configurable time, with random faults
-//! — node kills (kill -9, restarted a few seconds later, sometimes with its
-//! log pipe closed: `solocron run | head -1`), Redis pauses (SIGSTOP for
-//! twice the lock TTL), and a double SIGTERM to a node (killed, released,
-//! recorded, restarted) — then the occurrence-by-occurrence audit of the
-//! runs and of the history. Five of the jobs ignore SIGTERM and outlive
-//! their 2 s timeout by 9.5 s with a 1 s lock: their lease must be kept
-//! through the kill grace.
+//! The soak: 5 nodes on one coordinator for a configurable time, with
+//! random faults, one at a time, then the occurrence-by-occurrence audit
+//! of the runs and of the history.
 //!
-//! Not part of `scripts/test`; run it with `scripts/soak [MINUTES]`. It uses
-//! the test harness (`tests/common`): a `redis-server` on a free loopback
-//! port, real `solocron run` processes, jobs that record START / END lines.
+//! `scripts/soak [--backend url|sentinel|cluster|redlock] [MINUTES]`
+//! (default `url`, 10 minutes). Every 10–20 s it picks one fault:
 //!
-//! What must hold however the faults fall: no occurrence runs twice, no two
-//! runs of a job overlap, fences grow in start order, every occurrence due
-//! outside a fault's reach runs (occurrences due while Redis is paused, or
-//! while a killed node's lock is still held, may be missed or skipped: fail
-//! closed), and every occurrence of the window is in the history exactly
-//! once (run, skipped, missed or abandoned). Exit status 0 only if all of
-//! that holds.
+//! - `kill -9` of a random node, restarted 3 s later, every other restart
+//!   with its log pipe closed after the first line (`solocron run | head
+//!   -1`: every later log write fails);
+//! - a double SIGTERM to a random node (0.5 s apart), restarted once it
+//!   exited;
+//! - a fault of the coordinator (`backend.rs`): with `url`, Redis paused
+//!   for twice the lock TTL; with `sentinel`, a graceful failover or the
+//!   master killed and restarted as a replica; with `cluster`, a master
+//!   killed and restarted as a replica, or paused; with `redlock`, 1 or 2
+//!   of the 5 masters killed (restarted with or without their data) or
+//!   paused. Each is waited out with the harness's settle/heal function
+//!   before the next fault.
+//!
+//! The jobs (`jobs.rs`): 55 with `url` (20 every second taking 5 ms, 10
+//! every second taking 0.4 s, 10 + 10 every 5 s taking 5 ms and 3 s, 5 that
+//! ignore SIGTERM and outlive their 2 s timeout by 9.5 s with a 1 s lock),
+//! 20 of the same kinds with `sentinel` and `redlock`, 21 with `cluster`
+//! (7 on each shard). The nodes run on the coordinator through their
+//! `jobs.toml` `[redis]` section (`common::fleet::Fleet`); the history is
+//! read back with `solocron history --json`, which merges the Redlock
+//! masters.
+//!
+//! What must hold however the faults fall: no occurrence runs twice, no
+//! two runs of a job overlap, fences grow in start order, every occurrence
+//! due outside a fault's reach runs (`faults.rs` says which occurrences a
+//! fault excuses), and every occurrence of the window is in the history
+//! exactly once (run, skipped, missed or abandoned). A skip (the lock still
+//! held by an earlier run) is allowed anywhere (SPEC §2.3); a run whose end
+//! is unknown (no END line, no bound from a fault or its own history
+//! entry) fails the soak, since the overlap check cannot cover it. Exit
+//! status 0 only if all of that holds; the last lines are a summary. Not
+//! part of `scripts/test`; it uses the test harness (`tests/common`): real
+//! `redis-server`s, real `solocron run` processes, jobs that record START /
+//! END lines. With `SOLOCRON_SOAK_KEEP=1` (and whenever it fails) the
+//! nodes' logs, the records, the history (`history.json`) and the Redis
+//! servers' logs are kept.
 
 #[path = "../tests/common/mod.rs"]
 #[allow(unused_imports)]
 mod common;
 
-use std::collections::BTreeSet;
+#[path = "soak/backend.rs"]
+mod backend;
+#[path = "soak/faults.rs"]
+mod faults;
+#[path = "soak/jobs.rs"]
+mod jobs;
+
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeDelta, Utc};
-use common::RedisServer;
-use common::audit::{Run, now_ns};
-use common::cluster::{Cluster, JobSpec};
+use common::audit::{self, HistoryReport, Report, now_ns};
+use common::cluster::JobSpec;
+use common::fleet::{Fleet, decision_of};
+
+use backend::{Backend, Kind};
+use faults::Fault;
 
 const NODES: usize = 5;
-const LOCK_TTL_S: i64 = 3;
-const DEADLINE_S: i64 = 2;
 
-/// 50 jobs: every second and every 5 s, short (5 ms) and long.
-fn jobs() -> Vec<JobSpec> {
-    let mut jobs = Vec::new();
-    let mut add = |prefix: &str, count: usize, schedule: &str, seconds: f64| {
-        for i in 0..count {
-            jobs.push(
-                JobSpec::new(&format!("{prefix}{i:02}"), schedule, seconds)
-                    .with(&format!("lock_ttl = \"{LOCK_TTL_S}s\""))
-                    .with(&format!("starting_deadline = \"{DEADLINE_S}s\"")),
-            );
+/// What the command line asks for.
+struct Args {
+    backend: Kind,
+    minutes: f64,
+}
+
+const USAGE: &str = "usage: soak [--backend url|sentinel|cluster|redlock] [MINUTES]";
+
+impl Args {
+    /// `[--backend B | --backend=B] [MINUTES]`; `Err` is the message.
+    fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
+        let mut parsed = Args {
+            backend: Kind::Url,
+            minutes: 10.0,
+        };
+        while let Some(arg) = args.next() {
+            if let Some(name) = arg.strip_prefix("--backend=") {
+                parsed.backend = name.parse()?;
+            } else if arg == "--backend" {
+                let name = args.next().ok_or("`--backend` needs a value")?;
+                parsed.backend = name.parse()?;
+            } else {
+                parsed.minutes = arg
+                    .parse()
+                    .ok()
+                    .filter(|minutes: &f64| *minutes > 0.0)
+                    .ok_or_else(|| format!("`{arg}` is not a number of minutes"))?;
+            }
         }
-    };
-    add("s1-short-", 20, "* * * * * *", 0.005);
-    add("s1-long-", 10, "* * * * * *", 0.4);
-    add("s5-short-", 10, "*/5 * * * * *", 0.005);
-    add("s5-long-", 10, "*/5 * * * * *", 3.0);
-    // Time out at 2 s, ignore the SIGTERM, end by themselves at 11.5 s, just
-    // before their SIGKILL: the lock (1 s) must be kept all along.
-    for i in 0..5 {
-        jobs.push(
-            JobSpec::new(&format!("stubborn-{i}"), "*/5 * * * * *", 11.5)
-                .ignoring_term()
-                .with("timeout = \"2s\"")
-                .with("lock_ttl = \"1s\"")
-                .with(&format!("starting_deadline = \"{DEADLINE_S}s\"")),
-        );
+        Ok(parsed)
     }
-    jobs
-}
-
-/// A fault and the span of occurrences it may cost.
-#[derive(Debug)]
-enum Fault {
-    Kill {
-        node: String,
-        at: DateTime<Utc>,
-        at_ns: i128,
-    },
-    Pause {
-        from: DateTime<Utc>,
-        to: DateTime<Utc>,
-        from_ns: i128,
-    },
-    /// Two SIGTERMs half a second apart; `exited_ns` is when the node was
-    /// seen gone (its jobs, SIGKILLed, are gone before it exits).
-    DoubleTerm {
-        node: String,
-        at: DateTime<Utc>,
-        exited_ns: i128,
-    },
-}
-
-fn minutes_from_args() -> f64 {
-    std::env::args()
-        .nth(1)
-        .and_then(|arg| arg.parse().ok())
-        .unwrap_or(10.0)
 }
 
 fn main() {
-    let minutes = minutes_from_args();
-    let jobs = jobs();
-    let mut cluster = Cluster::new(RedisServer::start(), "shutdown_grace = \"5s\"", &jobs);
+    let args = match Args::parse(std::env::args().skip(1)) {
+        Ok(args) => args,
+        Err(message) => {
+            eprintln!("soak: {message}\n{USAGE}");
+            std::process::exit(2);
+        }
+    };
+    let mut backend = Backend::start(args.backend);
+    let jobs = backend.jobs();
+    let mut fleet = Fleet::new(&backend.redis_section(), "shutdown_grace = \"5s\"", &jobs);
     let ids: Vec<String> = (1..=NODES).map(|i| format!("n{i}")).collect();
     for id in &ids {
-        cluster.start_node(id, &[]);
+        fleet.start_node(id);
     }
     let started = Utc::now();
     println!(
-        "soak: {NODES} nodes, {} jobs, {minutes} min, records in {}",
+        "soak: {NODES} nodes, {} jobs, {} min, records in {}\n  {}",
         jobs.len(),
-        cluster.records_path().display()
+        args.minutes,
+        fleet.work.path("records").display(),
+        backend.describe()
     );
-    let end = Instant::now() + Duration::from_secs_f64(minutes * 60.0);
+    let end = Instant::now() + Duration::from_secs_f64(args.minutes * 60.0);
     let mut faults = Vec::new();
-    let mut closed_logs = 0;
     while Instant::now() + Duration::from_secs(25) < end {
-        std::thread::sleep(Duration::from_secs(10 + rand::random::<u64>() % 10));
-        let node = ids[rand::random::<u64>() as usize % ids.len()].clone();
-        let dice = rand::random::<u64>() % 4;
-        if dice <= 1 {
-            let (at, at_ns) = (Utc::now(), now_ns());
-            cluster.node_mut(&node).kill9();
-            faults.push(Fault::Kill {
-                node: node.clone(),
-                at,
-                at_ns,
-            });
-            std::thread::sleep(Duration::from_secs(3));
-            // Every other restart comes back with its log pipe closed.
-            let closed_log = dice == 1;
-            closed_logs += usize::from(closed_log);
-            println!(
-                "{} kill -9 {node}{}",
-                at.format("%H:%M:%S"),
-                if closed_log {
-                    ", restarted with a closed log pipe"
-                } else {
-                    ""
-                }
-            );
-            restart(&mut cluster, &node, closed_log);
-        } else if dice == 2 {
-            let at = Utc::now();
-            let victim = cluster.node_mut(&node);
-            victim.signal("TERM");
-            std::thread::sleep(Duration::from_millis(500));
-            victim.signal("TERM");
-            let status = victim.wait_exit(Duration::from_secs(30));
-            let exited_ns = now_ns();
-            println!(
-                "{} double SIGTERM to {node}: exit {:?} after {} ms",
-                at.format("%H:%M:%S"),
-                status.code(),
-                (Utc::now() - at).num_milliseconds()
-            );
-            faults.push(Fault::DoubleTerm {
-                node: node.clone(),
-                at,
-                exited_ns,
-            });
-            restart(&mut cluster, &node, false);
-        } else {
-            let (from, from_ns) = (Utc::now(), now_ns());
-            cluster.redis.pause();
-            std::thread::sleep(Duration::from_secs(2 * LOCK_TTL_S as u64));
-            cluster.redis.resume();
-            let to = Utc::now();
-            println!(
-                "{} redis paused for {} s",
-                from.format("%H:%M:%S"),
-                2 * LOCK_TTL_S
-            );
-            faults.push(Fault::Pause { from, to, from_ns });
-        }
+        std::thread::sleep(Duration::from_secs(10 + rand::random_range(0..10)));
+        let node = ids[rand::random_range(0..ids.len())].clone();
+        let fault = match rand::random_range(0..backend.fault_dice()) {
+            dice @ (0 | 1) => kill(&mut fleet, &node, dice == 1),
+            2 => double_term(&mut fleet, &node),
+            _ => Fault::Coordinator(backend.inject()),
+        };
+        faults.push(fault);
     }
     while Instant::now() < end {
         std::thread::sleep(Duration::from_millis(200));
@@ -178,25 +140,143 @@ fn main() {
     // Let the last long runs finish and every node decide the window's end.
     std::thread::sleep(Duration::from_secs(6));
     let window_from = started + TimeDelta::seconds(10);
-    let report = audit(&cluster, &jobs, &faults, window_from, window_to);
-    let count = |what: fn(&Fault) -> bool| faults.iter().filter(|fault| what(fault)).count();
+    let names: Vec<&str> = jobs.iter().map(|job| job.name.as_str()).collect();
+    let entries = fleet.history(&names);
+    let (report, history) = audit(&fleet, &entries, &jobs, &faults, window_from, window_to);
+    print!("{report}");
+    print_history(&history);
+    // An unfinished run (no END, no bound on its end) would escape the
+    // overlap check.
+    let ok = report.duplicates.is_empty()
+        && report.overlaps.is_empty()
+        && report.fence_inversions.is_empty()
+        && report.misses.is_empty()
+        && report.unfinished.is_empty()
+        && history.is_exact();
+    let counts: Vec<String> = faults::counts(&faults)
+        .iter()
+        .map(|(kind, count)| format!("{count} × {kind}"))
+        .collect();
     println!(
-        "soak over {} .. {}: {} node kills ({} restarted with a closed log pipe), {} redis pauses, {} double SIGTERMs",
-        window_from.format("%H:%M:%S"),
+        "summary: --backend {} {} min, audited {} .. {} UTC\n  faults ({}): {}",
+        args.backend.name(),
+        args.minutes,
+        window_from.format("%Y-%m-%d %H:%M:%S"),
         window_to.format("%H:%M:%S"),
-        count(|fault| matches!(fault, Fault::Kill { .. })),
-        closed_logs,
-        count(|fault| matches!(fault, Fault::Pause { .. })),
-        count(|fault| matches!(fault, Fault::DoubleTerm { .. })),
+        faults.len(),
+        counts.join(", ")
     );
-    println!("{report}");
-    let history = history_audit(&cluster, &jobs, window_from, window_to);
     println!(
-        "history: {} occurrences, {} absent, {} recorded more than once",
+        "  {} occurrences, {} runs, {} duplicates, {} overlaps, {} fence inversions, {} misses, {} skipped, {} excused, {} unfinished",
         report.expected,
+        report.runs,
+        report.duplicates.len(),
+        report.overlaps.len(),
+        report.fence_inversions.len(),
+        report.misses.len(),
+        report.skipped.len(),
+        report.excused.len(),
+        report.unfinished.len()
+    );
+    println!(
+        "  history: {} absent, {} recorded more than once",
         history.absent.len(),
         history.repeated.len()
     );
+    println!("soak {}", if ok { "PASSED" } else { "FAILED" });
+    let keep = !ok || std::env::var("SOLOCRON_SOAK_KEEP").is_ok_and(|value| value == "1");
+    if keep {
+        let text = serde_json::to_string_pretty(&entries).unwrap_or_default();
+        if let Err(err) = std::fs::write(fleet.work.path("history.json"), text) {
+            eprintln!("soak: cannot keep the history: {err}");
+        }
+        backend.keep_logs(fleet.work.dir.path());
+    }
+    // `exit` skips destructors: stop the nodes and the coordinator first.
+    let kept = fleet.stop(keep);
+    drop(backend);
+    if let Some(dir) = kept {
+        println!("node logs and records kept in {}", dir.display());
+    }
+    std::process::exit(if ok { 0 } else { 1 });
+}
+
+/// `kill -9` of `node`, restarted 3 s later (with a closed log pipe if
+/// `closed_log`).
+fn kill(fleet: &mut Fleet, node: &str, closed_log: bool) -> Fault {
+    let (at, at_ns) = (Utc::now(), now_ns());
+    fleet.node_mut(node).kill9();
+    std::thread::sleep(Duration::from_secs(3));
+    println!(
+        "{} kill -9 {node}{}",
+        at.format("%H:%M:%S"),
+        if closed_log {
+            ", restarted with a closed log pipe"
+        } else {
+            ""
+        }
+    );
+    fleet.restart_node(node, closed_log);
+    Fault::Kill {
+        node: node.to_string(),
+        at,
+        at_ns,
+        closed_log,
+    }
+}
+
+/// Two SIGTERMs to `node` half a second apart; restarted once it exited.
+fn double_term(fleet: &mut Fleet, node: &str) -> Fault {
+    let at = Utc::now();
+    let victim = fleet.node_mut(node);
+    victim.signal("TERM");
+    std::thread::sleep(Duration::from_millis(500));
+    victim.signal("TERM");
+    let status = victim.wait_exit(Duration::from_secs(30));
+    let exited_ns = now_ns();
+    println!(
+        "{} double SIGTERM to {node}: exit {:?} after {} ms",
+        at.format("%H:%M:%S"),
+        status.code(),
+        (Utc::now() - at).num_milliseconds()
+    );
+    fleet.restart_node(node, false);
+    Fault::DoubleTerm {
+        node: node.to_string(),
+        at,
+        exited_ns,
+    }
+}
+
+/// The audit of the runs (with the faults' excuses and the ends of cut
+/// runs) and of the history (every occurrence exactly once), both over
+/// `[from, to]`.
+fn audit(
+    fleet: &Fleet,
+    entries: &[serde_json::Value],
+    jobs: &[JobSpec],
+    faults: &[Fault],
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> (Report, HistoryReport) {
+    let decisions: Vec<_> = entries.iter().map(decision_of).collect();
+    let windows: Vec<_> = jobs
+        .iter()
+        .map(|job| {
+            let mut window = job.window(from, to);
+            window.may_miss = faults::excused(faults, &window, &decisions);
+            window
+        })
+        .collect();
+    let mut runs = fleet.runs();
+    faults::close_cut_runs(&mut runs, faults, &faults::ends(entries));
+    let report = audit::audit(&runs, &decisions, &windows);
+    let plain: Vec<_> = jobs.iter().map(|job| job.window(from, to)).collect();
+    (report, audit::history_exactly_once(&decisions, &plain))
+}
+
+/// Every occurrence absent from the history or recorded more than once.
+fn print_history(history: &HistoryReport) {
     for (job, at) in &history.absent {
         println!("  absent from the history: {job} {}", at.to_rfc3339());
     }
@@ -207,119 +287,4 @@ fn main() {
             at.to_rfc3339()
         );
     }
-    let ok = report.duplicates.is_empty()
-        && report.overlaps.is_empty()
-        && report.fence_inversions.is_empty()
-        && report.misses.is_empty()
-        && history.is_exact();
-    println!("soak {}", if ok { "PASSED" } else { "FAILED" });
-    // `exit` skips destructors: stop the nodes and Redis first.
-    drop(cluster);
-    std::process::exit(if ok { 0 } else { 1 });
-}
-
-fn restart(cluster: &mut Cluster, node: &str, closed_log: bool) {
-    let index = cluster
-        .nodes
-        .iter()
-        .position(|n| n.id == node)
-        .expect("known node");
-    let log = cluster.work.path(&format!("{node}.log"));
-    let _ = std::fs::rename(&log, cluster.work.path(&format!("{node}.log.{}", now_ns())));
-    let url = cluster.redis.url();
-    let fresh = if closed_log {
-        common::Node::start_with_closed_log(&cluster.work, &url, node)
-    } else {
-        common::Node::start_with_url(&cluster.work, &url, node, &[])
-    };
-    cluster.nodes[index] = fresh;
-}
-
-/// Every occurrence of the window in the history exactly once.
-fn history_audit(
-    cluster: &Cluster,
-    jobs: &[JobSpec],
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-) -> common::audit::HistoryReport {
-    let windows: Vec<_> = jobs.iter().map(|job| job.window(from, to)).collect();
-    let names: Vec<&str> = jobs.iter().map(|job| job.name.as_str()).collect();
-    common::audit::history_exactly_once(&cluster.decisions(&names), &windows)
-}
-
-/// Occurrences a fault may cost: from a second before it until the lock of
-/// a run it interrupted has expired and the claims' deadline has passed.
-fn excused(faults: &[Fault], window: &common::audit::Window) -> BTreeSet<DateTime<Utc>> {
-    let reach = TimeDelta::seconds(LOCK_TTL_S + DEADLINE_S + 1);
-    window
-        .occurrences()
-        .into_iter()
-        .filter(|at| {
-            faults.iter().any(|fault| match fault {
-                Fault::Kill { at: killed, .. } => {
-                    *at >= *killed - TimeDelta::seconds(1) && *at <= *killed + reach
-                }
-                Fault::Pause { from, to, .. } => {
-                    *at >= *from - TimeDelta::seconds(1) && *at <= *to + reach
-                }
-                Fault::DoubleTerm { at: termed, .. } => {
-                    *at >= *termed - TimeDelta::seconds(1) && *at <= *termed + reach
-                }
-            })
-        })
-        .collect()
-}
-
-/// Gives runs cut short by a fault (START, no END) the latest end the
-/// guarantees allow: the kill itself (a process forked just before the kill
-/// may write its START a little after it), the lock's expiry after a pause
-/// began (the watchdog stops a run before then; 3 s is the longest
-/// `lock_ttl` here), or the moment a node stopped by a double SIGTERM
-/// exited (it waits for its jobs' groups to be gone). A run belongs to a
-/// pause if its claim (the fence is Redis `TIME` in µs) came before it: the
-/// process itself may start a little later.
-fn close_cut_runs(runs: &mut [Run], faults: &[Fault]) {
-    let ttl_ns = i128::from(LOCK_TTL_S) * 1_000_000_000;
-    let slack_ns = 1_000_000_000;
-    for run in runs.iter_mut().filter(|run| run.end_ns.is_none()) {
-        let claimed_ns = i128::from(run.fence) * 1000;
-        let end = faults.iter().find_map(|fault| match fault {
-            Fault::Kill { node, at_ns, .. }
-                if *node == run.node && run.start_ns <= *at_ns + slack_ns =>
-            {
-                Some((*at_ns).max(run.start_ns))
-            }
-            // Any run still going when Redis stopped answering is stopped
-            // before its lock (at most 3 s) could expire.
-            Fault::Pause { from_ns, .. } if claimed_ns <= *from_ns => Some(*from_ns + ttl_ns),
-            Fault::DoubleTerm {
-                node, exited_ns, ..
-            } if *node == run.node && run.start_ns <= *exited_ns => Some(*exited_ns),
-            _ => None,
-        });
-        if let Some(end) = end {
-            run.ended_at(end);
-        }
-    }
-}
-
-fn audit(
-    cluster: &Cluster,
-    jobs: &[JobSpec],
-    faults: &[Fault],
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-) -> common::audit::Report {
-    let windows: Vec<_> = jobs
-        .iter()
-        .map(|job| {
-            let mut window = job.window(from, to);
-            window.may_miss = excused(faults, &window);
-            window
-        })
-        .collect();
-    let mut runs = cluster.runs();
-    close_cut_runs(&mut runs, faults);
-    let names: Vec<&str> = jobs.iter().map(|job| job.name.as_str()).collect();
-    common::audit::audit(&runs, &cluster.decisions(&names), &windows)
 }

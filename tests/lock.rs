@@ -311,6 +311,48 @@ async fn busy_lock_skips_the_occurrence_once_and_manual_runs_consume_nothing() {
     assert!(next.fence > manual.fence);
 }
 
+/// A claim answered "busy" (the skip recorded with its token) whose reply
+/// was lost is retried with the same token after the holder released: the
+/// retry must be told the occurrence was skipped, not win it with the
+/// holder's fence (seen in the soak: the occurrence skipped and run, two
+/// runs with one fence).
+#[tokio::test]
+async fn a_retried_claim_that_was_answered_busy_does_not_win_after_the_release() {
+    let redis = RedisServer::start();
+    let a = locker(&redis, "a").await;
+    let b = locker(&redis, "b").await;
+    let running = won(a
+        .claim("job", &scheduled(1_000), &new_token(), TTL)
+        .await
+        .unwrap());
+    let token = new_token();
+    let busy = b
+        .claim("job", &scheduled(2_000), &token, TTL)
+        .await
+        .unwrap();
+    assert!(matches!(busy, Claim::Busy { .. }), "{busy:?}");
+    a.release(&running, &entry("a", &running, "occ-1000"))
+        .await
+        .unwrap();
+    // The "busy" reply was lost: b retries with the same token.
+    let again = b
+        .claim("job", &scheduled(2_000), &token, TTL)
+        .await
+        .unwrap();
+    assert!(
+        matches!(&again, Claim::Taken { decision, .. } if decision == "skipped"),
+        "{again:?}"
+    );
+    let mut conn = redis.conn();
+    let lock: Option<String> = conn.get("{test:job}:lock").unwrap();
+    assert_eq!(lock, None, "the retry took no lock");
+    let next = won(b
+        .claim("job", &scheduled(3_000), &new_token(), TTL)
+        .await
+        .unwrap());
+    assert!(next.fence > running.fence);
+}
+
 #[tokio::test]
 async fn a_claim_reaching_redis_after_the_deadline_takes_nothing() {
     let redis = RedisServer::start();

@@ -108,8 +108,9 @@ if current == value then
 end
 local st = redis.call('HMGET', KEYS[2], 'last_occ', 'last_node', 'last_fence', 'last_token', 'last_decision', 'last_prev')
 local last = tonumber(st[1])
-if mode == 'scheduled' and last and occ == last and st[4] == token and not current then
-  -- A retry of our own won claim whose lock went away meanwhile.
+if mode == 'scheduled' and last and occ == last and st[4] == token and st[5] == 'claimed' and not current then
+  -- A retry of our own won claim whose lock went away meanwhile. Not of
+  -- our own skip (it stores our token too): that occurrence is decided.
   redis.call('SET', KEYS[1], value, 'PX', ttl)
   redis.call('HSET', KEYS[2], 'run_token', token)
   return {'won', st[3], st[6] or '', '', '', ''}

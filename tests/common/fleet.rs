@@ -80,6 +80,38 @@ impl Fleet {
             .unwrap_or_else(|| panic!("no node `{id}`"))
     }
 
+    /// The node called `id`, mutably (to kill it or wait for its exit).
+    pub fn node_mut(&mut self, id: &str) -> &mut Node {
+        self.nodes
+            .iter_mut()
+            .find(|node| node.id == id)
+            .unwrap_or_else(|| panic!("no node `{id}`"))
+    }
+
+    /// Starts node `id` again in its place (it was killed or has exited);
+    /// its log so far is kept as `ID.log.NS`. With `closed_log`, the new
+    /// process's stdout and stderr are a pipe closed after its first line
+    /// ([`Node::start_with_closed_log_args`]).
+    pub fn restart_node(&mut self, id: &str, closed_log: bool) {
+        let index = self
+            .nodes
+            .iter()
+            .position(|node| node.id == id)
+            .unwrap_or_else(|| panic!("no node `{id}`"));
+        let log = self.work.path(&format!("{id}.log"));
+        let _ = fs::rename(
+            &log,
+            self.work.path(&format!("{id}.log.{}", audit::now_ns())),
+        );
+        let config = self.config();
+        let args = ["--config", config.as_str()];
+        self.nodes[index] = if closed_log {
+            Node::start_with_closed_log_args(&self.work, id, &args)
+        } else {
+            Node::start_with_args(&self.work, id, &args, &[])
+        };
+    }
+
     /// Every run recorded so far, in START order.
     pub fn runs(&self) -> Vec<Run> {
         audit::parse_runs(&self.work.lines("records"))
@@ -115,6 +147,12 @@ impl Fleet {
     /// The history of `jobs` as decisions, read with `solocron history
     /// --json` (every mode; Redlock masters merged).
     pub fn decisions(&self, jobs: &[&str]) -> Vec<Decision> {
+        self.history(jobs).iter().map(decision_of).collect()
+    }
+
+    /// The entries of `jobs`' history as `solocron history JOB --json`
+    /// prints them (one call per job, every entry), newest first per job.
+    pub fn history(&self, jobs: &[&str]) -> Vec<serde_json::Value> {
         let mut all = Vec::new();
         for job in jobs {
             let output = self.cli(&["history", job, "--json", "--limit", "100000"]);
@@ -125,15 +163,8 @@ impl Fleet {
             );
             let entries: serde_json::Value =
                 serde_json::from_slice(&output.stdout).expect("history --json");
-            for entry in entries.as_array().into_iter().flatten() {
-                let text = |key: &str| entry[key].as_str().unwrap_or_default().to_string();
-                all.push(Decision {
-                    job: text("job"),
-                    occurrence: text("occurrence"),
-                    node: text("node"),
-                    fence: entry["fence"].as_u64().unwrap_or(0),
-                    outcome: text("outcome"),
-                });
+            if let serde_json::Value::Array(entries) = entries {
+                all.extend(entries);
             }
         }
         all
@@ -144,11 +175,31 @@ impl Fleet {
         self.nodes.iter().all(|node| super::is_alive(node.pid()))
     }
 
+    /// Kills every node; with `keep`, leaves the work dir (node logs, the
+    /// records, `jobs.toml`) on disk and returns its path.
+    pub fn stop(self, keep: bool) -> Option<PathBuf> {
+        let Fleet { work, nodes, .. } = self;
+        drop(nodes);
+        keep.then(|| work.dir.keep())
+    }
+
     /// All node logs, for failure messages.
     pub fn logs(&self) -> String {
         self.nodes
             .iter()
             .map(|node| format!("===== {} =====\n{}", node.id, node.log()))
             .collect()
+    }
+}
+
+/// One entry of `solocron history --json` as a [`Decision`].
+pub fn decision_of(entry: &serde_json::Value) -> Decision {
+    let text = |key: &str| entry[key].as_str().unwrap_or_default().to_string();
+    Decision {
+        job: text("job"),
+        occurrence: text("occurrence"),
+        node: text("node"),
+        fence: entry["fence"].as_u64().unwrap_or(0),
+        outcome: text("outcome"),
     }
 }

@@ -397,20 +397,20 @@ impl Node {
     /// `solocron run | head -1` does): every later line fails with EPIPE.
     /// Its [`Node::log`] is empty.
     pub fn start_with_closed_log(work: &Workdir, url: &str, id: &str) -> Node {
+        let config = toml_path(&work.path("jobs.toml"));
+        Node::start_with_closed_log_args(work, id, &["--config", &config, "--redis", url])
+    }
+
+    /// Like [`Node::start_with_closed_log`], with the caller's arguments
+    /// after `--node-id ID` (as [`Node::start_with_args`]).
+    pub fn start_with_closed_log_args(work: &Workdir, id: &str, args: &[&str]) -> Node {
         use std::io::BufRead as _;
         let (read, write) = std::io::pipe().expect("pipe");
         let err = write.try_clone().expect("dup the pipe");
-        let config = work.path("jobs.toml");
         let child = Command::new(solocron_bin())
             .arg("run")
-            .args([
-                "--node-id",
-                id,
-                "--config",
-                &toml_path(&config),
-                "--redis",
-                url,
-            ])
+            .args(["--node-id", id])
+            .args(args)
             .env_remove("SOLOCRON_REDIS_URL")
             .env_remove("SOLOCRON_CONFIG")
             .env("SOLOCRON_LOG", "info")

@@ -292,8 +292,9 @@ impl RedisCluster {
 
     /// Waits until every master's `ROLE` lists its connected replicas and
     /// every running node's `CLUSTER NODES` shows them (gossip lags the
-    /// replication link).
-    fn wait_replicas_linked(&self) {
+    /// replication link): after a paused master was failed over, until it
+    /// came back as its successor's replica.
+    pub fn wait_replicas_linked(&self) {
         let want = self.replicas_per_master;
         wait_for(
             HEAL_LIMIT,
@@ -334,6 +335,14 @@ impl RedisCluster {
         self.running()
             .find_map(|node| self.view(node.port()))
             .expect("no cluster node answers CLUSTER NODES")
+    }
+
+    /// Each node's `redis.log`, named `node-PORT`.
+    pub fn logs(&self) -> Vec<(String, std::path::PathBuf)> {
+        self.nodes
+            .iter()
+            .map(|node| (format!("node-{}", node.port()), node.log_path()))
+            .collect()
     }
 
     /// Every pid the cluster ever started.

@@ -103,6 +103,15 @@ impl Masters {
         self.nodes[i].is_running()
     }
 
+    /// Each master's `redis.log`, named `master-I-PORT`.
+    pub fn logs(&self) -> Vec<(String, std::path::PathBuf)> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| (format!("master-{i}-{}", node.port()), node.log_path()))
+            .collect()
+    }
+
     /// Every pid the masters ever had.
     pub fn pids(&self) -> Vec<i32> {
         self.nodes

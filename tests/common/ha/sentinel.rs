@@ -433,6 +433,19 @@ impl SentinelGroup {
         replicas.into_iter().map(pairs).collect()
     }
 
+    /// Each process's `redis.log`, named `data-PORT` or `sentinel-PORT`.
+    pub fn logs(&self) -> Vec<(String, std::path::PathBuf)> {
+        let data = self
+            .data
+            .iter()
+            .map(|node| (format!("data-{}", node.port()), node.log_path()));
+        let sentinels = self
+            .sentinels
+            .iter()
+            .map(|node| (format!("sentinel-{}", node.port()), node.log_path()));
+        data.chain(sentinels).collect()
+    }
+
     /// Every pid the group ever started (data nodes and sentinels).
     pub fn pids(&self) -> Vec<i32> {
         self.all_procs()
