@@ -71,6 +71,9 @@ pub struct Schedule {
     hint: Option<Hint>,
 }
 
+/// How far back a [`Hint`] reaches when no occurrence fell in it.
+const HINT_LOOKBACK: TimeDelta = TimeDelta::hours(1);
+
 /// `next` is the first occurrence strictly after `after` (both whole
 /// seconds): it answers [`Schedule::next_after`] for every instant in
 /// `[after, next)` without the parsed form.
@@ -158,10 +161,19 @@ impl Schedule {
             .map(|at| at.with_timezone(&Utc))
     }
 
-    /// The next occurrence from now, while the parsed form is at hand.
+    /// The next occurrence from now, while the parsed form is at hand;
+    /// when none fell in the last [`HINT_LOOKBACK`], the hint covers that
+    /// too, so that a daemon looking for occurrences it missed at start
+    /// (`starting_deadline`, one minute by default) does not parse the
+    /// pattern again for a job that rarely fires.
     fn hint_now(&self, cron: &Cron) -> Option<Hint> {
-        let after = Utc::now().trunc_subsecs(0);
-        self.next_with(cron, after).map(|next| Hint { after, next })
+        let now = Utc::now().trunc_subsecs(0);
+        let early = now - HINT_LOOKBACK;
+        if let Some(next) = self.next_with(cron, early).filter(|next| *next > now) {
+            return Some(Hint { after: early, next });
+        }
+        self.next_with(cron, now)
+            .map(|next| Hint { after: now, next })
     }
 
     /// The last occurrence strictly before `before`, `None` if there is
@@ -321,8 +333,9 @@ fn parsed(pattern: &str) -> Result<Arc<Cron>, Refused> {
             Some(cron) => cron,
             None => {
                 let cron = Arc::new(cron);
-                // Forget dead entries once they could make up half of the map.
-                if cache.len() >= 64 && cache.len().is_power_of_two() {
+                // Forget dead entries once they could make up half of the
+                // map (each keeps its form's allocation, see `Warm`'s drop).
+                if cache.len() >= 2 * RECENT_MAX && cache.len().is_power_of_two() {
                     cache.retain(|_, cron| cron.strong_count() > 0);
                 }
                 cache.insert(pattern.to_string(), Arc::downgrade(&cron));
@@ -336,6 +349,24 @@ fn parsed(pattern: &str) -> Result<Arc<Cron>, Refused> {
 
 /// Parsed forms held by a config loader while it builds its jobs.
 pub struct Warm(#[allow(dead_code)] Vec<Arc<Cron>>);
+
+impl Drop for Warm {
+    /// Forgets the cache entries of the forms nobody holds any more. An
+    /// entry is a `Weak`, and a `Weak` keeps its form's allocation (about
+    /// 5 KB: croner keeps its tables inline) until it is dropped itself:
+    /// 10,000 entries left behind by a load held 50 MB.
+    fn drop(&mut self) {
+        self.0.clear();
+        forget_unheld();
+    }
+}
+
+/// Drops the cache entries whose forms nobody holds, and their memory.
+fn forget_unheld() {
+    let mut cache = lock(&PARSED);
+    cache.retain(|_, cron| cron.strong_count() > 0);
+    cache.shrink_to_fit();
+}
 
 impl Warm {
     /// How many patterns are held.

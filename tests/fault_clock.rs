@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use chrono::TimeDelta;
 use common::cluster::{Cluster, JobSpec, rfc3339, whole_second_after, window_secs};
-use common::{RedisServer, faketime_env, logged_clock_offset};
+use common::{RedisServer, faketime_env, faketime_file_env, logged_clock_offset};
 
 #[test]
 fn clocks_300_ms_apart_run_every_occurrence_once() {
@@ -187,6 +187,94 @@ fn with_clock_redis_nodes_450_ms_off_fire_at_the_true_instant_and_share_the_runs
     assert!(
         ahead * 10 < runs.len() * 9,
         "the node 450 ms ahead must not win nearly every claim: {wins:?}"
+    );
+}
+
+/// A node's wall clock stepped while it runs (2 s ahead, then 3 s back,
+/// by rewriting libfaketime's offset file; the monotonic clock is left
+/// alone) changes nothing with `clock = "redis"`: Redis's instant is
+/// carried by the monotonic clock between measurements, so no run starts
+/// early after the forward step nor late after the backward one, every
+/// occurrence runs once, and the node says within seconds that its clock
+/// moved and measures the offset again. Firing by the wall clock corrected
+/// by the offset measured every minute would start runs 2 s early, then
+/// 1 s late, until the next measurement.
+#[test]
+fn a_stepped_wall_clock_is_noticed_within_seconds_and_moves_no_run() {
+    let quick = JobSpec::new("quick", "* * * * * *", 0.005).with("lock_ttl = \"2s\"");
+    let mut cluster = Cluster::new(
+        RedisServer::start(),
+        "shutdown_grace = \"1s\"",
+        std::slice::from_ref(&quick),
+    );
+    let offset_file = cluster.work.path("faketime-offset");
+    std::fs::write(&offset_file, "+0\n").expect("write the offset file");
+    cluster.start_node("stepped", &faketime_file_env(&offset_file));
+    let node = cluster.node("stepped");
+    node.wait_for_log(
+        Duration::from_secs(10),
+        "firing occurrences by redis's clock",
+    );
+    let from = whole_second_after(2, 1);
+    let forward = from + TimeDelta::milliseconds(4_950);
+    let backward = from + TimeDelta::milliseconds(10_950);
+    let to = from + TimeDelta::seconds(16);
+    common::cluster::sleep_until(forward);
+    std::fs::write(&offset_file, "+2\n").expect("step the clock forward");
+    node.wait_for_log(Duration::from_secs(5), "wall clock moved against redis's");
+    node.wait_for_log(Duration::from_secs(5), "clock offset against redis changed");
+    common::cluster::sleep_until(backward);
+    std::fs::write(&offset_file, "-1\n").expect("step the clock back");
+    cluster.wait_for_run(
+        Duration::from_secs(30),
+        "the window's last run ended",
+        |run| run.is("quick", to) && run.end_ns.is_some(),
+    );
+    cluster.wait_decided(Duration::from_secs(5), "quick", to);
+    let report = cluster.audit(&[quick.window(from, to)]);
+    assert!(report.is_clean(), "{report}\n{}", cluster.logs());
+    let log = cluster.node("stepped").log();
+    let moves: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("wall clock moved against redis's"))
+        .collect();
+    assert_eq!(moves.len(), 2, "one notice per step:\n{log}");
+    for (line, about_ms) in moves.iter().zip([2000_i64, -3000]) {
+        let moved: i64 = line
+            .split("moved_ms=")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|value| value.parse().ok())
+            .unwrap_or_else(|| panic!("no moved_ms in {line}"));
+        assert!(
+            (moved - about_ms).abs() < 300,
+            "moved_ms {moved}, stepped {about_ms} ms: {line}"
+        );
+    }
+    let mut late_after_back = Vec::new();
+    for run in cluster.runs() {
+        let Some(at) = run.at().filter(|at| *at >= from && *at <= to) else {
+            continue;
+        };
+        let lag_ms = (run.start_ns - i128::from(at.timestamp()) * 1_000_000_000) / 1_000_000;
+        assert!(
+            lag_ms >= 0,
+            "a run started {} ms before its occurrence after the clock was stepped: {run:?}\n{log}",
+            -lag_ms
+        );
+        if at > backward {
+            late_after_back.push(lag_ms);
+        }
+    }
+    late_after_back.sort_unstable();
+    let median = late_after_back[late_after_back.len() / 2];
+    println!(
+        "stepped clock: lag after the backward step, median {median} ms, all {late_after_back:?}"
+    );
+    // Firing by the stepped wall clock would start these a second late.
+    assert!(
+        median < 500,
+        "runs after the backward step start on time, not a second late: {late_after_back:?}"
     );
 }
 

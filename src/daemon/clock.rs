@@ -14,6 +14,11 @@
 //! so a node whose clock is off still starts each run at Redis's instant.
 //! The offset is measured at start, every minute and after each outage:
 //! of three round trips to `TIME`, the shortest, corrected by half of it.
+//! Between measurements Redis's instant is carried forward by the
+//! monotonic clock, not the wall clock, so a step of this node's clock
+//! (`date -s`, a VM resumed, NTP stepping) never makes it fire early or
+//! late; the wall clock is compared with it every second and a move of
+//! more than 100 ms is logged and measured again at once.
 //! Ops still want to know: warn above 500 ms, and when the offset jumps by
 //! more than 100 ms between checks (a stepped clock). Until Redis first
 //! answers, the check is retried every second and the node fires by its
@@ -48,6 +53,9 @@ const SAMPLES: usize = 3;
 /// A change of the offset between two checks larger than this is logged:
 /// this node's clock (or Redis's) was stepped.
 const STEP_ABOVE_MS: i64 = 100;
+/// How often the wall clock is compared with Redis's instant carried by
+/// the monotonic clock, to notice a step between two measurements.
+const STEP_WATCH: Duration = Duration::from_secs(1);
 
 /// This node's clock minus Redis's, in ms (positive: this node is ahead):
 /// of [`SAMPLES`] round trips to `TIME`, the one that took the shortest,
@@ -83,8 +91,24 @@ pub async fn offset_us(locker: &Locker) -> Result<i64, redis::RedisError> {
     }
 }
 
-/// Checks the offset now and every minute until shutdown; READY=1 to
-/// systemd after the first answer.
+/// Returns, in ms, how far this node's wall clock moved against Redis's
+/// since the last measurement, once that is more than [`STEP_ABOVE_MS`]
+/// (looked at every [`STEP_WATCH`]; NTP slewing moves it 30 ms a minute at
+/// most).
+async fn local_clock_moved(shared: &Shared) -> i64 {
+    loop {
+        tokio::time::sleep(STEP_WATCH).await;
+        if let Some(moved) = shared.clock_moved_us()
+            && moved.abs() > STEP_ABOVE_MS * 1000
+        {
+            return moved.div_euclid(1000);
+        }
+    }
+}
+
+/// Checks the offset now, every minute, after an outage and after a step
+/// of the local clock, until shutdown; READY=1 to systemd after the first
+/// answer.
 pub async fn check_loop(shared: Arc<Shared>) {
     let locker = &shared.locker;
     let mut answered = false;
@@ -141,6 +165,10 @@ pub async fn check_loop(shared: Arc<Shared>) {
             // Measured again once Redis is back after an outage (it may be
             // another server now: a failover, a restart).
             () = shared.health.recovered.notified() => {}
+            moved_ms = local_clock_moved(&shared), if answered => {
+                warn!(node = %locker.node(), moved_ms,
+                    "this node's wall clock moved against redis's since the last check (stepped?); measuring the offset again");
+            }
         }
     }
 }

@@ -115,6 +115,11 @@ pub async fn periods_loop(shared: Arc<Shared>, mut changes: mpsc::UnboundedRecei
                 debug!(node = %shared.locker.node(), error = %err, "period computation failed")
             }
         }
+        // A load's worth of jobs parsed their patterns again here (most
+        // are no longer cached): give the freed pages back once it is done.
+        if changes.is_empty() {
+            crate::memory::release_freed();
+        }
     }
 }
 

@@ -578,6 +578,19 @@ pub fn faketime_env(offset: &str) -> Vec<(String, String)> {
     ]
 }
 
+/// Like [`faketime_env`], with the offset read from `file` at every clock
+/// read, so a test can step the process's wall clock while it runs by
+/// rewriting the file (e.g. `+2`, then `-1`).
+pub fn faketime_file_env(file: &Path) -> Vec<(String, String)> {
+    let mut env = faketime_env("+0");
+    env.retain(|(name, _)| name != "FAKETIME");
+    env.push((
+        "FAKETIME_TIMESTAMP_FILE".to_string(),
+        file.display().to_string(),
+    ));
+    env
+}
+
 /// The `offset_ms` a node logged at its first clock check against Redis.
 pub fn logged_clock_offset(log: &str) -> Option<i64> {
     log.lines()
