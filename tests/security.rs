@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
+use common::pki::Pki;
 use common::{Node, Workdir, free_port, records, toml_path, wait_until};
 use redis::Value;
 
@@ -567,93 +568,6 @@ fn planted_secrets_appear_in_no_output_and_no_key() {
             "{name} holds the redis password:\n{env}"
         );
         assert!(!env.contains("SOLOCRON_REDIS_URL"), "{name}:\n{env}");
-    }
-}
-
-/// Files of a private CA and certificates it signed, made with `openssl`.
-struct Pki {
-    dir: tempfile::TempDir,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        Pki {
-            dir: tempfile::tempdir().expect("temp dir"),
-        }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn openssl(&self, args: &[&str]) {
-        let output = Command::new("openssl")
-            .args(args)
-            .current_dir(self.dir.path())
-            .output()
-            .expect("`openssl` must be on PATH (apt-get install openssl)");
-        assert!(output.status.success(), "openssl {args:?}: {output:?}");
-    }
-
-    /// `NAME.pem` / `NAME.key`: a self-signed CA.
-    fn ca(&self, name: &str) {
-        self.openssl(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            &format!("/CN={name}"),
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.pem"),
-        ]);
-    }
-
-    /// `NAME.pem` / `NAME.key` signed by `ca`, valid for 127.0.0.1.
-    fn leaf(&self, ca: &str, name: &str) {
-        fs::write(
-            self.path("san.ext"),
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
-        )
-        .expect("write san");
-        self.openssl(&[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-subj",
-            &format!("/CN={name}"),
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.csr"),
-        ]);
-        self.openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            &format!("{name}.csr"),
-            "-CA",
-            &format!("{ca}.pem"),
-            "-CAkey",
-            &format!("{ca}.key"),
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-            "-out",
-            &format!("{name}.pem"),
-        ]);
     }
 }
 

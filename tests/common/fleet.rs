@@ -63,12 +63,17 @@ impl Fleet {
 
     /// Starts node `id` on the file's coordinator.
     pub fn start_node(&mut self, id: &str) {
+        self.start_node_with_env(id, &[]);
+    }
+
+    /// Starts node `id` with extra environment variables.
+    pub fn start_node_with_env(&mut self, id: &str, env: &[(&str, &str)]) {
         let config = self.config();
         self.nodes.push(Node::start_with_args(
             &self.work,
             id,
             &["--config", &config],
-            &[],
+            env,
         ));
     }
 
@@ -135,11 +140,17 @@ impl Fleet {
 
     /// `solocron ARGS --config jobs.toml`, its stdout.
     pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        self.cli_with_env(args, &[])
+    }
+
+    /// [`Fleet::cli`] with extra environment variables.
+    pub fn cli_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
         std::process::Command::new(solocron_bin())
             .args(args)
             .args(["--config", &self.config()])
             .env_remove("SOLOCRON_CONFIG")
             .env_remove("SOLOCRON_REDIS_URL")
+            .envs(env.iter().copied())
             .output()
             .expect("run solocron")
     }

@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod fleet;
 pub mod ha;
 pub mod notify;
+pub mod pki;
 pub mod proxy;
 
 use std::fs;

