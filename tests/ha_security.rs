@@ -10,14 +10,16 @@
 //!   yes`), `rediss://` seeds; a job on every shard runs;
 //! - Redlock: three TLS-only masters; `history` merges their copies into
 //!   one entry per occurrence;
-//! - in each of the three, without `tls_ca_file` (the system roots do not
-//!   know the test CA) nothing runs, `status` exits 1 naming the
-//!   certificate, and the daemon logs why;
+//! - in each of the three, without `tls_ca_file` (the system roots, pinned
+//!   to a CA that signed nothing, do not know the test CA) nothing runs,
+//!   `status` exits 1 naming the certificate, and the daemon's outage line
+//!   says why;
 //! - Cluster with passwords: `requirepass` + `masterauth` on every node and
-//!   the daemons on `password_file`; the README's ACL user with what a
-//!   cluster adds (`+cluster|slots +wait`), with Redis's `ACL LOG` empty
-//!   afterwards; a wrong password stops the daemon at once (exit 78) with
-//!   one clear line that shows no password.
+//!   the daemons on `password_file`; the README's ACL user with the line a
+//!   cluster adds (`+cluster|slots +ping +wait`), with Redis's `ACL LOG`
+//!   empty afterwards on every node; `trigger` works; a wrong password
+//!   stops the daemon at once (exit 78) with one clear line naming the
+//!   cluster; no password shows anywhere.
 //!
 //! Breaks if the TLS settings did not reach the sentinels, the data nodes
 //! a sentinel names, the cluster client or a Redlock master (no run at
@@ -67,11 +69,37 @@ fn stderr(output: &std::process::Output) -> String {
     )
 }
 
-/// Two daemons on `redis` (a `[redis]` body): every job of `jobs` runs,
-/// `status --json` lists every job and both nodes, and `history` records
-/// each run's occurrence once, by the node that ran it, as succeeded.
-fn runs_jobs_with_status_and_history(redis: &str, jobs: &[&str]) -> Fleet {
-    let mut fleet = Fleet::new(redis, "", &every_second(jobs));
+/// The environment that makes the system's roots one CA of `pki` that
+/// signed nothing (`SSL_CERT_FILE`, and `SSL_CERT_DIR` an empty dir).
+///
+/// So they are the same on every machine, and small: the redis crate
+/// reads the system's roots again at every connection attempt, even with
+/// `tls_ca_file` (which then replaces them); with the ~150 of a Debian
+/// system that is some 300 ms per connection in a debug build on a busy
+/// machine, and a Redlock master gets 300 ms to answer (docs/HA.md).
+fn pinned_system_roots(pki: &Pki) -> Vec<(String, String)> {
+    pki.ca("system-roots");
+    let empty = pki.path("empty-dir");
+    std::fs::create_dir_all(&empty).expect("create an empty dir");
+    vec![
+        (
+            "SSL_CERT_FILE".to_string(),
+            toml_path(&pki.path("system-roots.pem")),
+        ),
+        ("SSL_CERT_DIR".to_string(), toml_path(&empty)),
+    ]
+}
+
+/// Two daemons on `redis` (a `[redis]` body) with `env`: every job of
+/// `jobs` runs, `status --json` lists every job and both nodes, and
+/// `history` records each run's occurrence once, by the node that ran it,
+/// as succeeded.
+fn runs_jobs_with_status_and_history(
+    redis: &str,
+    jobs: &[&str],
+    env: &[(String, String)],
+) -> Fleet {
+    let mut fleet = Fleet::new(redis, "", &every_second(jobs)).with_env(env);
     fleet.start_node("n1");
     fleet.start_node("n2");
     for job in jobs {
@@ -117,27 +145,12 @@ fn runs_jobs_with_status_and_history(redis: &str, jobs: &[&str]) -> Fleet {
     fleet
 }
 
-/// A daemon on `redis` without `tls_ca_file`: `status` exits 1 naming the
-/// certificate, the daemon logs why its claims fail, and nothing runs.
-///
-/// The system's roots are then what the server is checked against; the
-/// test makes them another CA (`SSL_CERT_FILE`, `SSL_CERT_DIR`), so they
-/// are the same everywhere and small: the redis crate reads them again at
-/// every connection attempt, some 100 ms each for the ~150 of a Debian
-/// system in a debug build, and with Redlock that would run past the 300
-/// ms a master gets to answer (see docs/HA.md).
-fn fails_closed_without_the_ca(redis: &str, job: &str, pki: &Pki) {
-    pki.ca("system-roots");
-    let roots = toml_path(&pki.path("system-roots.pem"));
-    let empty = pki.path("empty-dir");
-    std::fs::create_dir_all(&empty).expect("create an empty dir");
-    let empty = toml_path(&empty);
-    let env = [
-        ("SSL_CERT_FILE", roots.as_str()),
-        ("SSL_CERT_DIR", empty.as_str()),
-    ];
-    let mut fleet = Fleet::new(redis, "", &every_second(&[job]));
-    let status = fleet.cli_with_env(&["status"], &env);
+/// A daemon on `redis` without `tls_ca_file` (`env`: the pinned system
+/// roots): `status` exits 1 naming the certificate, the daemon's outage
+/// line says why its claims fail, and nothing runs.
+fn fails_closed_without_the_ca(redis: &str, job: &str, env: &[(String, String)]) {
+    let mut fleet = Fleet::new(redis, "", &every_second(&[job])).with_env(env);
+    let status = fleet.cli(&["status"]);
     assert_eq!(status.status.code(), Some(1), "{}", stderr(&status));
     // The error line itself says why (not only the redis crate's own log).
     let message = String::from_utf8_lossy(&status.stderr).to_string();
@@ -148,7 +161,7 @@ fn fails_closed_without_the_ca(redis: &str, job: &str, pki: &Pki) {
         "{}",
         stderr(&status)
     );
-    fleet.start_node_with_env("no-ca", &env);
+    fleet.start_node("no-ca");
     wait_until(
         LIMIT,
         "the daemon's outage line says why nothing runs",
@@ -165,6 +178,7 @@ fn fails_closed_without_the_ca(redis: &str, job: &str, pki: &Pki) {
 #[test]
 fn sentinel_over_tls_runs_jobs_and_fails_closed_without_the_ca() {
     let (pki, tls) = Pki::server_files();
+    let env = pinned_system_roots(&pki);
     let group = SentinelGroup::start_with(
         "solocron",
         SentinelOptions {
@@ -178,15 +192,19 @@ fn sentinel_over_tls_runs_jobs_and_fails_closed_without_the_ca() {
         "sentinel = {{ master = \"solocron\", urls = [{}] }}",
         quoted(&urls)
     );
-    let fleet =
-        runs_jobs_with_status_and_history(&format!("{sentinel}\n{}", ca_line(&tls.ca)), &["tick"]);
+    let fleet = runs_jobs_with_status_and_history(
+        &format!("{sentinel}\n{}", ca_line(&tls.ca)),
+        &["tick"],
+        &env,
+    );
     drop(fleet);
-    fails_closed_without_the_ca(&sentinel, "tick", &pki);
+    fails_closed_without_the_ca(&sentinel, "tick", &env);
 }
 
 #[test]
 fn cluster_over_tls_runs_a_job_on_every_shard_and_fails_closed_without_the_ca() {
     let (pki, tls) = Pki::server_files();
+    let env = pinned_system_roots(&pki);
     let cluster = RedisCluster::start_with(
         3,
         1,
@@ -200,20 +218,23 @@ fn cluster_over_tls_runs_a_job_on_every_shard_and_fails_closed_without_the_ca() 
     assert_eq!(jobs.len(), 3, "one job on each shard: {shards:?}");
     let seeds = format!("cluster = [{}]", quoted(&cluster.seed_urls()));
     assert!(seeds.contains("rediss://"), "{seeds}");
-    let fleet = runs_jobs_with_status_and_history(&format!("{seeds}\n{}", ca_line(&tls.ca)), &jobs);
+    let fleet =
+        runs_jobs_with_status_and_history(&format!("{seeds}\n{}", ca_line(&tls.ca)), &jobs, &env);
     drop(fleet);
-    fails_closed_without_the_ca(&seeds, jobs[0], &pki);
+    fails_closed_without_the_ca(&seeds, jobs[0], &env);
 }
 
 #[test]
 fn redlock_over_tls_runs_jobs_merges_history_and_fails_closed_without_the_ca() {
     let (pki, tls) = Pki::server_files();
+    let env = pinned_system_roots(&pki);
     let masters = Masters::start_tls(3, &tls);
     let redlock = format!("redlock = [{}]", quoted(&masters.urls()));
     assert!(redlock.contains("rediss://"), "{redlock}");
     let fleet = runs_jobs_with_status_and_history(
         &format!("{redlock}\n{}", ca_line(&tls.ca)),
         &["tick", "tock"],
+        &env,
     );
     // Each master holds its own copy of the history, merged by `history`.
     for i in 0..masters.len() {
@@ -225,5 +246,117 @@ fn redlock_over_tls_runs_jobs_merges_history_and_fails_closed_without_the_ca() {
         assert!(copy > 0, "master {i} holds no history");
     }
     drop(fleet);
-    fails_closed_without_the_ca(&redlock, "tick", &pki);
+    fails_closed_without_the_ca(&redlock, "tick", &env);
+}
+
+/// The README's ACL user with what a cluster adds, set on every node.
+fn set_readme_acl_user(cluster: &RedisCluster, password: &str) {
+    for port in cluster.ports() {
+        let mut conn = cluster.conn(port);
+        for words in [
+            common::readme_acl(password),
+            common::readme_acl_line("ACL SETUSER solocron +", password),
+        ] {
+            redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg(&words)
+                .exec(&mut conn)
+                .unwrap_or_else(|err| panic!("ACL SETUSER {words:?} on {port}: {err}"));
+        }
+        redis::cmd("ACL")
+            .arg("LOG")
+            .arg("RESET")
+            .exec(&mut conn)
+            .expect("ACL LOG RESET");
+    }
+}
+
+#[test]
+fn cluster_with_passwords_runs_jobs_and_a_wrong_password_exits_78_at_once() {
+    const ADMIN: &str = "admin-s3cret";
+    const USER: &str = "user-s3cret";
+    const WRONG: &str = "wr0ng-s3cret";
+    let cluster = RedisCluster::start_with(
+        3,
+        1,
+        ClusterOptions {
+            password: Some(ADMIN.to_string()),
+            ..ClusterOptions::default()
+        },
+    );
+    set_readme_acl_user(&cluster, USER);
+    let shards = cluster.job_names_per_shard("solocron", 1);
+    let jobs: Vec<&str> = shards.iter().flatten().map(String::as_str).collect();
+    // Seeds without a password (it comes from `password_file`); the ACL
+    // user is written into each URL (`username` is for Sentinel only).
+    let plain = common::ha::Creds::default();
+    let user = common::ha::Creds {
+        user: Some("solocron".to_string()),
+        ..common::ha::Creds::default()
+    };
+    let seed_urls: Vec<String> = cluster.ports().iter().map(|&p| plain.url(p)).collect();
+    let user_urls: Vec<String> = cluster.ports().iter().map(|&p| user.url(p)).collect();
+    let seeds = format!("cluster = [{}]", quoted(&seed_urls));
+    let user_seeds = format!("cluster = [{}]", quoted(&user_urls));
+    let secrets = tempfile::tempdir().expect("temp dir");
+    let pass_file = |name: &str, password: &str| {
+        let path = secrets.path().join(name);
+        std::fs::write(&path, format!("{password}\n")).expect("write password file");
+        format!("password_file = \"{}\"", toml_path(&path))
+    };
+
+    // `requirepass` (the default user), then the README's ACL user.
+    let mut logs = String::new();
+    for redis in [
+        format!("{seeds}\n{}", pass_file("admin.pass", ADMIN)),
+        format!("{user_seeds}\n{}", pass_file("user.pass", USER)),
+    ] {
+        let fleet = runs_jobs_with_status_and_history(&redis, &jobs, &[]);
+        let trigger = fleet.cli(&["trigger", jobs[1], "--node-id", "ops"]);
+        assert_eq!(trigger.status.code(), Some(0), "{}", stderr(&trigger));
+        logs.push_str(&fleet.logs());
+    }
+    for port in cluster.ports() {
+        let refused: Vec<Vec<String>> = redis::cmd("ACL")
+            .arg("LOG")
+            .query(&mut cluster.conn(port))
+            .unwrap_or_default();
+        assert!(
+            refused.is_empty(),
+            "node {port} refused the README's user: {refused:?}"
+        );
+    }
+
+    // A wrong password: exit 78 at once, one line naming the server.
+    let wrong = Fleet::new(
+        &format!("{user_seeds}\n{}", pass_file("wrong.pass", WRONG)),
+        "",
+        &every_second(&jobs),
+    );
+    let mut node = common::Node::start_with_args(
+        &wrong.work,
+        "wrong-pw",
+        &["--config", &toml_path(&wrong.work.path("jobs.toml"))],
+        &[("SOLOCRON_LOG", "debug")],
+    );
+    let exit = node.wait_exit(Duration::from_secs(15));
+    let log = node.log();
+    assert_eq!(exit.code(), Some(78), "{log}");
+    let refusals: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("refused node"))
+        .collect();
+    assert_eq!(refusals.len(), 1, "one clear line, not a loop:\n{log}");
+    assert!(
+        refusals[0].contains("cluster redis://***@127.0.0.1:"),
+        "names the cluster:\n{log}"
+    );
+    let status = wrong.cli(&["status"]);
+    assert_eq!(status.status.code(), Some(1), "{}", stderr(&status));
+    logs.push_str(&log);
+    logs.push_str(&stderr(&status));
+    for secret in [ADMIN, USER, WRONG] {
+        assert!(!logs.contains(secret), "a password shows:\n{logs}");
+    }
+    assert!(wrong.runs().is_empty());
 }

@@ -27,7 +27,7 @@ use std::thread;
 use std::time::Duration;
 
 use common::pki::Pki;
-use common::{Node, Workdir, free_port, records, toml_path, wait_until};
+use common::{Node, Workdir, free_port, readme_acl, records, toml_path, wait_until};
 use redis::Value;
 
 const PASSWORD: &str = "PLANTED-PW-1";
@@ -706,22 +706,6 @@ fn mutual_tls_needs_the_client_certificate() {
         !records(&work.lines("runs")).is_empty()
     });
     drop(node);
-}
-
-/// The `ACL SETUSER` line of the README, split into arguments, with
-/// `PASSWORD` filled in.
-fn readme_acl(password: &str) -> Vec<String> {
-    let readme = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("read README.md");
-    let line = readme
-        .lines()
-        .map(str::trim)
-        .find(|line| line.starts_with("ACL SETUSER solocron "))
-        .expect("README.md has an `ACL SETUSER solocron ...` line");
-    line.split_whitespace()
-        .skip(2)
-        .map(|word| word.replace(">PASSWORD", &format!(">{password}")))
-        .collect()
 }
 
 #[test]

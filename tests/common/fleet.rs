@@ -20,6 +20,8 @@ pub struct Fleet {
     pub nodes: Vec<Node>,
     redis: String,
     daemon: String,
+    /// Extra environment of every node and `solocron` command.
+    env: Vec<(String, String)>,
 }
 
 impl Fleet {
@@ -33,6 +35,7 @@ impl Fleet {
             nodes: Vec::new(),
             redis: redis.to_string(),
             daemon: daemon.to_string(),
+            env: Vec::new(),
         };
         fleet.write_jobs(jobs);
         fleet
@@ -61,20 +64,25 @@ impl Fleet {
         toml_path(&self.work.path("jobs.toml"))
     }
 
-    /// Starts node `id` on the file's coordinator.
-    pub fn start_node(&mut self, id: &str) {
-        self.start_node_with_env(id, &[]);
+    /// The fleet with extra environment variables for every node started
+    /// and every `solocron` command run from now on.
+    pub fn with_env(mut self, env: &[(String, String)]) -> Fleet {
+        self.env.extend(env.iter().cloned());
+        self
     }
 
-    /// Starts node `id` with extra environment variables.
-    pub fn start_node_with_env(&mut self, id: &str, env: &[(&str, &str)]) {
+    fn env(&self) -> Vec<(&str, &str)> {
+        self.env
+            .iter()
+            .map(|(key, value)| (key.as_str(), value.as_str()))
+            .collect()
+    }
+
+    /// Starts node `id` on the file's coordinator.
+    pub fn start_node(&mut self, id: &str) {
         let config = self.config();
-        self.nodes.push(Node::start_with_args(
-            &self.work,
-            id,
-            &["--config", &config],
-            env,
-        ));
+        let node = Node::start_with_args(&self.work, id, &["--config", &config], &self.env());
+        self.nodes.push(node);
     }
 
     /// The node called `id`.
@@ -140,17 +148,12 @@ impl Fleet {
 
     /// `solocron ARGS --config jobs.toml`, its stdout.
     pub fn cli(&self, args: &[&str]) -> std::process::Output {
-        self.cli_with_env(args, &[])
-    }
-
-    /// [`Fleet::cli`] with extra environment variables.
-    pub fn cli_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
         std::process::Command::new(solocron_bin())
             .args(args)
             .args(["--config", &self.config()])
             .env_remove("SOLOCRON_CONFIG")
             .env_remove("SOLOCRON_REDIS_URL")
-            .envs(env.iter().copied())
+            .envs(self.env())
             .output()
             .expect("run solocron")
     }
