@@ -19,7 +19,10 @@
 //!   cluster adds (`+cluster|slots +ping +wait`), with Redis's `ACL LOG`
 //!   empty afterwards on every node; `trigger` works; a wrong password
 //!   stops the daemon at once (exit 78) with one clear line naming the
-//!   cluster; no password shows anywhere.
+//!   cluster; no password shows anywhere;
+//! - Sentinel with the README's ACL user and the line Sentinel adds
+//!   (`+role +wait`) on every data node: jobs, `status`, `history` and
+//!   `trigger` work and `ACL LOG` stays empty.
 //!
 //! Breaks if the TLS settings did not reach the sentinels, the data nodes
 //! a sentinel names, the cluster client or a Redlock master (no run at
@@ -279,7 +282,7 @@ fn set_readme_acl_user(cluster: &RedisCluster, password: &str) {
         let mut conn = cluster.conn(port);
         for words in [
             common::readme_acl(password),
-            common::readme_acl_line("ACL SETUSER solocron +", password),
+            common::readme_acl_line("ACL SETUSER solocron +cluster|slots", password),
         ] {
             redis::cmd("ACL")
                 .arg("SETUSER")
@@ -388,4 +391,67 @@ fn cluster_with_passwords_runs_jobs_and_a_wrong_password_exits_78_at_once() {
         assert!(!logs.contains(secret), "a password shows:\n{logs}");
     }
     assert!(wrong.runs().is_empty());
+}
+
+#[test]
+fn sentinel_with_the_readme_acl_user_runs_jobs_and_redis_refuses_nothing() {
+    const ADMIN: &str = "admin-s3cret";
+    const USER: &str = "user-s3cret";
+    let group = SentinelGroup::start_with(
+        "solocron",
+        SentinelOptions {
+            data_password: Some(ADMIN.to_string()),
+            ..SentinelOptions::default()
+        },
+    );
+    // ACLs are not replicated: the user goes on every data node.
+    for port in group.data_ports() {
+        let mut conn = group.conn(port);
+        for words in [
+            common::readme_acl(USER),
+            common::readme_acl_line("ACL SETUSER solocron +role", USER),
+        ] {
+            redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg(&words)
+                .exec(&mut conn)
+                .unwrap_or_else(|err| panic!("ACL SETUSER {words:?} on {port}: {err}"));
+        }
+        redis::cmd("ACL")
+            .arg("LOG")
+            .arg("RESET")
+            .exec(&mut conn)
+            .expect("ACL LOG RESET");
+    }
+    let secrets = tempfile::tempdir().expect("temp dir");
+    let pass = secrets.path().join("user.pass");
+    std::fs::write(&pass, format!("{USER}\n")).expect("write password file");
+    let redis = format!(
+        "sentinel = {{ master = \"solocron\", urls = [{}] }}\n\
+         username = \"solocron\"\npassword_file = \"{}\"",
+        quoted(&group.sentinel_urls()),
+        toml_path(&pass)
+    );
+    let fleet = runs_jobs_with_status_and_history(&redis, &["tick", "tock"], &[], Once::Every);
+    wait_until(LIMIT, "`trigger` starts a run", || {
+        let trigger = fleet.cli(&["trigger", "tock", "--node-id", "ops"]);
+        let code = trigger.status.code();
+        assert!(matches!(code, Some(0 | 3)), "{}", stderr(&trigger));
+        code == Some(0)
+    });
+    for port in group.data_ports() {
+        let refused: Vec<Vec<String>> = redis::cmd("ACL")
+            .arg("LOG")
+            .query(&mut group.conn(port))
+            .unwrap_or_default();
+        assert!(
+            refused.is_empty(),
+            "data node {port} refused the README's user: {refused:?}"
+        );
+    }
+    let logs = fleet.logs();
+    assert!(
+        !logs.contains(USER) && !logs.contains(ADMIN),
+        "a password shows:\n{logs}"
+    );
 }
