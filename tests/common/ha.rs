@@ -1,7 +1,9 @@
 //! High-availability Redis topologies for the issue #10 tests (SPEC §2.8,
 //! §2.9, §7): a Sentinel group ([`SentinelGroup`]), a Redis Cluster
 //! ([`RedisCluster`]) and N independent masters for Redlock ([`Masters`]),
-//! all real `redis-server` processes on loopback.
+//! all real `redis-server` processes on loopback. Each can run TLS-only
+//! with certificates from the test's CA ([`super::pki`]): then every
+//! harness connection is `rediss://` ([`Creds::tls`]).
 //!
 //! Every process is a [`RedisProcess`]: its own temp dir (data, config
 //! file, `redis.log`), SIGKILLed by its pid (after a SIGCONT, in case it
