@@ -252,7 +252,7 @@ fn with_passwords_for_the_data_nodes_and_the_sentinels_every_command_works() {
             data_password: Some("data-s3cret".to_string()),
             data_user: Some("solocron".to_string()),
             sentinel_password: Some("sentinel-s3cret".to_string()),
-            data_args: Vec::new(),
+            ..SentinelOptions::default()
         },
     );
     let urls: Vec<String> = group

@@ -26,7 +26,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use common::{Node, Workdir, free_port, records, toml_path, wait_until};
+use common::pki::Pki;
+use common::{Node, Workdir, free_port, readme_acl, records, toml_path, wait_until};
 use redis::Value;
 
 const PASSWORD: &str = "PLANTED-PW-1";
@@ -570,93 +571,6 @@ fn planted_secrets_appear_in_no_output_and_no_key() {
     }
 }
 
-/// Files of a private CA and certificates it signed, made with `openssl`.
-struct Pki {
-    dir: tempfile::TempDir,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        Pki {
-            dir: tempfile::tempdir().expect("temp dir"),
-        }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn openssl(&self, args: &[&str]) {
-        let output = Command::new("openssl")
-            .args(args)
-            .current_dir(self.dir.path())
-            .output()
-            .expect("`openssl` must be on PATH (apt-get install openssl)");
-        assert!(output.status.success(), "openssl {args:?}: {output:?}");
-    }
-
-    /// `NAME.pem` / `NAME.key`: a self-signed CA.
-    fn ca(&self, name: &str) {
-        self.openssl(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            &format!("/CN={name}"),
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.pem"),
-        ]);
-    }
-
-    /// `NAME.pem` / `NAME.key` signed by `ca`, valid for 127.0.0.1.
-    fn leaf(&self, ca: &str, name: &str) {
-        fs::write(
-            self.path("san.ext"),
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
-        )
-        .expect("write san");
-        self.openssl(&[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-subj",
-            &format!("/CN={name}"),
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.csr"),
-        ]);
-        self.openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            &format!("{name}.csr"),
-            "-CA",
-            &format!("{ca}.pem"),
-            "-CAkey",
-            &format!("{ca}.key"),
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-            "-out",
-            &format!("{name}.pem"),
-        ]);
-    }
-}
-
 /// A TLS-only server with `pki`'s `server` certificate, trusting `ca` for
 /// client certificates; `auth_clients`: `yes` or `no`.
 fn tls_server(pki: &Pki, auth_clients: &str) -> Server {
@@ -792,22 +706,6 @@ fn mutual_tls_needs_the_client_certificate() {
         !records(&work.lines("runs")).is_empty()
     });
     drop(node);
-}
-
-/// The `ACL SETUSER` line of the README, split into arguments, with
-/// `PASSWORD` filled in.
-fn readme_acl(password: &str) -> Vec<String> {
-    let readme = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("read README.md");
-    let line = readme
-        .lines()
-        .map(str::trim)
-        .find(|line| line.starts_with("ACL SETUSER solocron "))
-        .expect("README.md has an `ACL SETUSER solocron ...` line");
-    line.split_whitespace()
-        .skip(2)
-        .map(|word| word.replace(">PASSWORD", &format!(">{password}")))
-        .collect()
 }
 
 #[test]

@@ -14,14 +14,138 @@
 //! it did the first time). Only the jobs whose slots the failed master held
 //! wait; the others go on. The connection is made in the background: the
 //! daemon starts while the cluster is down and fails closed meanwhile.
+//!
+//! When the client has no connection at all, its error only says "No
+//! connections found" (the reason, e.g. an untrusted certificate or a wrong
+//! password, goes to the crate's own log). [`Cluster`] then asks the seeds
+//! itself, as plain connections with the same TLS settings and credentials
+//! (at most every [`PROBE_EVERY`], each bounded by the connect timeout),
+//! and returns what a seed answered instead: the same error a `url` server
+//! gives, so a wrong password stops the daemon (exit 78) and `status` names
+//! the certificate.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
+use redis::aio::ConnectionLike;
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{IntoConnectionInfo as _, TlsMode};
+use redis::{
+    Cmd, ErrorKind, IntoConnectionInfo as _, Pipeline, RedisError, RedisFuture, TlsMode, Value,
+};
+use tokio::time::Instant;
 
 use super::single;
 use crate::config::{RedisConfig, redact_url};
+
+/// The seeds are asked why there is no connection at most this often.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+
+/// A Redis Cluster connection whose "no connection" errors name their
+/// cause (see the module doc). Cheap to clone.
+#[derive(Clone)]
+pub struct Cluster {
+    conn: ClusterConnection,
+    probe: Arc<Probe>,
+}
+
+/// Plain clients for the seeds, and the last answer they gave.
+struct Probe {
+    seeds: Vec<redis::Client>,
+    last: tokio::sync::Mutex<Option<(Instant, Option<RedisError>)>>,
+}
+
+impl Cluster {
+    /// `err`, or when it says only that the client has no connection, what
+    /// a seed answers a plain connection.
+    async fn explain(&self, err: RedisError) -> RedisError {
+        if !has_no_connection(&err) {
+            return err;
+        }
+        let mut last = self.probe.last.lock().await;
+        if let Some((at, found)) = last.as_ref()
+            && at.elapsed() < PROBE_EVERY
+        {
+            return found.clone().unwrap_or(err);
+        }
+        let found = self.probe.ask().await;
+        *last = Some((Instant::now(), found.clone()));
+        found.unwrap_or(err)
+    }
+}
+
+impl Probe {
+    /// Connects to every seed at once and sends `PING`: `None` if one
+    /// answers (the client's own error stands), else a refusal if any seed
+    /// refused us, else the first error.
+    async fn ask(&self) -> Option<RedisError> {
+        let answers = futures_util::future::join_all(self.seeds.iter().map(|seed| async move {
+            let ping = async {
+                let mut conn = seed.get_multiplexed_async_connection().await?;
+                redis::cmd("PING").query_async::<()>(&mut conn).await
+            };
+            tokio::time::timeout(single::CONNECT_TIMEOUT, ping)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the cluster node did not answer",
+                    )))
+                })
+        }))
+        .await;
+        let mut errors = Vec::with_capacity(answers.len());
+        for answer in answers {
+            match answer {
+                Ok(()) => return None,
+                Err(err) => errors.push(err),
+            }
+        }
+        let refusal = errors
+            .iter()
+            .position(crate::daemon::health::is_refusal)
+            .unwrap_or(0);
+        (refusal < errors.len()).then(|| errors.swap_remove(refusal))
+    }
+}
+
+/// The cluster client's errors that hide why it has no connection.
+fn has_no_connection(err: &RedisError) -> bool {
+    err.kind() == ErrorKind::ClusterConnectionNotFound
+        || err
+            .to_string()
+            .contains("Failed to create initial connections")
+}
+
+impl ConnectionLike for Cluster {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            match self.conn.req_packed_command(cmd).await {
+                Ok(value) => Ok(value),
+                Err(err) => Err(self.explain(err).await),
+            }
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            match self.conn.req_packed_commands(pipeline, offset, count).await {
+                Ok(values) => Ok(values),
+                Err(err) => Err(self.explain(err).await),
+            }
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.conn.get_db()
+    }
+}
 
 /// How often a command is re-sent by the cluster client before it is an
 /// error for us: enough to follow a `MOVED` and a slot refresh, few enough
@@ -29,20 +153,23 @@ use crate::config::{RedisConfig, redact_url};
 const RETRIES: u32 = 3;
 
 /// A lazily connecting cluster client for the seed nodes `urls`.
-pub fn connect(urls: &[String], config: &RedisConfig) -> anyhow::Result<ClusterConnection> {
+pub fn connect(urls: &[String], config: &RedisConfig) -> anyhow::Result<Cluster> {
     let shown = urls
         .iter()
         .map(|url| redact_url(url))
         .collect::<Vec<_>>()
         .join(", ");
     let mut seeds = Vec::with_capacity(urls.len());
+    let mut probes = Vec::with_capacity(urls.len());
     for url in urls {
         let info = url
             .as_str()
             .into_connection_info()
             .map_err(|err| anyhow::anyhow!("{:?}", err.kind()))
             .with_context(|| format!("invalid cluster url `{}`", redact_url(url)))?;
-        seeds.push(single::with_settings(info, config));
+        let info = single::with_settings(info, config);
+        probes.push(single::client(info.clone(), config, &redact_url(url))?);
+        seeds.push(info);
     }
     // Err means a provider is already installed, which is all we need.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -66,5 +193,11 @@ pub fn connect(urls: &[String], config: &RedisConfig) -> anyhow::Result<ClusterC
     let cluster = ClusterConfig::new()
         .set_connection_timeout(single::CONNECT_TIMEOUT)
         .set_response_timeout(single::RESPONSE_TIMEOUT);
-    Ok(client.get_pending_async_connection_with_config(cluster))
+    Ok(Cluster {
+        conn: client.get_pending_async_connection_with_config(cluster),
+        probe: Arc::new(Probe {
+            seeds: probes,
+            last: tokio::sync::Mutex::new(None),
+        }),
+    })
 }

@@ -27,7 +27,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
-use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::config::{RedisConfig, RedisMode, redact_url};
@@ -40,7 +39,7 @@ pub use sentinel::SentinelFollower;
 pub enum Conn {
     Single(ConnectionManager),
     Sentinel(Arc<SentinelFollower>),
-    Cluster(ClusterConnection),
+    Cluster(cluster::Cluster),
 }
 
 impl Conn {

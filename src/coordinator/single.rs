@@ -25,6 +25,9 @@ use crate::config::{RedisConfig, redact_url};
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_millis(500);
 /// Connect timeout.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// First pause before a failed connect is tried again (then doubled, with
+/// jitter); see [`manager`].
+const CONNECT_RETRY_DELAY: Duration = Duration::from_millis(5);
 
 /// The connection info for `url` with the settings of `config`: the data
 /// nodes' password (`password_file`) and user name if set, and no `CLIENT
@@ -87,11 +90,18 @@ pub fn certificates(config: &RedisConfig) -> TlsCertificates {
 }
 
 /// A lazily connecting manager for `client`.
+///
+/// A failed connect is tried twice more at once (a few ms apart, not the
+/// crate's 100 ms and up): the callers' own retry loops space the attempts
+/// out, and a refused connection or an untrusted certificate must come back
+/// as that error within a Redlock master's answer window
+/// ([`crate::lock::quorum::ANSWER_TIMEOUT`]), not as "did not answer".
 pub fn manager(client: redis::Client, shown: &str) -> anyhow::Result<ConnectionManager> {
     let manager_config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
         .set_response_timeout(Some(RESPONSE_TIMEOUT))
         .set_number_of_retries(2)
+        .set_min_delay(CONNECT_RETRY_DELAY)
         .set_max_delay(Duration::from_millis(500));
     ConnectionManager::new_lazy_with_config(client, manager_config)
         .map_err(|err| anyhow::anyhow!("{:?}", err.kind()))

@@ -17,7 +17,7 @@ mod clock;
 mod controls;
 mod fleet_run;
 mod gate;
-mod health;
+pub(crate) mod health;
 mod job_gauges;
 mod notifications;
 mod occurrence;

@@ -480,6 +480,10 @@ impl LockError {
         use super::health::Trouble;
         match self {
             _ if self.is_refusal() => Trouble::Refused,
+            // Most masters did not answer at all: an outage, not a vote.
+            LockError::NoQuorum {
+                answered, needed, ..
+            } if answered < needed => Trouble::Unreachable,
             LockError::Unacknowledged { .. }
             | LockError::NoQuorum { .. }
             | LockError::ReplicaLost { .. } => Trouble::Unconfirmed,

@@ -85,6 +85,8 @@ pub enum LockError {
         before: u32,
     },
     /// Redlock: fewer than a majority of the masters agreed in time.
+    /// `answered`: how many answered at all (fewer than `needed`: the
+    /// masters are out of reach, not in disagreement).
     #[error(
         "redlock {step} for job `{job}`: {agreed} of {of} masters agreed, {needed} needed ({first_error})"
     )]
@@ -94,6 +96,7 @@ pub enum LockError {
         agreed: usize,
         needed: usize,
         of: usize,
+        answered: usize,
         first_error: String,
     },
     /// One Redlock master did not answer in time.

@@ -175,6 +175,7 @@ pub(super) async fn claim(
         agreed: won.len(),
         needed: majority(servers),
         of: servers.len(),
+        answered: answered(&answers),
         first_error: first_error(&answers),
     })
 }
@@ -225,6 +226,7 @@ pub(super) async fn extend(servers: &[Server], lease: &Lease) -> Result<bool, Lo
         agreed: confirmed,
         needed: majority(servers),
         of: servers.len(),
+        answered: answered(&answers),
         first_error: first_error(&answers),
     })
 }
@@ -250,6 +252,7 @@ pub(super) async fn release(
             agreed: done.len(),
             needed: majority(servers),
             of: servers.len(),
+            answered: answered(&answers),
             first_error: first_error(&answers),
         });
     }
@@ -458,8 +461,14 @@ fn no_quorum<T>(
         agreed,
         needed: majority(servers),
         of: servers.len(),
+        answered: answered(answers),
         first_error: first_error(answers),
     }
+}
+
+/// How many masters answered at all (whatever they answered).
+fn answered<T>(answers: &[Result<T, LockError>]) -> usize {
+    answers.iter().filter(|answer| answer.is_ok()).count()
 }
 
 /// The first failure among `answers`, for the message.

@@ -20,6 +20,8 @@ pub struct Fleet {
     pub nodes: Vec<Node>,
     redis: String,
     daemon: String,
+    /// Extra environment of every node and `solocron` command.
+    env: Vec<(String, String)>,
 }
 
 impl Fleet {
@@ -33,6 +35,7 @@ impl Fleet {
             nodes: Vec::new(),
             redis: redis.to_string(),
             daemon: daemon.to_string(),
+            env: Vec::new(),
         };
         fleet.write_jobs(jobs);
         fleet
@@ -61,15 +64,25 @@ impl Fleet {
         toml_path(&self.work.path("jobs.toml"))
     }
 
+    /// The fleet with extra environment variables for every node started
+    /// and every `solocron` command run from now on.
+    pub fn with_env(mut self, env: &[(String, String)]) -> Fleet {
+        self.env.extend(env.iter().cloned());
+        self
+    }
+
+    fn env(&self) -> Vec<(&str, &str)> {
+        self.env
+            .iter()
+            .map(|(key, value)| (key.as_str(), value.as_str()))
+            .collect()
+    }
+
     /// Starts node `id` on the file's coordinator.
     pub fn start_node(&mut self, id: &str) {
         let config = self.config();
-        self.nodes.push(Node::start_with_args(
-            &self.work,
-            id,
-            &["--config", &config],
-            &[],
-        ));
+        let node = Node::start_with_args(&self.work, id, &["--config", &config], &self.env());
+        self.nodes.push(node);
     }
 
     /// The node called `id`.
@@ -140,6 +153,7 @@ impl Fleet {
             .args(["--config", &self.config()])
             .env_remove("SOLOCRON_CONFIG")
             .env_remove("SOLOCRON_REDIS_URL")
+            .envs(self.env())
             .output()
             .expect("run solocron")
     }

@@ -1,7 +1,9 @@
 //! High-availability Redis topologies for the issue #10 tests (SPEC §2.8,
 //! §2.9, §7): a Sentinel group ([`SentinelGroup`]), a Redis Cluster
 //! ([`RedisCluster`]) and N independent masters for Redlock ([`Masters`]),
-//! all real `redis-server` processes on loopback.
+//! all real `redis-server` processes on loopback. Each can run TLS-only
+//! with certificates from the test's CA ([`super::pki`]): then every
+//! harness connection is `rediss://` ([`Creds::tls`]).
 //!
 //! Every process is a [`RedisProcess`]: its own temp dir (data, config
 //! file, `redis.log`), SIGKILLed by its pid (after a SIGCONT, in case it
@@ -28,7 +30,7 @@ mod sentinel;
 
 // Every test file compiles `common`; most use none of these.
 #[allow(unused_imports)]
-pub use cluster::{ClusterNode, RedisCluster};
+pub use cluster::{ClusterNode, ClusterOptions, RedisCluster};
 #[allow(unused_imports)]
 pub use masters::Masters;
 #[allow(unused_imports)]
@@ -42,6 +44,7 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+use super::pki::TlsFiles;
 use super::signal;
 
 /// Connect, read and write timeout of every harness connection.
@@ -60,16 +63,26 @@ pub struct Switch {
 }
 
 /// Credentials a harness connection presents (none: the `default` user
-/// without a password).
+/// without a password), and with `tls`, the server's TLS files: the
+/// connection is `rediss://` and trusts their CA.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Creds {
     pub user: Option<String>,
     pub password: Option<String>,
+    pub tls: Option<TlsFiles>,
 }
 
 impl Creds {
-    /// `redis://[user:password@]127.0.0.1:PORT/`. The harness's passwords
-    /// are plain words, so nothing needs percent-encoding.
+    /// Only TLS, no user or password.
+    pub fn tls_only(tls: Option<&TlsFiles>) -> Creds {
+        Creds {
+            tls: tls.cloned(),
+            ..Creds::default()
+        }
+    }
+
+    /// `redis[s]://[user:password@]127.0.0.1:PORT/`. The harness's
+    /// passwords are plain words, so nothing needs percent-encoding.
     pub fn url(&self, port: u16) -> String {
         let auth = match (&self.user, &self.password) {
             (Some(user), Some(password)) => format!("{user}:{password}@"),
@@ -77,7 +90,32 @@ impl Creds {
             (Some(user), None) => format!("{user}@"),
             (None, None) => String::new(),
         };
-        format!("redis://{auth}127.0.0.1:{port}/")
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://{auth}127.0.0.1:{port}/")
+    }
+
+    /// `redis-cli` arguments for these credentials (TLS, user, password).
+    pub fn cli_args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        if let Some(tls) = &self.tls {
+            args.extend(["--tls".to_string(), "--cacert".to_string()]);
+            args.push(tls.ca.display().to_string());
+        }
+        if let Some(user) = &self.user {
+            args.extend(["--user".to_string(), user.clone()]);
+        }
+        if let Some(password) = &self.password {
+            args.extend([
+                "-a".to_string(),
+                password.clone(),
+                "--no-auth-warning".to_string(),
+            ]);
+        }
+        args
     }
 }
 
@@ -255,7 +293,21 @@ pub fn try_conn(port: u16, creds: &Creds) -> redis::RedisResult<redis::Connectio
     let info = creds.url(port).into_connection_info()?;
     let settings = info.redis_settings().clone().set_skip_set_lib_name();
     let info = info.set_redis_settings(settings);
-    let conn = redis::Client::open(info)?.get_connection_with_timeout(IO_TIMEOUT)?;
+    let client = match &creds.tls {
+        Some(tls) => {
+            // Err: a provider is installed already, which is all we need.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let ca = fs::read(&tls.ca)
+                .unwrap_or_else(|err| panic!("read the test CA {}: {err}", tls.ca.display()));
+            let certs = redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(ca),
+            };
+            redis::Client::build_with_tls(info, certs)?
+        }
+        None => redis::Client::open(info)?,
+    };
+    let conn = client.get_connection_with_timeout(IO_TIMEOUT)?;
     conn.set_read_timeout(Some(IO_TIMEOUT))?;
     conn.set_write_timeout(Some(IO_TIMEOUT))?;
     Ok(conn)

@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod fleet;
 pub mod ha;
 pub mod notify;
+pub mod pki;
 pub mod proxy;
 
 use std::fs;
@@ -623,4 +624,27 @@ pub fn scrape_metrics(port: u16) -> String {
         "{head}"
     );
     body.to_string()
+}
+
+/// The first `ACL SETUSER solocron ...` line of the README, split into
+/// the arguments of `ACL SETUSER`, with `PASSWORD` filled in.
+pub fn readme_acl(password: &str) -> Vec<String> {
+    readme_acl_line("ACL SETUSER solocron ", password)
+}
+
+/// The first line of the README starting with `start` (e.g. `ACL SETUSER
+/// solocron +`), split into the arguments of `ACL SETUSER`, with
+/// `PASSWORD` filled in.
+pub fn readme_acl_line(start: &str, password: &str) -> Vec<String> {
+    let readme = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("read README.md");
+    let line = readme
+        .lines()
+        .map(str::trim)
+        .find(|line| line.starts_with(start))
+        .unwrap_or_else(|| panic!("README.md has a `{start}...` line"));
+    line.split_whitespace()
+        .skip(2)
+        .map(|word| word.replace(">PASSWORD", &format!(">{password}")))
+        .collect()
 }

@@ -11,6 +11,13 @@
 //! [`ClusterNode`]s: after a kill the shard map is whatever the survivors
 //! agree on. Healthy means every running node says `cluster_state:ok` with
 //! all 16384 slots ok, and all of them agree on the master of every slot.
+//!
+//! With [`ClusterOptions`] every node gets `requirepass` and `masterauth`
+//! (the `default` user's password, which the harness then presents), extra
+//! arguments (e.g. an ACL user for the daemons), and/or TLS only: `port 0`,
+//! `tls-port`, replication and the cluster bus (`tls-cluster yes`) over
+//! TLS, `redis-cli --tls --cacert` for the create, `rediss://` for every
+//! harness connection.
 
 use std::collections::HashSet;
 use std::net::TcpListener;
@@ -22,24 +29,51 @@ use redis::Role;
 pub use super::nodes::{ClusterNode, slot_of};
 use super::nodes::{parse_node_line, shows_replicas, slot_map, slot_owner};
 use super::{Creds, RedisProcess, Switch, conn, info_fields, role, try_conn, wait_for};
+use crate::common::pki::TlsFiles;
 
 /// How long the cluster may take to form, or to heal after a change.
 const HEAL_LIMIT: Duration = Duration::from_secs(30);
+
+/// Passwords, TLS and extra arguments of a [`RedisCluster`].
+#[derive(Debug, Clone, Default)]
+pub struct ClusterOptions {
+    /// `requirepass` and `masterauth` on every node.
+    pub password: Option<String>,
+    /// Every node TLS-only with these files, the bus included.
+    pub tls: Option<TlsFiles>,
+    /// Extra `redis-server` arguments for every node, one word each.
+    pub data_args: Vec<String>,
+}
 
 /// The cluster's servers; see the module doc.
 pub struct RedisCluster {
     nodes: Vec<RedisProcess>,
     replicas_per_master: usize,
+    creds: Creds,
 }
 
 impl RedisCluster {
     /// Starts and joins the cluster; returns once it is healthy and every
     /// master has `replicas_per_master` connected replicas.
     pub fn start(masters: usize, replicas_per_master: usize) -> RedisCluster {
+        RedisCluster::start_with(masters, replicas_per_master, ClusterOptions::default())
+    }
+
+    /// Like [`RedisCluster::start`], with `options`.
+    pub fn start_with(
+        masters: usize,
+        replicas_per_master: usize,
+        options: ClusterOptions,
+    ) -> RedisCluster {
         assert!(masters >= 3, "redis-cli --cluster create needs 3 masters");
         let mut cluster = RedisCluster {
             nodes: Vec::new(),
             replicas_per_master,
+            creds: Creds {
+                user: None,
+                password: options.password.clone(),
+                tls: options.tls.clone(),
+            },
         };
         let mut taken = HashSet::new();
         for _ in 0..masters * (1 + replicas_per_master) {
@@ -61,8 +95,18 @@ impl RedisCluster {
             .iter()
             .map(|arg| arg.to_string())
             .collect();
+            let mut extra = extra;
+            if let Some(password) = &options.password {
+                extra.extend(
+                    ["--requirepass", password, "--masterauth", password].map(String::from),
+                );
+            }
+            if let Some(tls) = &options.tls {
+                extra.extend(tls.server_args(node.port(), true));
+            }
+            extra.extend(options.data_args.iter().cloned());
             node.start(node.data_args(&extra));
-            node.wait_ready(&Creds::default());
+            node.wait_ready(&cluster.creds);
             cluster.nodes.push(node);
         }
         cluster.create();
@@ -78,6 +122,7 @@ impl RedisCluster {
             .map(|port| format!("127.0.0.1:{port}"))
             .collect();
         let output = Command::new("redis-cli")
+            .args(self.creds.cli_args())
             .args(["--cluster", "create"])
             .args(&addrs)
             .args(["--cluster-replicas", &self.replicas_per_master.to_string()])
@@ -97,23 +142,28 @@ impl RedisCluster {
         self.nodes.iter().map(RedisProcess::port).collect()
     }
 
-    /// `redis://127.0.0.1:PORT/` of every running node.
+    /// `redis[s]://[:PASSWORD@]127.0.0.1:PORT/` of every running node.
     pub fn seed_urls(&self) -> Vec<String> {
         self.running().map(|node| self.url(node.port())).collect()
     }
 
     pub fn url(&self, port: u16) -> String {
-        Creds::default().url(port)
+        self.creds.url(port)
+    }
+
+    /// What every harness connection presents.
+    pub fn creds(&self) -> &Creds {
+        &self.creds
     }
 
     /// A sync connection to the node on `port` (plain, not cluster-aware).
     pub fn conn(&self, port: u16) -> redis::Connection {
-        conn(port, &Creds::default())
+        conn(port, &self.creds)
     }
 
     /// `CLUSTER NODES` as the node on `port` sees it; `None` if it does not answer.
     pub fn view(&self, port: u16) -> Option<Vec<ClusterNode>> {
-        let mut conn = try_conn(port, &Creds::default()).ok()?;
+        let mut conn = try_conn(port, &self.creds).ok()?;
         let text: String = redis::cmd("CLUSTER").arg("NODES").query(&mut conn).ok()?;
         Some(text.lines().filter_map(parse_node_line).collect())
     }
@@ -196,7 +246,7 @@ impl RedisCluster {
                 let owner = self.agreed_owner(slot);
                 to = owner.unwrap_or(0);
                 owner.is_some_and(|owner| replicas.contains(&owner))
-                    && matches!(role(to, &Creds::default()), Some(Role::Primary { .. }))
+                    && matches!(role(to, &self.creds), Some(Role::Primary { .. }))
                     && self.is_healthy()
             },
         );
@@ -218,10 +268,11 @@ impl RedisCluster {
     /// node sees it healthy as a replica (or a master with slots), and its
     /// replication link is up.
     pub fn restart(&mut self, port: u16) {
+        let creds = self.creds.clone();
         let node = self.node_mut(port);
         assert!(!node.is_running(), "restart a killed node, not {port}");
         node.start_again();
-        node.wait_ready(&Creds::default());
+        node.wait_ready(&creds);
         wait_for(
             HEAL_LIMIT,
             &format!("{port} rejoined and the cluster is ok"),
@@ -237,7 +288,7 @@ impl RedisCluster {
                         self.view(other.port())
                             .is_some_and(|view| view.iter().any(settled))
                     })
-                    && match role(port, &Creds::default()) {
+                    && match role(port, &self.creds) {
                         Some(Role::Replica {
                             replication_state, ..
                         }) => replication_state == "connected",
@@ -270,7 +321,7 @@ impl RedisCluster {
     pub fn is_healthy(&self) -> bool {
         let mut maps = Vec::new();
         for node in self.running() {
-            let Ok(mut conn) = try_conn(node.port(), &Creds::default()) else {
+            let Ok(mut conn) = try_conn(node.port(), &self.creds) else {
                 return false;
             };
             let Ok(text) = redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut conn) else {
@@ -304,7 +355,7 @@ impl RedisCluster {
                 let masters = self.master_ports();
                 !masters.is_empty()
                     && masters.iter().all(|&port| {
-                        matches!(role(port, &Creds::default()),
+                        matches!(role(port, &self.creds),
                             Some(Role::Primary { replicas, .. }) if replicas.len() >= want)
                     })
                     && self.running().all(|node| {

@@ -7,13 +7,18 @@
 //! nothing without it (no RDB, no AOF), which is then the same as
 //! [`Masters::restart_empty`]; the latter also deletes the files, so even a
 //! persistent master comes back empty, as after a disk loss.
+//! [`Masters::start_tls`] makes every master TLS-only (`port 0`,
+//! `tls-port`) with the test CA's certificate; the harness's connections
+//! and [`Masters::urls`] are then `rediss://`.
 
 use super::{Creds, RedisProcess, conn};
 use crate::common::free_port;
+use crate::common::pki::TlsFiles;
 
 /// N independent masters; see the module doc.
 pub struct Masters {
     nodes: Vec<RedisProcess>,
+    creds: Creds,
 }
 
 impl Masters {
@@ -29,12 +34,27 @@ impl Masters {
 
     /// `n` masters with extra `redis-server` arguments each.
     pub fn start_with(n: usize, extra: &[&str]) -> Masters {
-        let extra: Vec<String> = extra.iter().map(|arg| arg.to_string()).collect();
-        let mut masters = Masters { nodes: Vec::new() };
+        Masters::start_all(n, extra, None)
+    }
+
+    /// `n` TLS-only masters without persistence (see the module doc).
+    pub fn start_tls(n: usize, tls: &TlsFiles) -> Masters {
+        Masters::start_all(n, &[], Some(tls))
+    }
+
+    fn start_all(n: usize, extra: &[&str], tls: Option<&TlsFiles>) -> Masters {
+        let mut masters = Masters {
+            nodes: Vec::new(),
+            creds: Creds::tls_only(tls),
+        };
         for _ in 0..n {
             let mut node = RedisProcess::new(free_port());
-            node.start(node.data_args(&extra));
-            node.wait_ready(&Creds::default());
+            let mut args: Vec<String> = extra.iter().map(|arg| arg.to_string()).collect();
+            if let Some(tls) = tls {
+                args.extend(tls.server_args(node.port(), false));
+            }
+            node.start(node.data_args(&args));
+            node.wait_ready(&masters.creds);
             masters.nodes.push(node);
         }
         masters
@@ -48,11 +68,11 @@ impl Masters {
         self.nodes.is_empty()
     }
 
-    /// `redis://127.0.0.1:PORT/` of each master, in index order.
+    /// `redis[s]://127.0.0.1:PORT/` of each master, in index order.
     pub fn urls(&self) -> Vec<String> {
         self.ports()
             .into_iter()
-            .map(|port| Creds::default().url(port))
+            .map(|port| self.creds.url(port))
             .collect()
     }
 
@@ -62,7 +82,7 @@ impl Masters {
 
     /// A sync connection to master `i` (1 s timeouts).
     pub fn conn(&self, i: usize) -> redis::Connection {
-        conn(self.nodes[i].port(), &Creds::default())
+        conn(self.nodes[i].port(), &self.creds)
     }
 
     /// SIGKILLs master `i`; it stays down until a restart.
@@ -86,7 +106,7 @@ impl Masters {
     pub fn restart(&mut self, i: usize) {
         let node = &mut self.nodes[i];
         node.start_again();
-        node.wait_ready(&Creds::default());
+        node.wait_ready(&self.creds);
     }
 
     /// Like [`Masters::restart`], with its data files deleted first.
@@ -95,7 +115,7 @@ impl Masters {
         node.kill();
         node.wipe();
         node.start_again();
-        node.wait_ready(&Creds::default());
+        node.wait_ready(&self.creds);
     }
 
     /// Whether master `i` is running (not killed).

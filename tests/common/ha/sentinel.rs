@@ -13,7 +13,10 @@
 //! With [`SentinelOptions`] the data nodes get `requirepass` (or an ACL
 //! user, with `default` turned off) and `masterauth`, and the sentinels a
 //! `requirepass` of their own, with `sentinel auth-pass`/`auth-user` for
-//! the data nodes and `sentinel sentinel-pass` for each other.
+//! the data nodes and `sentinel sentinel-pass` for each other. With
+//! `tls`, every data node and sentinel is TLS-only (`port 0`, `tls-port`),
+//! replication and the sentinels' own links run over TLS too, and every
+//! harness connection is `rediss://` trusting the test CA.
 
 use std::fs;
 use std::time::{Duration, Instant};
@@ -22,6 +25,7 @@ use super::{
     Creds, RedisProcess, Switch, conn, is_master, is_replica_of, pairs, role, try_conn, wait_for,
 };
 use crate::common::free_port;
+use crate::common::pki::TlsFiles;
 use redis::Role;
 
 /// How long a failover (graceful or after a kill) may take.
@@ -47,6 +51,8 @@ pub struct SentinelOptions {
     /// Extra `redis-server` arguments for every data node, one word each,
     /// e.g. `["--user", "solocron", "on", ">pw", "~{solocron*", "+@all"]`.
     pub data_args: Vec<String>,
+    /// Every server TLS-only with these files (see the module doc).
+    pub tls: Option<TlsFiles>,
 }
 
 /// Three data nodes and three sentinels; see the module doc.
@@ -78,7 +84,7 @@ impl SentinelGroup {
         for index in 0..3 {
             let mut node = RedisProcess::new(free_port());
             let replicaof = (index > 0).then(|| group.data[0].port());
-            node.start(node.data_args(&group.data_node_args(replicaof)));
+            node.start(node.data_args(&group.data_node_args(node.port(), replicaof)));
             node.wait_ready(&group.data_creds());
             group.data.push(node);
         }
@@ -97,7 +103,7 @@ impl SentinelGroup {
         group
     }
 
-    fn data_node_args(&self, replicaof: Option<u16>) -> Vec<String> {
+    fn data_node_args(&self, port: u16, replicaof: Option<u16>) -> Vec<String> {
         let mut args: Vec<String> = Vec::new();
         let mut push = |words: &[&str]| args.extend(words.iter().map(|w| w.to_string()));
         match (&self.options.data_user, &self.options.data_password) {
@@ -115,20 +121,26 @@ impl SentinelGroup {
         if let Some(master) = replicaof {
             push(&["--replicaof", "127.0.0.1", &master.to_string()]);
         }
+        if let Some(tls) = &self.options.tls {
+            args.extend(tls.server_args(port, false));
+        }
         args.extend(self.options.data_args.iter().cloned());
         args
     }
 
     fn sentinel_config(&self, sentinel: &RedisProcess, master: u16) -> String {
         let name = &self.name;
+        let listen = match &self.options.tls {
+            Some(tls) => tls.config_lines(sentinel.port()),
+            None => format!("port {}\n", sentinel.port()),
+        };
         let mut text = format!(
-            "port {}\nbind 127.0.0.1\ndaemonize no\ndir {}\n\
+            "{listen}bind 127.0.0.1\ndaemonize no\ndir {}\n\
              sentinel resolve-hostnames no\nsentinel announce-hostnames no\n\
              sentinel monitor {name} 127.0.0.1 {master} 2\n\
              sentinel down-after-milliseconds {name} 1000\n\
              sentinel failover-timeout {name} 3000\n\
              sentinel parallel-syncs {name} 1\n",
-            sentinel.port(),
             sentinel.dir().display()
         );
         if let Some(password) = &self.options.data_password {
@@ -174,10 +186,10 @@ impl SentinelGroup {
         &self.options
     }
 
-    /// `redis://127.0.0.1:PORT/` of each sentinel, without credentials
+    /// `redis[s]://127.0.0.1:PORT/` of each sentinel, without credentials
     /// (see [`SentinelGroup::sentinel_creds`]).
     pub fn sentinel_urls(&self) -> Vec<String> {
-        let plain = Creds::default();
+        let plain = Creds::tls_only(self.options.tls.as_ref());
         self.sentinel_ports()
             .into_iter()
             .map(|port| plain.url(port))
@@ -198,6 +210,7 @@ impl SentinelGroup {
         Creds {
             user: None,
             password: self.options.sentinel_password.clone(),
+            tls: self.options.tls.clone(),
         }
     }
 
@@ -206,6 +219,7 @@ impl SentinelGroup {
         Creds {
             user: self.options.data_user.clone(),
             password: self.options.data_password.clone(),
+            tls: self.options.tls.clone(),
         }
     }
 
@@ -332,7 +346,7 @@ impl SentinelGroup {
     /// a replica of the current master; waits until its link is up.
     pub fn restart(&mut self, port: u16) {
         let master = self.master_port();
-        let args = self.data_node_args(Some(master));
+        let args = self.data_node_args(port, Some(master));
         let creds = self.data_creds();
         let node = self.node_mut(port);
         assert!(!node.is_running(), "restart a killed node, not {port}");
