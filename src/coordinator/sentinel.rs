@@ -53,7 +53,9 @@ pub struct SentinelFollower {
 
 #[derive(Default)]
 struct State {
-    current: Option<(String, ConnectionManager)>,
+    /// The master in use: its address, the configuration epoch the
+    /// sentinels named it at, and its manager.
+    current: Option<Current>,
     /// Set when the current master is in doubt: resolve before the next use.
     stale: bool,
     last_resolved: Option<Instant>,
@@ -101,7 +103,10 @@ impl SentinelFollower {
 
     /// The current master's address (`host:port`), if one was found.
     pub fn master_address(&self) -> Option<String> {
-        self.state().current.as_ref().map(|(addr, _)| addr.clone())
+        self.state()
+            .current
+            .as_ref()
+            .map(|current| current.addr.clone())
     }
 
     /// The current master is in doubt (a `WAIT` came back short): ask the
@@ -128,8 +133,8 @@ impl SentinelFollower {
         self.request_pipeline_at(pipeline, offset, count).await.1
     }
 
-    /// [`SentinelFollower::request_pipeline`], and the address of the
-    /// master it was sent to (`None` if none was found).
+    /// [`SentinelFollower::request_pipeline`], and which master it was
+    /// sent to (`host:port@epoch`; `None` if none was found).
     pub async fn request_pipeline_at(
         &self,
         pipeline: &redis::Pipeline,
@@ -162,8 +167,8 @@ impl SentinelFollower {
         }
     }
 
-    /// The current master's address and manager, asking the sentinels
-    /// first when there is none or it is in doubt.
+    /// The current master (named as in [`Current::name`]) and its manager,
+    /// asking the sentinels first when there is none or it is in doubt.
     async fn manager(&self) -> RedisResult<(String, ConnectionManager)> {
         {
             let state = self.state();
@@ -173,7 +178,7 @@ impl SentinelFollower {
             if let Some(current) = &state.current
                 && (!state.stale || recently)
             {
-                return Ok(current.clone());
+                return Ok(current.named());
             }
         }
         let _one_at_a_time = self.resolving.lock().await;
@@ -183,26 +188,30 @@ impl SentinelFollower {
             if let Some(current) = &state.current
                 && !state.stale
             {
-                return Ok(current.clone());
+                return Ok(current.named());
             }
         }
         let resolved = self.resolve().await;
         let mut state = self.state();
         state.last_resolved = Some(Instant::now());
         match resolved {
-            Ok((addr, conn)) => {
-                let same = state.current.as_ref().is_some_and(|(old, _)| *old == addr);
+            Ok(found) => {
+                let same = state
+                    .current
+                    .as_ref()
+                    .is_some_and(|old| old.addr == found.addr && old.epoch == found.epoch);
                 if !same {
-                    tracing::info!(master = %self.master, address = %addr, "redis master found through sentinel");
-                    state.current = Some((addr.clone(), conn.clone()));
+                    tracing::info!(master = %self.master, address = %found.addr, epoch = found.epoch,
+                        "redis master found through sentinel");
+                    state.current = Some(found.clone());
                 }
                 state.stale = false;
-                Ok(state.current.clone().unwrap_or((addr, conn)))
+                Ok(state.current.as_ref().unwrap_or(&found).named())
             }
             // Keep the old one: it may still be right, and commands on it
             // fail cleanly if not.
             Err(err) => match &state.current {
-                Some(current) => Ok(current.clone()),
+                Some(current) => Ok(current.named()),
                 None => Err(err),
             },
         }
@@ -215,7 +224,7 @@ impl SentinelFollower {
     /// yet names the old master at the old epoch, while the one that ran
     /// the failover names the promoted replica at the new epoch as soon as
     /// it sees the promotion: the old master is never picked again then.
-    async fn resolve(&self) -> RedisResult<(String, ConnectionManager)> {
+    async fn resolve(&self) -> RedisResult<Current> {
         let answers = futures_util::future::join_all(
             self.sentinels
                 .iter()
@@ -245,7 +254,7 @@ impl SentinelFollower {
                 continue;
             }
             match self.check_master(&host, port).await {
-                Ok(found) => return Ok(found),
+                Ok((addr, conn)) => return Ok(Current { addr, epoch, conn }),
                 Err(err) => last = Some(err),
             }
             tried.push((host, port));
@@ -317,6 +326,32 @@ impl SentinelFollower {
                 format!("{err:#}"),
             ))
         })
+    }
+}
+
+/// The master in use.
+#[derive(Clone)]
+struct Current {
+    addr: String,
+    /// The newest `config-epoch` it was named at (`None`: not known).
+    epoch: Option<u64>,
+    conn: ConnectionManager,
+}
+
+impl Current {
+    /// `host:port@epoch`: the same server promoted again at a later
+    /// failover is another master for the replica-count memory of
+    /// `lock/server.rs`; the old and the new master of one failover are
+    /// never taken for each other.
+    fn name(&self) -> String {
+        match self.epoch {
+            Some(epoch) => format!("{}@{epoch}", self.addr),
+            None => self.addr.clone(),
+        }
+    }
+
+    fn named(&self) -> (String, ConnectionManager) {
+        (self.name(), self.conn.clone())
     }
 }
 

@@ -20,8 +20,9 @@
 //! through that the new master never sees. The promoted replica leaves the
 //! old master's replica list the moment it is promoted, so a master that
 //! lists fewer replicas than it did within [`REPLICA_MEMORY`] (remembered
-//! per master address, for the master the pipeline actually ran on) is in
-//! doubt, and the master is looked up again:
+//! per master, for the master the pipeline actually ran on: with Sentinel
+//! its address and the configuration epoch the sentinels named it at) is
+//! in doubt, and the master is looked up again:
 //! - a claim on it is undone and not counted ([`LockError::ReplicaLost`]);
 //! - a renewal on it does not count: the lease's deadline stays where the
 //!   last renewal the new master can have seen put it, so the watchdog
@@ -62,10 +63,12 @@ const RECORD_REMEMBERED: Duration = Duration::from_secs(30);
 /// be under way); after it, the smaller count is the new normal.
 const REPLICA_MEMORY: Duration = Duration::from_secs(30);
 
-/// The most replicas each master listed lately, by address: kept per
-/// address, so that answers from the old and the new master interleaving
-/// through a failover (tasks that sent before and after the switch) never
-/// make each other look fresh.
+/// The most replicas each master listed lately, by master (`host:port`,
+/// with Sentinel `host:port@epoch`): kept per master, so that answers from
+/// the old and the new master interleaving through a failover (tasks that
+/// sent before and after the switch) never make each other look fresh,
+/// while a server promoted again at a later failover (a newer epoch)
+/// starts afresh.
 #[derive(Default)]
 struct Replicas {
     seen: std::collections::HashMap<String, (u32, std::time::Instant)>,
