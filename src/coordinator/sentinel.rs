@@ -6,16 +6,19 @@
 //! manager like a `url` server. The sentinel that ran a failover names the
 //! promoted replica at a new epoch as soon as it sees it promoted, while
 //! the others still name the old master at the old one until they hear of
-//! it: a master the up-to-date sentinels no longer name is never picked. redis-rs's `SentinelClient` resolves a
-//! master once but a connection built from it stays on the old address after
-//! a failover (upstream #1438) and cannot skip `CLIENT SETINFO` or take a
-//! private CA for the data nodes, so the three commands are sent here.
+//! it: a master the up-to-date sentinels no longer name is never picked.
+//! redis-rs's `SentinelClient` resolves a master once but a connection
+//! built from it stays on the old address after a failover (upstream
+//! #1438) and cannot skip `CLIENT SETINFO` or take a private CA for the
+//! data nodes, so these commands are sent here.
 //!
 //! Failure model: the master may die, be demoted (graceful `SENTINEL
 //! FAILOVER`), or be cut off while it still accepts writes. A command that
-//! fails with `READONLY`, `MASTERDOWN`, an I/O error or a timeout, and a
-//! claim whose `WAIT` found too few replicas ([`SentinelFollower::suspect`]),
-//! make the next command ask the sentinels again (at most every
+//! fails with `READONLY`, `MASTERDOWN`, an I/O error or a timeout (also
+//! inside a pipeline's replies), and a claim, renewal or release whose
+//! `WAIT` found too few replicas or whose master lists fewer replicas than
+//! lately ([`SentinelFollower::suspect`]), make the next command ask the
+//! sentinels again (at most every
 //! [`RESOLVE_EVERY`]); the failed command itself is returned as failed, and
 //! the caller retries as for any Redis error (claims with the same token).
 //! Whatever a stale master still grants is refused by `WAIT` and the
