@@ -1,20 +1,32 @@
 //! A master found through Redis Sentinel, and followed across failovers.
 //!
-//! The sentinels are asked `SENTINEL GET-MASTER-ADDR-BY-NAME` in turn; the
-//! address they give is checked with `ROLE` and gets a lazily connecting
-//! manager like a `url` server. redis-rs's `SentinelClient` resolves a
-//! master once but a connection built from it stays on the old address after
-//! a failover (upstream #1438) and cannot skip `CLIENT SETINFO` or take a
-//! private CA for the data nodes, so the three commands are sent here.
+//! The sentinels are all asked at once `SENTINEL GET-MASTER-ADDR-BY-NAME`
+//! and `SENTINEL MASTER` (for its `config-epoch`); the address named at the
+//! highest epoch is checked with `ROLE` and gets a lazily connecting
+//! manager like a `url` server. The sentinel that ran a failover names the
+//! promoted replica at a new epoch as soon as it sees it promoted, while
+//! the others still name the old master at the old one until they hear of
+//! it: a master the up-to-date sentinels no longer name is never picked.
+//! redis-rs's `SentinelClient` resolves a master once but a connection
+//! built from it stays on the old address after a failover (upstream
+//! #1438) and cannot skip `CLIENT SETINFO` or take a private CA for the
+//! data nodes, so these commands are sent here.
 //!
 //! Failure model: the master may die, be demoted (graceful `SENTINEL
 //! FAILOVER`), or be cut off while it still accepts writes. A command that
-//! fails with `READONLY`, `MASTERDOWN`, an I/O error or a timeout, and a
-//! claim whose `WAIT` found too few replicas ([`SentinelFollower::suspect`]),
-//! make the next command ask the sentinels again (at most every
+//! fails with `READONLY`, `MASTERDOWN`, an I/O error or a timeout (also
+//! inside a pipeline's replies), and a claim, renewal or release whose
+//! `WAIT` found too few replicas or whose master lists fewer replicas than
+//! lately ([`SentinelFollower::suspect`]), make the next command ask the
+//! sentinels again (at most every
 //! [`RESOLVE_EVERY`]); the failed command itself is returned as failed, and
 //! the caller retries as for any Redis error (claims with the same token).
-//! Whatever a stale master still grants is refused by `WAIT`, not here.
+//! Whatever a stale master still grants is refused by `WAIT` and the
+//! replica-count check of `lock/server.rs`, not here: for up to a second
+//! after the promotion no sentinel names the new master yet. Each pipeline
+//! answers the address it was sent to
+//! ([`SentinelFollower::request_pipeline_at`]), so that check judges the
+//! master that answered, not the one another task switched to meanwhile.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -44,7 +56,9 @@ pub struct SentinelFollower {
 
 #[derive(Default)]
 struct State {
-    current: Option<(String, ConnectionManager)>,
+    /// The master in use: its address, the configuration epoch the
+    /// sentinels named it at, and its manager.
+    current: Option<Current>,
     /// Set when the current master is in doubt: resolve before the next use.
     stale: bool,
     last_resolved: Option<Instant>,
@@ -92,7 +106,10 @@ impl SentinelFollower {
 
     /// The current master's address (`host:port`), if one was found.
     pub fn master_address(&self) -> Option<String> {
-        self.state().current.as_ref().map(|(addr, _)| addr.clone())
+        self.state()
+            .current
+            .as_ref()
+            .map(|current| current.addr.clone())
     }
 
     /// The current master is in doubt (a `WAIT` came back short): ask the
@@ -103,7 +120,7 @@ impl SentinelFollower {
 
     /// Runs `cmd` on the current master.
     pub async fn request(&self, cmd: &Cmd) -> RedisResult<Value> {
-        let mut conn = self.manager().await?;
+        let (_, mut conn) = self.manager().await?;
         let result = conn.req_packed_command(cmd).await;
         self.judge(&result);
         result
@@ -116,10 +133,33 @@ impl SentinelFollower {
         offset: usize,
         count: usize,
     ) -> RedisResult<Vec<Value>> {
-        let mut conn = self.manager().await?;
+        self.request_pipeline_at(pipeline, offset, count).await.1
+    }
+
+    /// [`SentinelFollower::request_pipeline`], and which master it was
+    /// sent to (`host:port@epoch`; `None` if none was found).
+    pub async fn request_pipeline_at(
+        &self,
+        pipeline: &redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> (Option<String>, RedisResult<Vec<Value>>) {
+        let (address, mut conn) = match self.manager().await {
+            Ok(found) => found,
+            Err(err) => return (None, Err(err)),
+        };
         let result = conn.req_packed_commands(pipeline, offset, count).await;
-        self.judge(&result);
-        result
+        // A command's error (`READONLY`...) comes back as a value in the
+        // replies, not as the pipeline's error: judged all the same.
+        match &result {
+            Ok(values) => {
+                if let Some(err) = first_error(values) {
+                    self.judge::<()>(&Err(err));
+                }
+            }
+            Err(_) => self.judge(&result),
+        }
+        (Some(address), result)
     }
 
     fn judge<T>(&self, result: &RedisResult<T>) {
@@ -130,73 +170,106 @@ impl SentinelFollower {
         }
     }
 
-    /// The manager for the current master, asking the sentinels first when
-    /// there is none or it is in doubt.
-    async fn manager(&self) -> RedisResult<ConnectionManager> {
+    /// The current master (named as in [`Current::name`]) and its manager,
+    /// asking the sentinels first when there is none or it is in doubt.
+    async fn manager(&self) -> RedisResult<(String, ConnectionManager)> {
         {
             let state = self.state();
             let recently = state
                 .last_resolved
                 .is_some_and(|at| at.elapsed() < RESOLVE_EVERY);
-            if let Some((_, conn)) = &state.current
+            if let Some(current) = &state.current
                 && (!state.stale || recently)
             {
-                return Ok(conn.clone());
+                return Ok(current.named());
             }
         }
         let _one_at_a_time = self.resolving.lock().await;
         // Another task may have resolved while this one waited.
         {
             let state = self.state();
-            if let Some((_, conn)) = &state.current
+            if let Some(current) = &state.current
                 && !state.stale
             {
-                return Ok(conn.clone());
+                return Ok(current.named());
             }
         }
         let resolved = self.resolve().await;
         let mut state = self.state();
         state.last_resolved = Some(Instant::now());
         match resolved {
-            Ok((addr, conn)) => {
-                let same = state.current.as_ref().is_some_and(|(old, _)| *old == addr);
-                if !same {
-                    tracing::info!(master = %self.master, address = %addr, "redis master found through sentinel");
-                    state.current = Some((addr, conn.clone()));
-                }
-                state.stale = false;
-                Ok(state
+            Ok(found) => {
+                let same = state
                     .current
                     .as_ref()
-                    .map_or(conn, |(_, current)| current.clone()))
+                    .is_some_and(|old| old.addr == found.addr && old.epoch == found.epoch);
+                if !same {
+                    tracing::info!(master = %self.master, address = %found.addr, epoch = found.epoch,
+                        "redis master found through sentinel");
+                    state.current = Some(found.clone());
+                }
+                state.stale = false;
+                Ok(state.current.as_ref().unwrap_or(&found).named())
             }
             // Keep the old one: it may still be right, and commands on it
             // fail cleanly if not.
             Err(err) => match &state.current {
-                Some((_, conn)) => Ok(conn.clone()),
+                Some(current) => Ok(current.named()),
                 None => Err(err),
             },
         }
     }
 
-    /// Asks the sentinels in turn for the master and checks its `ROLE`.
-    async fn resolve(&self) -> RedisResult<(String, ConnectionManager)> {
+    /// Asks every sentinel at once which master it names, and at which
+    /// configuration epoch; the address named at the highest epoch wins
+    /// (the first sentinel's, in the configured order, among equals) and
+    /// is checked with `ROLE`. A sentinel that has not heard of a failover
+    /// yet names the old master at the old epoch, while the one that ran
+    /// the failover names the promoted replica at the new epoch as soon as
+    /// it sees the promotion: the old master is never picked again then.
+    async fn resolve(&self) -> RedisResult<Current> {
+        let answers = futures_util::future::join_all(
+            self.sentinels
+                .iter()
+                .map(|(_, sentinel)| self.ask(sentinel)),
+        )
+        .await;
+        let mut named: Vec<(Option<u64>, String, u16)> = Vec::new();
         let mut last: Option<RedisError> = None;
-        for (shown, sentinel) in &self.sentinels {
-            match self.ask(sentinel).await {
-                Ok(found) => return Ok(found),
+        for ((shown, _), answer) in self.sentinels.iter().zip(answers) {
+            match answer {
+                Ok((host, port, epoch)) => named.push((epoch, host, port)),
                 Err(err) => {
                     tracing::debug!(sentinel = %shown, master = %self.master, error = %err, "sentinel did not name a usable master");
                     last = Some(err);
                 }
             }
         }
+        let newest = named.iter().map(|(epoch, ..)| *epoch).max().flatten();
+        let mut tried: Vec<(String, u16)> = Vec::new();
+        for (epoch, host, port) in named {
+            if epoch < newest {
+                tracing::debug!(master = %self.master, named = %format!("{host}:{port}"), epoch, newest,
+                    "a sentinel names a master at an older epoch (it has not heard of a failover yet): ignored");
+                continue;
+            }
+            if tried.iter().any(|(h, p)| *h == host && *p == port) {
+                continue;
+            }
+            match self.check_master(&host, port).await {
+                Ok((addr, conn)) => return Ok(Current { addr, epoch, conn }),
+                Err(err) => last = Some(err),
+            }
+            tried.push((host, port));
+        }
         Err(last.unwrap_or_else(|| {
             RedisError::from((ErrorKind::EmptySentinelList, "no sentinel configured"))
         }))
     }
 
-    async fn ask(&self, sentinel: &redis::Client) -> RedisResult<(String, ConnectionManager)> {
+    /// One sentinel's master for this name and its configuration epoch
+    /// (`None` if `SENTINEL MASTER` is not allowed: lowest).
+    async fn ask(&self, sentinel: &redis::Client) -> RedisResult<(String, u16, Option<u64>)> {
         let lookup = async {
             let mut conn = sentinel.get_multiplexed_async_connection().await?;
             let reply: Option<(String, u16)> = redis::cmd("SENTINEL")
@@ -204,18 +277,33 @@ impl SentinelFollower {
                 .arg(&self.master)
                 .query_async(&mut conn)
                 .await?;
-            reply.ok_or_else(|| {
+            let (host, port) = reply.ok_or_else(|| {
                 RedisError::from((
                     ErrorKind::MasterNameNotFoundBySentinel,
                     "the sentinel does not monitor this master name",
                 ))
-            })
+            })?;
+            let fields: RedisResult<Vec<String>> = redis::cmd("SENTINEL")
+                .arg("MASTER")
+                .arg(&self.master)
+                .query_async(&mut conn)
+                .await;
+            let epoch = fields.ok().and_then(|fields| config_epoch(&fields));
+            Ok((host, port, epoch))
         };
-        let (host, port) = tokio::time::timeout(SENTINEL_TIMEOUT, lookup)
+        tokio::time::timeout(SENTINEL_TIMEOUT, lookup)
             .await
-            .map_err(|_| timeout_error("the sentinel did not answer"))??;
+            .map_err(|_| timeout_error("the sentinel did not answer"))?
+    }
+
+    /// A manager for `host:port` once its `ROLE` says it is a master.
+    async fn check_master(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> RedisResult<(String, ConnectionManager)> {
         let addr = format!("{host}:{port}");
-        let mut conn = self.data_node(&host, port)?;
+        let mut conn = self.data_node(host, port)?;
         let role: Vec<Value> =
             tokio::time::timeout(SENTINEL_TIMEOUT, redis::cmd("ROLE").query_async(&mut conn))
                 .await
@@ -242,6 +330,49 @@ impl SentinelFollower {
             ))
         })
     }
+}
+
+/// The master in use.
+#[derive(Clone)]
+struct Current {
+    addr: String,
+    /// The newest `config-epoch` it was named at (`None`: not known).
+    epoch: Option<u64>,
+    conn: ConnectionManager,
+}
+
+impl Current {
+    /// `host:port@epoch`: the same server promoted again at a later
+    /// failover is another master for the replica-count memory of
+    /// `lock/server.rs`; the old and the new master of one failover are
+    /// never taken for each other.
+    fn name(&self) -> String {
+        match self.epoch {
+            Some(epoch) => format!("{}@{epoch}", self.addr),
+            None => self.addr.clone(),
+        }
+    }
+
+    fn named(&self) -> (String, ConnectionManager) {
+        (self.name(), self.conn.clone())
+    }
+}
+
+/// The first command error among a pipeline's replies.
+pub fn first_error(values: &[Value]) -> Option<RedisError> {
+    values.iter().find_map(|value| match value {
+        Value::ServerError(err) => Some(RedisError::from(err.clone())),
+        _ => None,
+    })
+}
+
+/// `config-epoch` of a `SENTINEL MASTER` reply (field/value pairs).
+fn config_epoch(fields: &[String]) -> Option<u64> {
+    fields
+        .chunks(2)
+        .find(|pair| pair.first().is_some_and(|name| name == "config-epoch"))
+        .and_then(|pair| pair.get(1))
+        .and_then(|epoch| epoch.parse().ok())
 }
 
 fn timeout_error(what: &'static str) -> RedisError {

@@ -75,11 +75,14 @@ pub enum LockError {
     },
     /// A Sentinel master lists fewer replicas than it did lately: a
     /// failover may be under way, and what it grants may be lost.
+    /// Claims, renewals and releases alike: a replica that acknowledged
+    /// it may resync from a new master and drop it.
     #[error(
-        "redis claim for job `{job}` not counted: the master lists {listed} replica(s), \
+        "redis {step} for job `{job}` not counted: the master lists {listed} replica(s), \
          {before} not long ago (a failover may be under way)"
     )]
     ReplicaLost {
+        step: &'static str,
         job: String,
         listed: u32,
         before: u32,
@@ -344,10 +347,11 @@ impl Locker {
     ) -> Locker {
         let coordinator = coordinator.into();
         let scripts = Arc::new(server::Scripts::new());
+        let single = !coordinator.is_quorum();
         let servers = coordinator
             .members()
             .iter()
-            .map(|member| server::Server::new(member, node, history_max, &scripts))
+            .map(|member| server::Server::new(member, node, history_max, &scripts, single))
             .collect();
         Locker {
             coordinator,

@@ -342,17 +342,27 @@ end
 return {'idle'}
 "#;
 
-/// KEYS: lock, state. ARGV: lock value, token. Undoes a claim won with
-/// `token` that must not run (its `WAIT` came back short, or a Redlock
-/// majority was not reached): deletes the lock if it still holds our value
-/// and, if the state's last decision is that claim, puts the occurrence
-/// decided before it back, so the occurrence can be claimed again (a retry
-/// with the same token wins it anew). Reply 1.
+/// KEYS: lock, state, history. ARGV: lock value, token, node, history max,
+/// record (`1`: one coordinator; `0`: one Redlock master, whose majority
+/// decides elsewhere). Undoes a claim won with `token` that must not run
+/// (its `WAIT` came back short, a replica was lost, or a Redlock majority
+/// was not reached): deletes the lock if it still holds our value and, if
+/// the state's last decision is that claim, puts the occurrence decided
+/// before it back, so the occurrence can be claimed again (a retry with the
+/// same token wins it anew).
+///
+/// If a newer occurrence was decided meanwhile (the undone claim's lock was
+/// still there, so it was skipped) the undone one can be claimed by nobody
+/// any more, and nobody else records it: the other nodes were told it was
+/// claimed, the newer decision names it as the one decided before (no gap),
+/// and its run is not in progress any more (no `abandoned`). With `record`
+/// it is recorded `missed` here, at once with the undo, so the occurrence
+/// ends in exactly one record. Reply 1, or 2 if it was recorded missed.
 pub const UNDO: &str = r#"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
 end
-local st = redis.call('HMGET', KEYS[2], 'last_token', 'last_prev', 'run_token', 'retry_token')
+local st = redis.call('HMGET', KEYS[2], 'last_token', 'last_prev', 'run_token', 'retry_token', 'run_occ')
 if st[4] == ARGV[2] then
   redis.call('HSET', KEYS[2], 'retry_state', 'pending', 'retry_token', '')
 end
@@ -360,10 +370,18 @@ if st[1] == ARGV[2] then
   redis.call('HSET', KEYS[2], 'last_occ', st[2] or '', 'last_token', '', 'last_decision', 'undone',
     'last_outcome', 'undone')
 end
+local recorded = 1
 if st[3] == ARGV[2] then
   redis.call('HSET', KEYS[2], 'run_token', '')
+  if ARGV[5] == '1' and st[1] ~= ARGV[2] and st[4] ~= ARGV[2] then
+    local now_s = ms_str(now_ms())
+    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], '*', 'occurrence', st[5] or '', 'node', ARGV[3],
+      'fence', '0', 'outcome', 'missed', 'started_at', now_s, 'finished_at', now_s,
+      'error', 'its claim won but was not confirmed (too few replicas acknowledged it, or the master was in doubt) and was undone after a newer occurrence had been decided; never run')
+    recorded = 2
+  end
 end
-return 1
+return recorded
 "#;
 
 /// The full text of `body` with the helpers it uses.

@@ -12,15 +12,33 @@
 //! renewal does not move the lease's deadline; a release is retried.
 //!
 //! With `wait_replicas` on one master (Sentinel, or a `url` with
-//! replicas) the claim pipeline also asks `ROLE`: after a graceful
-//! `SENTINEL FAILOVER` the old master keeps accepting writes, and for about
-//! a second the replica that was *not* promoted still acknowledges them
-//! before it resyncs from the new master and drops them (measured:
-//! `tests/ha_probe.rs`), so `WAIT 1` alone can let a claim through that the
-//! new master never sees. The promoted replica leaves the old master's
-//! replica list the moment it is promoted, so a master that lists fewer
-//! replicas than it did within [`REPLICA_MEMORY`] is in doubt: its claims
-//! are undone, and the master is looked up again.
+//! replicas) the claim, extend and release pipelines also ask `ROLE`:
+//! after a graceful `SENTINEL FAILOVER` the old master keeps accepting
+//! writes, and for about a second the replica that was *not* promoted still
+//! acknowledges them before it resyncs from the new master and drops them
+//! (measured: `tests/ha_probe.rs`), so `WAIT 1` alone can let a write
+//! through that the new master never sees. The promoted replica leaves the
+//! old master's replica list the moment it is promoted, so a master that
+//! lists fewer replicas than it did within [`REPLICA_MEMORY`] (remembered
+//! per master, for the master the pipeline actually ran on: with Sentinel
+//! its address and the configuration epoch the sentinels named it at) is
+//! in doubt, and the master is looked up again:
+//! - a claim on it is undone and not counted ([`LockError::ReplicaLost`]);
+//! - a renewal on it does not count: the lease's deadline stays where the
+//!   last renewal the new master can have seen put it, so the watchdog
+//!   stops the run before that lock can expire on the new master (a
+//!   renewal acknowledged by a replica about to drop it is no renewal);
+//! - a release on it does not count and is retried, on the new master
+//!   once the sentinels name it (token-checked and recorded once per
+//!   master, so the retry deletes the lock there and records the outcome
+//!   exactly once in the history that survives).
+//!
+//! Failure model: any command may fail or its answer be lost; every step
+//! is safe to retry with the same token. What a master grants is counted
+//! only with its acknowledgements and, on one master, its replica count:
+//! an unconfirmed claim never runs. An unconfirmed claim undone after a
+//! newer occurrence was decided is recorded `missed` by the undo
+//! ([`scripts::UNDO`]), so it still ends in exactly one history record.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,29 +63,31 @@ const RECORD_REMEMBERED: Duration = Duration::from_secs(30);
 /// be under way); after it, the smaller count is the new normal.
 const REPLICA_MEMORY: Duration = Duration::from_secs(30);
 
-/// The most replicas a Sentinel master listed lately.
+/// The most replicas each master listed lately, by master (`host:port`,
+/// with Sentinel `host:port@epoch`): kept per master, so that answers from
+/// the old and the new master interleaving through a failover (tasks that
+/// sent before and after the switch) never make each other look fresh,
+/// while a server promoted again at a later failover (a newer epoch)
+/// starts afresh.
 #[derive(Default)]
 struct Replicas {
-    master: Option<String>,
-    most: u32,
-    seen_at: Option<std::time::Instant>,
+    seen: std::collections::HashMap<String, (u32, std::time::Instant)>,
 }
 
 impl Replicas {
-    /// Whether `listed` replicas on `master` now are fewer than lately.
-    fn dropped(&mut self, master: Option<String>, listed: u32) -> Option<u32> {
+    /// Whether `listed` replicas on `master` now are fewer than lately:
+    /// `Some(the most listed lately)` if so.
+    fn dropped(&mut self, master: &str, listed: u32) -> Option<u32> {
         let now = std::time::Instant::now();
-        let fresh = self.master != master
-            || self
-                .seen_at
-                .is_none_or(|at| now.duration_since(at) >= REPLICA_MEMORY);
-        if fresh || listed >= self.most {
-            self.master = master;
-            self.most = listed;
-            self.seen_at = Some(now);
-            return None;
+        self.seen
+            .retain(|_, (_, at)| now.duration_since(*at) < REPLICA_MEMORY);
+        match self.seen.get(master) {
+            Some((most, _)) if listed < *most => Some(*most),
+            _ => {
+                self.seen.insert(master.to_string(), (listed, now));
+                None
+            }
         }
-        Some(self.most)
     }
 }
 
@@ -92,7 +112,7 @@ impl Scripts {
             missed: Script::new(&scripts::with_prelude(scripts::MISSED)),
             gap: Script::new(&scripts::with_prelude(scripts::GAP)),
             abandon: Script::new(&scripts::with_prelude(scripts::ABANDON)),
-            undo: Script::new(scripts::UNDO),
+            undo: Script::new(&scripts::with_prelude(scripts::UNDO)),
             paused: Script::new(&scripts::with_prelude(scripts::PAUSED)),
         }
     }
@@ -121,6 +141,9 @@ pub(super) struct Server {
     history_max: u64,
     scripts: Arc<Scripts>,
     replicas: Arc<std::sync::Mutex<Replicas>>,
+    /// The undo records an occurrence it leaves behind (not on one of the
+    /// Redlock masters: there a majority decides, not this one).
+    records_undone: bool,
 }
 
 impl Server {
@@ -129,6 +152,7 @@ impl Server {
         node: &str,
         history_max: u64,
         scripts: &Arc<Scripts>,
+        records_undone: bool,
     ) -> Server {
         Server {
             conn: member.conn.clone(),
@@ -138,6 +162,7 @@ impl Server {
             history_max,
             scripts: Arc::clone(scripts),
             replicas: Arc::default(),
+            records_undone,
         }
     }
 
@@ -149,26 +174,16 @@ impl Server {
     }
 
     /// Runs `invocation`; with acknowledgements asked, pipelined with `WAIT`
-    /// and answering how many replicas acknowledged.
-    async fn invoke<T: FromRedisValue>(
-        &self,
-        invocation: &ScriptInvocation<'_>,
-        step: &'static str,
-        job: &str,
-    ) -> Result<(T, Option<u32>), LockError> {
-        let (reply, acked, _) = self.invoke_with(invocation, step, job, false).await?;
-        Ok((reply, acked))
-    }
-
-    /// [`Server::invoke`], and with `role` the number of replicas `ROLE`
-    /// lists, from the same pipeline.
+    /// and answering how many replicas acknowledged, and with `role` which
+    /// master it ran on and how many replicas its `ROLE` lists, from the
+    /// same pipeline.
     async fn invoke_with<T: FromRedisValue>(
         &self,
         invocation: &ScriptInvocation<'_>,
         step: &'static str,
         job: &str,
         role: bool,
-    ) -> Result<(T, Option<u32>, Option<u32>), LockError> {
+    ) -> Result<(T, Option<u32>, Option<(String, u32)>), LockError> {
         let mut conn = self.conn.clone();
         if self.wait.replicas == 0 {
             let reply = invocation
@@ -185,7 +200,7 @@ impl Server {
         if role {
             pipe.cmd("ROLE");
         }
-        let mut sent = pipe.query_async::<Vec<redis::Value>>(&mut conn).await;
+        let (mut master, mut sent) = self.send(&pipe).await;
         if let Err(err) = &sent
             && err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
         {
@@ -195,7 +210,7 @@ impl Server {
                 .load_async(&mut conn)
                 .await
                 .map_err(|source| redis_error(step, job, source))?;
-            sent = pipe.query_async::<Vec<redis::Value>>(&mut conn).await;
+            (master, sent) = self.send(&pipe).await;
         }
         let mut values = sent
             .map_err(|source| redis_error(step, job, source))?
@@ -209,8 +224,37 @@ impl Server {
             .map_err(|source| redis_error(step, job, source.into()))?;
         let acked = u32::from_redis_value(values.next().ok_or_else(|| bad("WAIT answer"))?)
             .map_err(|source| redis_error(step, job, source.into()))?;
-        let listed = values.next().map(|role| replicas_listed(&role));
+        let listed = values.next().map(|role| (master, replicas_listed(&role)));
         Ok((reply, Some(acked), listed))
+    }
+
+    /// Sends `pipe` and answers which master it ran on: with Sentinel the
+    /// one the follower picked for it (another task may switch the follower
+    /// meanwhile), else the member's name.
+    async fn send(
+        &self,
+        pipe: &redis::Pipeline,
+    ) -> (String, redis::RedisResult<Vec<redis::Value>>) {
+        match &self.conn {
+            Conn::Sentinel(follower) => {
+                let count = pipe.cmd_iter().count();
+                let (address, sent) = follower.request_pipeline_at(pipe, 0, count).await;
+                // As `query_async` does: a command's error is the pipeline's.
+                let sent =
+                    sent.and_then(|values| {
+                        match crate::coordinator::sentinel::first_error(&values) {
+                            Some(err) => Err(err),
+                            None => Ok(values),
+                        }
+                    });
+                (address.unwrap_or_else(|| self.shown.clone()), sent)
+            }
+            conn => (
+                self.shown.clone(),
+                pipe.query_async::<Vec<redis::Value>>(&mut conn.clone())
+                    .await,
+            ),
+        }
     }
 
     /// `Err(Unacknowledged)` when `acked` falls short of `wait_replicas`.
@@ -235,22 +279,25 @@ impl Server {
     }
 
     /// `Err(ReplicaLost)` when the master lists fewer replicas than lately.
-    fn check_replicas(&self, listed: Option<u32>, job: &str) -> Result<(), LockError> {
-        let Some(listed) = listed else {
+    /// `listed`: the master the pipeline ran on, and what its `ROLE` listed.
+    fn check_replicas(
+        &self,
+        listed: Option<(String, u32)>,
+        step: &'static str,
+        job: &str,
+    ) -> Result<(), LockError> {
+        let Some((master, listed)) = listed else {
             return Ok(());
         };
-        let master = match &self.conn {
-            Conn::Sentinel(follower) => follower.master_address(),
-            _ => Some(self.shown.clone()),
-        };
         let dropped = match self.replicas.lock() {
-            Ok(mut replicas) => replicas.dropped(master, listed),
-            Err(poisoned) => poisoned.into_inner().dropped(master, listed),
+            Ok(mut replicas) => replicas.dropped(&master, listed),
+            Err(poisoned) => poisoned.into_inner().dropped(&master, listed),
         };
         match dropped {
             Some(before) => {
                 self.conn.suspect();
                 Err(LockError::ReplicaLost {
+                    step,
                     job: job.to_string(),
                     listed,
                     before,
@@ -300,7 +347,7 @@ impl Server {
         let answer = parse_claim(&reply, lease_keys, job, token, ttl)?;
         let checked = self
             .check_acked(acked, "claim", job)
-            .and_then(|()| self.check_replicas(listed, job));
+            .and_then(|()| self.check_replicas(listed, "claim", job));
         if let Err(short) = checked {
             if matches!(answer.claim, Claim::Won(_)) {
                 // Not known to the replicas: never run on it. Undo it (with
@@ -314,16 +361,30 @@ impl Server {
 
     /// Deletes a lock this node took with `token` and un-records the
     /// occurrence it claimed, best effort (a failure leaves a lock that
-    /// expires by itself and a record the next claim sees as decided).
+    /// expires by itself, then found `abandoned`, and a record the next
+    /// claim sees as decided). An occurrence a newer decision left behind
+    /// is recorded `missed` by the undo itself ([`scripts::UNDO`]), except
+    /// on a Redlock master (`records_undone` false).
     pub(super) async fn undo(&self, keys: &super::JobKeys, job: &str, token: &str) {
         let mut invocation = self.scripts.undo.prepare_invoke();
         invocation
             .key(&keys.lock)
             .key(&keys.state)
+            .key(&keys.history)
             .arg(format!("{token} {}", self.node))
-            .arg(token);
-        if let Err(err) = invocation.invoke_async::<i64>(&mut self.conn.clone()).await {
-            tracing::debug!(job = %job, server = %self.shown, error = %err, "cannot undo an unconfirmed claim; its lock expires by itself");
+            .arg(token)
+            .arg(&self.node)
+            .arg(self.history_max)
+            .arg(if self.records_undone { "1" } else { "0" });
+        match invocation.invoke_async::<i64>(&mut self.conn.clone()).await {
+            Ok(2) => {
+                tracing::warn!(job = %job, server = %self.shown, node = %self.node,
+                    "an unconfirmed claim was undone after a newer occurrence had been decided: its occurrence is recorded missed");
+            }
+            Ok(_) => {}
+            Err(err) => {
+                tracing::debug!(job = %job, server = %self.shown, error = %err, "cannot undo an unconfirmed claim; its lock expires by itself");
+            }
         }
     }
 
@@ -333,9 +394,14 @@ impl Server {
             .key(&lease.keys.lock)
             .arg(lease.value(&self.node))
             .arg(ttl_ms(lease.ttl));
-        let (extended, acked): (i64, _) = self.invoke(&invocation, "extend", &lease.job).await?;
+        let (extended, acked, listed): (i64, _, _) = self
+            .invoke_with(&invocation, "extend", &lease.job, self.watches_replicas())
+            .await?;
         if extended == 1 {
+            // A renewal a stale master took does not move the deadline: the
+            // new master's lock keeps the TTL of the last one it got.
             self.check_acked(acked, "extend", &lease.job)?;
+            self.check_replicas(listed, "extend", &lease.job)?;
         }
         Ok(extended == 1)
     }
@@ -358,8 +424,13 @@ impl Server {
         for (field, value) in entry.to_fields() {
             invocation.arg(field).arg(value);
         }
-        let (reply, acked): (Vec<i64>, _) = self.invoke(&invocation, "release", &lease.job).await?;
+        let (reply, acked, listed): (Vec<i64>, _, _) = self
+            .invoke_with(&invocation, "release", &lease.job, self.watches_replicas())
+            .await?;
+        // Not on a master that may be stale: retried (token-checked, the
+        // entry recorded once) until the current master takes it.
         self.check_acked(acked, "release", &lease.job)?;
+        self.check_replicas(listed, "release", &lease.job)?;
         Ok(Released {
             lock_was_ours: reply.first() == Some(&1),
             replaced_abandoned: reply.get(1) == Some(&1),
@@ -632,19 +703,23 @@ mod tests {
     #[test]
     fn a_master_that_lost_a_replica_lately_is_in_doubt_until_the_memory_ends() {
         let mut replicas = Replicas::default();
-        let master = || Some("127.0.0.1:6379".to_string());
-        assert_eq!(replicas.dropped(master(), 2), None);
-        assert_eq!(replicas.dropped(master(), 2), None);
-        assert_eq!(replicas.dropped(master(), 1), Some(2), "one replica gone");
-        assert_eq!(replicas.dropped(master(), 3), None, "more is fine");
-        // Another master: its own count from scratch.
-        assert_eq!(replicas.dropped(Some("127.0.0.1:6380".into()), 0), None);
+        let old = "127.0.0.1:6379";
+        let new = "127.0.0.1:6380";
+        assert_eq!(replicas.dropped(old, 2), None);
+        assert_eq!(replicas.dropped(old, 2), None);
+        assert_eq!(replicas.dropped(old, 1), Some(2), "one replica gone");
+        assert_eq!(replicas.dropped(old, 3), None, "more is fine");
+        assert_eq!(replicas.dropped(old, 1), Some(3));
+        // Another master: its own count from scratch, and answers of the
+        // two interleaving keep each one's memory.
+        assert_eq!(replicas.dropped(new, 1), None);
+        assert_eq!(replicas.dropped(old, 1), Some(3), "still in doubt");
+        assert_eq!(replicas.dropped(new, 1), None);
         // Once the memory is over, fewer is the new normal.
-        replicas.seen_at = replicas
-            .seen_at
-            .and_then(|at| at.checked_sub(REPLICA_MEMORY));
-        replicas.most = 2;
-        assert_eq!(replicas.dropped(Some("127.0.0.1:6380".into()), 1), None);
+        for (_, at) in replicas.seen.values_mut() {
+            *at = at.checked_sub(REPLICA_MEMORY).unwrap_or(*at);
+        }
+        assert_eq!(replicas.dropped(old, 1), None);
     }
 
     #[test]
