@@ -1,7 +1,9 @@
 //! Scenario r: the Redis cost of one occurrence, solocron beside its peers
 //! (bench/peers/node: node-cron + redlock, BullMQ job schedulers), in one
 //! run and with the same jobs: 3 nodes, 10 every-second probe jobs, each
-//! system on its own fresh `redis-server`. Per occurrence: the server's CPU
+//! system on its own fresh `redis-server`, all three at the same time and
+//! measured over the same windows (so the machine's load is the same for
+//! each). Per occurrence: the server's CPU
 //! (`used_cpu_sys + used_cpu_user`, its idle cost subtracted), the time of
 //! the commands the clients sent (`INFO commandstats`), commands executed
 //! and client round trips (`redis_cost.rs` says how). The target is
@@ -32,6 +34,10 @@ use crate::redis_cost::{self, Cost};
 use crate::report::Report;
 use crate::script_cost;
 
+/// Seconds from the start to the common window: every system's idle
+/// measurement, nodes started and the probe seen running.
+const SETUP_S: i64 = 40;
+
 const SYSTEMS: &[(&str, &str)] = &[
     ("solocron", "solocron"),
     ("cron-redlock", "node-cron + redlock"),
@@ -58,30 +64,43 @@ pub fn run(env: &Env, report: &mut Report) {
     let skip = std::env::var("BENCH_PEERS_SKIP")
         .ok()
         .filter(|s| !s.is_empty());
+    // All systems at once, each on its own server, measured over the same
+    // windows: they share whatever load the machine has.
+    let from = whole_second_after(SETUP_S, 1);
+    let threads: Vec<(&str, Result<Measured, String>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = SYSTEMS
+            .iter()
+            .map(|&(system, _)| {
+                let (dir, skip) = (&dir, &skip);
+                (
+                    system,
+                    scope.spawn(move || one_system(env, system, dir, skip.as_deref(), from)),
+                )
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|(system, handle)| {
+                (
+                    system,
+                    handle
+                        .join()
+                        .unwrap_or_else(|_| Err("not run: its thread panicked".to_string())),
+                )
+            })
+            .collect()
+    });
     let mut results: BTreeMap<&str, Result<Measured, String>> = BTreeMap::new();
-    for &(system, _) in SYSTEMS {
-        let result = if system == "solocron" {
-            Ok(measure(env, None))
-        } else if let Some(reason) = &skip {
-            Err(format!("not run: {reason}"))
-        } else {
-            let script = dir.join(format!("{system}.js"));
-            match runnable(&script) {
-                Err(reason) => Err(reason),
-                Ok(()) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    measure(env, Some(&script))
-                }))
-                .map_err(|panic| {
-                    let text = panic
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                        .unwrap_or_default();
-                    format!("not run: {}", text.lines().next().unwrap_or("failed"))
-                }),
-            }
-        };
-        match &result {
+    for (system, result) in threads {
+        if system == "solocron"
+            && let Err(reason) = &result
+        {
+            panic!("solocron could not be measured: {reason}");
+        }
+        results.insert(system, result);
+    }
+    for (system, result) in &results {
+        match result {
             Ok(m) => eprintln!(
                 "  [{scenario}] {system}: Redis CPU {:.1} µs/occurrence (idle incl. {:.1}), commandstats {:.1} µs, {:.1} commands, {:.2} round trips; runs {} dup {} miss {}",
                 m.cost.cpu_us(),
@@ -95,7 +114,6 @@ pub fn run(env: &Env, report: &mut Report) {
             ),
             Err(reason) => eprintln!("  [{scenario}] {system}: {reason}"),
         }
-        results.insert(system, result);
     }
     let calls = script_cost::measure();
     let load_after = redis_cost::load_average();
@@ -127,7 +145,7 @@ pub fn run(env: &Env, report: &mut Report) {
     ];
     let window = solo.cost.occurrences / JOBS;
     let mut side = format!(
-        "\nRedis cost per occurrence ({JOBS} every-second probe jobs, 3 nodes, one fresh redis-server per system; {window} s CPU window without MONITOR, then a MONITOR window; load average {load_before:.2} → {load_after:.2}):\n\n| per occurrence | {} |\n|---|{}\n",
+        "\nRedis cost per occurrence ({JOBS} every-second probe jobs, 3 nodes, one fresh redis-server per system, all systems at once; {window} s CPU window without MONITOR, then a MONITOR window; load average {load_before:.2} → {load_after:.2}):\n\n| per occurrence | {} |\n|---|{}\n",
         SYSTEMS
             .iter()
             .map(|(_, shown)| *shown)
@@ -227,6 +245,35 @@ pub fn run(env: &Env, report: &mut Report) {
     );
 }
 
+/// One system's measurement, or why it did not run (a panic of a peer's
+/// run is its "not run" reason; solocron's is the caller's to report).
+fn one_system(
+    env: &Env,
+    system: &str,
+    dir: &Path,
+    skip: Option<&str>,
+    from: chrono::DateTime<chrono::Utc>,
+) -> Result<Measured, String> {
+    let script = (system != "solocron").then(|| dir.join(format!("{system}.js")));
+    if let Some(script) = &script {
+        if let Some(reason) = skip {
+            return Err(format!("not run: {reason}"));
+        }
+        runnable(script)?;
+    }
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        measure(env, script.as_deref(), from)
+    }))
+    .map_err(|panic| {
+        let text = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        format!("not run: {}", text.lines().next().unwrap_or("failed"))
+    })
+}
+
 /// Whether `node` and the runner exist; the reason to skip otherwise.
 fn runnable(script: &Path) -> Result<(), String> {
     if !script.exists() {
@@ -243,8 +290,9 @@ fn runnable(script: &Path) -> Result<(), String> {
     }
 }
 
-/// One system on its own Redis: idle cost, 3 nodes, the two windows.
-fn measure(env: &Env, script: Option<&Path>) -> Measured {
+/// One system on its own Redis: idle cost, 3 nodes, the two windows from
+/// `from` on.
+fn measure(env: &Env, script: Option<&Path>, from: chrono::DateTime<chrono::Utc>) -> Measured {
     let redis = RedisServer::start();
     let mut conn = redis.conn();
     let idle = redis_cost::idle_rate(&mut conn, Duration::from_secs(env.secs(3, 5)));
@@ -276,7 +324,10 @@ fn measure(env: &Env, script: Option<&Path>) -> Measured {
         !fleet::parse_probe(&out).is_empty()
     });
     let (cpu_s, monitor_s) = (env.secs(10, 20) as i64, env.secs(5, 10) as i64);
-    let from = whole_second_after(2, 1);
+    assert!(
+        chrono::Utc::now() < from - TimeDelta::seconds(1),
+        "the set-up took longer than {SETUP_S} s"
+    );
     let to = from + TimeDelta::seconds(cpu_s);
     let cost = redis_cost::measure(redis.port, &mut conn, idle, JOBS, from, cpu_s, monitor_s);
     let names: Vec<String> = (0..JOBS).map(|i| format!("j{i}")).collect();

@@ -85,8 +85,20 @@ impl Cost {
             / self.occurrences.max(1) as f64
     }
 
-    /// Client round trips (top-level commands) per occurrence.
+    /// Client round trips per occurrence: the commands the clients sent
+    /// (a pipeline counts each of its commands), i.e. the CPU window's
+    /// calls of each command times the share `MONITOR` saw at the top level.
     pub fn round_trips(&self) -> f64 {
+        let sent: f64 = self
+            .commandstats
+            .iter()
+            .map(|(name, stat)| stat.calls as f64 * self.share(name))
+            .sum();
+        sent / self.occurrences.max(1) as f64
+    }
+
+    /// The same from the `MONITOR` window alone.
+    pub fn round_trips_monitor(&self) -> f64 {
         self.top_level.values().sum::<u64>() as f64 / self.monitor_occurrences.max(1) as f64
     }
 
@@ -105,6 +117,7 @@ impl Cost {
             "commandstats_all_entries_us_per_occurrence": self.commandstats_all_us(),
             "commands_per_occurrence": self.commands(),
             "round_trips_per_occurrence": self.round_trips(),
+            "round_trips_per_occurrence_monitor_window": self.round_trips_monitor(),
             "monitor_occurrences": self.monitor_occurrences,
             "top_level_commands": self.top_level,
             "top_level_per_occurrence_by_kind": kinds_per_occurrence(self),
@@ -137,7 +150,9 @@ pub fn idle_rate(conn: &mut redis::Connection, length: Duration) -> f64 {
 }
 
 /// Measures the CPU window `[from − ½ s, from + cpu_s − ½ s)`, then the
-/// `MONITOR` window of `monitor_s` seconds right after it. `jobs`: how many
+/// `MONITOR` window of `monitor_s` seconds, which starts a second after
+/// the session did (so that it sees every line of its window: the traffic
+/// of an occurrence spreads over the second after it, a release later). `jobs`: how many
 /// every-second jobs the traffic is (occurrences = jobs × seconds).
 pub fn measure(
     port: u16,
@@ -151,7 +166,8 @@ pub fn measure(
     let half = TimeDelta::milliseconds(500);
     let cpu_from = from - half;
     let cpu_to = cpu_from + TimeDelta::seconds(cpu_s);
-    let monitor_to = cpu_to + TimeDelta::seconds(monitor_s);
+    let monitor_from = cpu_to + TimeDelta::seconds(1);
+    let monitor_to = monitor_from + TimeDelta::seconds(monitor_s);
     sleep_until(cpu_from);
     let _: () = redis::cmd("CONFIG")
         .arg("RESETSTAT")
@@ -166,7 +182,7 @@ pub fn measure(
     let session = Monitor::start(port);
     sleep_until(monitor_to);
     let lines = session.stop();
-    let (lo, hi) = (secs(cpu_to), secs(monitor_to));
+    let (lo, hi) = (secs(monitor_from), secs(monitor_to));
     let mut top_level: BTreeMap<String, u64> = BTreeMap::new();
     let mut inner: BTreeMap<String, u64> = BTreeMap::new();
     let window: Vec<MonLine> = lines
