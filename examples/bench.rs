@@ -9,7 +9,9 @@
 //! throughput, e idle daemon with 10,000 jobs, f start-up to READY, g
 //! `solocron check`, h binary size, i peers (node-cron+redlock, BullMQ),
 //! j the coordinator modes (`url`, `url` + `WAIT`, `sentinel`, `cluster`,
-//! `redlock`: lag, round trips, commands, claims per second).
+//! `redlock`: lag, round trips, commands, claims per second), n fleet size
+//! (Redis cost per occurrence on 3, 10, 30 nodes), r Redis cost per
+//! occurrence beside the peers (CPU, commandstats time, commands, round trips).
 
 #[path = "../tests/common/mod.rs"]
 #[allow(unused_imports)]
@@ -17,10 +19,14 @@ mod common;
 
 #[path = "bench/claims.rs"]
 mod claims;
+#[path = "bench/cost.rs"]
+mod cost;
 #[path = "bench/counting_proxy.rs"]
 mod counting_proxy;
 #[path = "bench/fleet.rs"]
 mod fleet;
+#[path = "bench/fleet_size.rs"]
+mod fleet_size;
 #[path = "bench/footprint.rs"]
 mod footprint;
 #[path = "bench/latency.rs"]
@@ -33,8 +39,12 @@ mod monitor;
 mod peers;
 #[path = "bench/procfs.rs"]
 mod procfs;
+#[path = "bench/redis_cost.rs"]
+mod redis_cost;
 #[path = "bench/report.rs"]
 mod report;
+#[path = "bench/script_cost.rs"]
+mod script_cost;
 #[path = "bench/sink.rs"]
 mod sink;
 #[path = "bench/throughput.rs"]
@@ -50,7 +60,7 @@ use std::time::Instant;
 use fleet::Env;
 use report::Report;
 
-const ALL: &[&str] = &["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"];
+const ALL: &[&str] = &["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "n", "r"];
 
 struct Options {
     quick: bool,
@@ -97,10 +107,11 @@ fn options() -> Options {
 }
 
 fn help() -> &'static str {
-    "usage: bench [--quick] [--only a,b,c,d,e,f,g,h,i,j] [--out DIR]\n\
+    "usage: bench [--quick] [--only a,b,c,d,e,f,g,h,i,j,n,r] [--out DIR]\n\
      a round trips, b lag, c 1,000 same second, d throughput, e idle 10,000 jobs,\n\
      f start-up to READY, g check, h binary size, i peers,\n\
-     j coordinator modes (url, url+WAIT, sentinel, cluster, redlock; claims/s)"
+     j coordinator modes (url, url+WAIT, sentinel, cluster, redlock; claims/s),\n\
+     n fleet size (3, 10, 30 nodes), r Redis cost per occurrence beside the peers"
 }
 
 fn usage(message: &str) -> ! {
@@ -174,6 +185,12 @@ fn main() {
     }
     if wants("j") {
         timed(&mut report, "j", |r| modes::run(&env, r, &startup));
+    }
+    if wants("n") {
+        timed(&mut report, "n", |r| fleet_size::run(&env, r));
+    }
+    if wants("r") {
+        timed(&mut report, "r", |r| cost::run(&env, r));
     }
     let header = format!(
         "solocron benchmark ({}), {} UTC, {} cores, {:.0} s; command: scripts/bench{}{}",

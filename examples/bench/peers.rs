@@ -26,16 +26,16 @@ use crate::monitor::{self, Monitor};
 use crate::procfs::{self, CpuWindow};
 use crate::report::Report;
 
-const JOBS: usize = 10;
+pub const JOBS: usize = 10;
 const SYSTEMS: &[&str] = &["solocron", "cron-redlock", "bullmq"];
 
 /// A peer runner process (`node RUNNER.js`), stopped on drop.
-struct PeerProc {
+pub struct PeerProc {
     child: Child,
 }
 
 impl PeerProc {
-    fn start(
+    pub fn start(
         script: &Path,
         redis: &RedisServer,
         id: &str,
@@ -95,7 +95,7 @@ impl PeerProc {
         }
     }
 
-    fn pid(&self) -> i32 {
+    pub fn pid(&self) -> i32 {
         self.child.id() as i32
     }
 

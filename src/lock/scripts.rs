@@ -26,14 +26,17 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
 end
 local function ms_str(n) return string.format('%.0f', n) end
--- Whether `id` is among the ids recorded lately (`recorded` = `ID@MS ...`).
-local function was_recorded(state, id)
-  local recorded = redis.call('HGET', state, 'recorded') or ''
-  return string.find(' ' .. recorded, ' ' .. id .. '@', 1, true) ~= nil
+-- Whether `id` is in `recorded`, the ids recorded lately (`ID@MS ...`).
+local function in_recorded(recorded, id)
+  return string.find(' ' .. (recorded or ''), ' ' .. id .. '@', 1, true) ~= nil
 end
--- Adds `id` to the ids recorded lately, forgetting those older than `keep` ms.
-local function remember(state, id, keep, now)
-  local recorded = redis.call('HGET', state, 'recorded') or ''
+-- Whether `id` is among the ids recorded lately in `state`.
+local function was_recorded(state, id)
+  return in_recorded(redis.call('HGET', state, 'recorded'), id)
+end
+-- `recorded` with `id` added and the ids older than `keep` ms forgotten.
+local function remembered(recorded, id, keep, now)
+  recorded = recorded or ''
   while recorded ~= '' do
     local space = string.find(recorded, ' ', 1, true)
     local first = space and string.sub(recorded, 1, space - 1) or recorded
@@ -42,8 +45,12 @@ local function remember(state, id, keep, now)
     recorded = space and string.sub(recorded, space + 1) or ''
   end
   local mine = id .. '@' .. ms_str(now)
-  if recorded == '' then recorded = mine else recorded = recorded .. ' ' .. mine end
-  redis.call('HSET', state, 'recorded', recorded)
+  if recorded == '' then return mine end
+  return recorded .. ' ' .. mine
+end
+-- Adds `id` to the ids recorded lately in `state` (see `remembered`).
+local function remember(state, id, keep, now)
+  redis.call('HSET', state, 'recorded', remembered(redis.call('HGET', state, 'recorded'), id, keep, now))
 end
 -- A scheduled run is in progress (`run_token` set) but the lock is gone
 -- (the caller checked): it expired without a release, so the run's node
@@ -97,6 +104,11 @@ end
 ///   its node has already given up: it must not take the lock then.
 /// - `{"busy", holder, fence, PREV, pttl}`: the lock is held (overlap). For a
 ///   scheduled occurrence the skip is recorded once, in state and history.
+///
+/// Every node claims every occurrence, so the losing claim is the most
+/// frequent call of all: it reads the lock and the state (plus the lock's
+/// `PTTL` while it is held) and answers, with no `TIME` and no write
+/// (`tests/lock_cost.rs` counts the commands of each call).
 pub const CLAIM: &str = r#"
 local mode, occ, token, node = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local ttl, occ_str, maxlen = ARGV[5], ARGV[6], ARGV[7]
@@ -106,7 +118,8 @@ if current == value then
   local again = redis.call('HMGET', KEYS[2], 'holder_fence', 'last_prev')
   return {'won', again[1] or '0', again[2] or '', '', '', ''}
 end
-local st = redis.call('HMGET', KEYS[2], 'last_occ', 'last_node', 'last_fence', 'last_token', 'last_decision', 'last_prev')
+local st = redis.call('HMGET', KEYS[2], 'last_occ', 'last_node', 'last_fence', 'last_token', 'last_decision', 'last_prev',
+  'run_token', 'holder_fence', 'fence')
 local last = tonumber(st[1])
 if mode == 'scheduled' and last and occ == last and st[4] == token and st[5] == 'claimed' and not current then
   -- A retry of our own won claim whose lock went away meanwhile. Not of
@@ -115,9 +128,19 @@ if mode == 'scheduled' and last and occ == last and st[4] == token and st[5] == 
   redis.call('HSET', KEYS[2], 'run_token', token)
   return {'won', st[3], st[6] or '', '', '', ''}
 end
+local running = st[7] and st[7] ~= ''
+if mode == 'scheduled' and last and occ <= last and (current or not running) then
+  -- The usual losing claim, answered from the two reads above: nothing to
+  -- record (no abandoned run to find: the lock is held, or no run is in
+  -- progress), so neither TIME nor any write. A free lock's PTTL is -2.
+  if occ < last then
+    return {'superseded', st[1]}
+  end
+  return {'claimed', st[2] or '', st[3] or '0', st[5] or 'claimed', current and redis.call('PTTL', KEYS[1]) or -2, '', '', ''}
+end
 local now, t = now_ms()
 local ab = {'', '', ''}
-if not current then
+if not current and running then
   ab = abandon(KEYS[2], KEYS[3], maxlen, node, now) or ab
 end
 if mode == 'retry' then
@@ -165,7 +188,7 @@ local prev = st[1] or ''
 if current then
   local sp = string.find(current, ' ', 1, true)
   local holder = sp and string.sub(current, sp + 1) or current
-  local holder_fence = redis.call('HGET', KEYS[2], 'holder_fence') or '0'
+  local holder_fence = st[8] or '0'
   if mode == 'scheduled' then
     redis.call('HSET', KEYS[2], 'last_occ', ARGV[2], 'last_node', node, 'last_fence', holder_fence,
       'last_token', token, 'last_decision', 'skipped', 'last_outcome', 'skipped', 'last_outcome_occ', occ_str,
@@ -177,18 +200,21 @@ if current then
   return {'busy', holder, holder_fence, prev, redis.call('PTTL', KEYS[1])}
 end
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local fence = (tonumber(redis.call('HGET', KEYS[2], 'fence')) or 0) + 1
+-- `fence` as read above: nothing since (an abandon record) writes it.
+local fence = (tonumber(st[9]) or 0) + 1
 if now_us > fence then fence = now_us end
 fence = string.format('%.0f', fence)
 redis.call('SET', KEYS[1], value, 'PX', ttl)
-redis.call('HSET', KEYS[2], 'fence', fence, 'holder_node', node, 'holder_fence', fence,
-  'holder_since', ms_str(now), 'holder_occ', occ_str)
 if mode == 'scheduled' then
-  redis.call('HSET', KEYS[2], 'last_occ', ARGV[2], 'last_node', node, 'last_fence', fence,
+  redis.call('HSET', KEYS[2], 'fence', fence, 'holder_node', node, 'holder_fence', fence,
+    'holder_since', ms_str(now), 'holder_occ', occ_str,
+    'last_occ', ARGV[2], 'last_node', node, 'last_fence', fence,
     'last_token', token, 'last_decision', 'claimed', 'last_outcome', 'running', 'last_outcome_occ', occ_str,
     'last_prev', prev, 'run_token', token, 'run_occ', occ_str, 'run_node', node, 'run_fence', fence,
     'run_since', ms_str(now))
 else
+  redis.call('HSET', KEYS[2], 'fence', fence, 'holder_node', node, 'holder_fence', fence,
+    'holder_since', ms_str(now), 'holder_occ', occ_str)
   prev = ''
 end
 return {'won', fence, prev, ab[1], ab[2], ab[3]}
@@ -223,7 +249,11 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   released = 1
 end
-if was_recorded(KEYS[2], ARGV[2]) then
+-- Everything the release reads of the state, in one read: nothing below
+-- writes these fields before they are used.
+local st = redis.call('HMGET', KEYS[2], 'recorded', 'abandoned', 'last_token', 'run_token', 'retry_token',
+  'last_occ', 'retry_occ')
+if in_recorded(st[1], ARGV[2]) then
   return {released, 0}
 end
 local fields = {}
@@ -235,8 +265,14 @@ for i = 6, #ARGV, 2 do
   if ARGV[i] == 'attempt' then attempt = ARGV[i + 1] end
   if ARGV[i] == 'retry_at' then retry_at = ARGV[i + 1] end
 end
+-- The state's writes, made by one HSET at the end.
+local set = {}
+local function put(name, value)
+  set[#set + 1] = name
+  set[#set + 1] = value
+end
 local replaced, kept = 0, {}
-for item in string.gmatch(redis.call('HGET', KEYS[2], 'abandoned') or '', '%S+') do
+for item in string.gmatch(st[2] or '', '%S+') do
   local token, id = string.match(item, '^(%x+):(.+)$')
   if token == ARGV[2] then
     redis.call('XDEL', KEYS[3], id)
@@ -246,28 +282,31 @@ for item in string.gmatch(redis.call('HGET', KEYS[2], 'abandoned') or '', '%S+')
   end
 end
 if replaced == 1 then
-  redis.call('HSET', KEYS[2], 'abandoned', table.concat(kept, ' '))
+  put('abandoned', table.concat(kept, ' '))
 end
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', unpack(fields))
-local tokens = redis.call('HMGET', KEYS[2], 'last_token', 'run_token', 'retry_token', 'last_occ', 'retry_occ')
-if tokens[1] == ARGV[2] or tokens[3] == ARGV[2] then
-  redis.call('HSET', KEYS[2], 'last_outcome', outcome)
+if st[3] == ARGV[2] or st[5] == ARGV[2] then
+  put('last_outcome', outcome)
   -- The occurrence this run was an attempt of: a retry's is `retry_occ`
   -- (a newer occurrence may be decided meanwhile), a first attempt's the
   -- last decided one.
-  local occ = tokens[4] or ''
-  if tokens[3] == ARGV[2] then occ = tokens[5] or '' end
+  local occ = st[6] or ''
+  if st[5] == ARGV[2] then occ = st[7] or '' end
   if retry_at ~= '' then
-    redis.call('HSET', KEYS[2], 'retry_occ', occ, 'retry_attempt', tostring((tonumber(attempt) or 1) + 1),
-      'retry_state', 'pending', 'retry_at', retry_at, 'retry_token', '')
-  elseif tokens[3] == ARGV[2] then
-    redis.call('HSET', KEYS[2], 'retry_state', 'done')
+    put('retry_occ', occ)
+    put('retry_attempt', tostring((tonumber(attempt) or 1) + 1))
+    put('retry_state', 'pending')
+    put('retry_at', retry_at)
+    put('retry_token', '')
+  elseif st[5] == ARGV[2] then
+    put('retry_state', 'done')
   end
 end
-if tokens[2] == ARGV[2] then
-  redis.call('HSET', KEYS[2], 'run_token', '')
+if st[4] == ARGV[2] then
+  put('run_token', '')
 end
-remember(KEYS[2], ARGV[2], ARGV[4], now_ms())
+put('recorded', remembered(st[1], ARGV[2], ARGV[4], now_ms()))
+redis.call('HSET', KEYS[2], unpack(set))
 return {released, replaced}
 "#;
 

@@ -1,0 +1,224 @@
+//! Scenario n: how the Redis cost of an occurrence grows with the fleet.
+//! 100 every-second probe jobs on 3, 10 and 30 real `solocron run` nodes
+//! (`BENCH_N_NODES=3,10` for others), one fresh `redis-server` each time;
+//! per occurrence the server's CPU (idle subtracted), the commandstats
+//! time of the commands sent, commands executed and round trips
+//! (`redis_cost.rs`), and what the increase per added node is. Every node
+//! claims every occurrence, so claims grow with the node count; the table
+//! shows by how much the cost does. 30 daemons on this 2-core machine are
+//! heavy: short windows (CPU 8 s, `MONITOR` 3 s; `--quick` 5 s and 2 s),
+//! and the load average and the nodes' CPU are printed beside the figures.
+//!
+//! Failure model: set-up and Redis errors panic (the scenario could not
+//! run); misses and duplicates are counted from the probe's lines.
+
+use std::time::Duration;
+
+use chrono::TimeDelta;
+use serde_json::json;
+
+use crate::common::cluster::whole_second_after;
+use crate::fleet::{self, Action, Env, Fleet, analyse, probe_arrivals};
+use crate::procfs::CpuWindow;
+use crate::redis_cost::{self, Cost};
+use crate::report::Report;
+
+const JOBS: usize = 100;
+
+/// One fleet size's figures.
+struct Size {
+    nodes: usize,
+    cost: Cost,
+    runs: usize,
+    duplicates: usize,
+    misses: usize,
+    lag_p99: f64,
+    /// Mean CPU of a node, % of a core.
+    node_cpu_pct: f64,
+    /// The server's CPU over the window, % of a core.
+    redis_pct: f64,
+    load: (f64, f64),
+    /// `EVALSHA` calls per occurrence (claims, renewals, releases, periodic).
+    scripts: f64,
+}
+
+fn sizes() -> Vec<usize> {
+    std::env::var("BENCH_N_NODES")
+        .ok()
+        .map(|list| {
+            list.split(',')
+                .filter_map(|s| s.trim().parse().ok())
+                .filter(|n| *n > 0)
+                .collect::<Vec<usize>>()
+        })
+        .filter(|list| !list.is_empty())
+        .unwrap_or_else(|| vec![3, 10, 30])
+}
+
+pub fn run(env: &Env, report: &mut Report) {
+    let scenario = "n fleet size";
+    let (cpu_s, monitor_s) = (env.secs(5, 8) as i64, env.secs(2, 3) as i64);
+    let mut measured = Vec::new();
+    for nodes in sizes() {
+        let size = measure(env, nodes, cpu_s, monitor_s);
+        eprintln!(
+            "  [{scenario}] {nodes} nodes: Redis CPU {:.1} µs/occurrence, commandstats {:.1} µs, {:.1} commands, {:.2} round trips; redis {:.0}% of a core, a node {:.1}%, load {:.1} → {:.1}; runs {} dup {} miss {}",
+            size.cost.cpu_us(),
+            size.cost.commandstats_us(),
+            size.cost.commands(),
+            size.cost.round_trips(),
+            size.redis_pct,
+            size.node_cpu_pct,
+            size.load.0,
+            size.load.1,
+            size.runs,
+            size.duplicates,
+            size.misses
+        );
+        measured.push(size);
+    }
+    let mut text = format!(
+        "\nFleet size ({JOBS} every-second probe jobs; {cpu_s} s CPU window, then {monitor_s} s MONITOR; per occurrence, all nodes together):\n\n| nodes | Redis CPU µs (idle subtracted) | commandstats µs | commands executed | round trips | script calls | redis CPU (% of a core) | a node's CPU (%) | load average | runs / dup / miss | lag p99 (ms) |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
+    );
+    for s in &measured {
+        text.push_str(&format!(
+            "| {} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.1} | {:.1} | {:.1} → {:.1} | {} / {} / {} | {:.1} |\n",
+            s.nodes,
+            s.cost.cpu_us(),
+            s.cost.commandstats_us(),
+            s.cost.commands(),
+            s.cost.round_trips(),
+            s.scripts,
+            s.redis_pct,
+            s.node_cpu_pct,
+            s.load.0,
+            s.load.1,
+            s.runs,
+            s.duplicates,
+            s.misses,
+            s.lag_p99
+        ));
+    }
+    if let (Some(first), Some(last)) = (measured.first(), measured.last())
+        && last.nodes > first.nodes
+    {
+        let added = (last.nodes - first.nodes) as f64;
+        let per = |f: fn(&Size) -> f64| (f(last) - f(first)) / added;
+        text.push_str(&format!(
+            "\nPer node added ({} → {}), per occurrence: Redis CPU +{:.2} µs, commandstats +{:.2} µs, +{:.2} commands, +{:.2} round trips.\n",
+            first.nodes,
+            last.nodes,
+            per(|s| s.cost.cpu_us()),
+            per(|s| s.cost.commandstats_us()),
+            per(|s| s.cost.commands()),
+            per(|s| s.cost.round_trips()),
+        ));
+    }
+    text.push_str("\nTop-level commands per occurrence, by kind (MONITOR window):\n\n");
+    for s in &measured {
+        text.push_str(&format!(
+            "- {} nodes: {}\n",
+            s.nodes,
+            redis_cost::describe_kinds(&redis_cost::kinds_per_occurrence(&s.cost))
+        ));
+    }
+    for s in &measured {
+        report.info(
+            scenario,
+            &format!("{} nodes, per occurrence", s.nodes),
+            format!(
+                "Redis CPU {:.1} µs (commandstats {:.1} µs), {:.1} commands, {:.2} round trips; redis {:.0}% of a core; load {:.1} → {:.1}; {} runs, {} duplicates, {} misses",
+                s.cost.cpu_us(),
+                s.cost.commandstats_us(),
+                s.cost.commands(),
+                s.cost.round_trips(),
+                s.redis_pct,
+                s.load.0,
+                s.load.1,
+                s.runs,
+                s.duplicates,
+                s.misses
+            ),
+        );
+    }
+    let clean = measured.iter().all(|s| s.duplicates == 0);
+    report.check(
+        scenario,
+        "duplicate runs at every fleet size",
+        "0",
+        measured
+            .iter()
+            .map(|s| format!("{} nodes {}", s.nodes, s.duplicates))
+            .collect::<Vec<_>>()
+            .join(", "),
+        clean,
+    );
+    report.extra.push(text);
+    report.raw(
+        "n_fleet_size",
+        json!(measured.iter().map(|s| json!({
+            "nodes": s.nodes, "cost": s.cost.json(), "runs": s.runs, "duplicates": s.duplicates,
+            "misses": s.misses, "lag_p99_ms": s.lag_p99, "node_cpu_pct": s.node_cpu_pct,
+            "redis_cpu_pct": s.redis_pct, "load_before": s.load.0, "load_after": s.load.1,
+            "script_calls_per_occurrence": s.scripts,
+        })).collect::<Vec<_>>()),
+    );
+}
+
+fn measure(env: &Env, nodes: usize, cpu_s: i64, monitor_s: i64) -> Size {
+    let mut fleet = Fleet::new(&fleet::config_text(
+        env,
+        &fleet::uniform(JOBS, "* * * * * *", &Action::Probe),
+    ));
+    let mut conn = fleet.redis.conn();
+    let idle = redis_cost::idle_rate(&mut conn, Duration::from_secs(3));
+    let load_before = redis_cost::load_average();
+    fleet.start_nodes(nodes);
+    let out = fleet.out();
+    fleet::must(Duration::from_secs(20), "the probe ran", || {
+        !fleet::parse_probe(&out).is_empty()
+    });
+    let node_procs: Vec<(String, i32)> = fleet
+        .nodes
+        .iter()
+        .map(|n| (n.id.clone(), n.pid()))
+        .collect();
+    let from = whole_second_after(2, 1);
+    let to = from + TimeDelta::seconds(cpu_s);
+    let cpu_window = CpuWindow::start(&node_procs);
+    let cost = redis_cost::measure(
+        fleet.redis.port,
+        &mut conn,
+        idle,
+        JOBS,
+        from,
+        cpu_s,
+        monitor_s,
+    );
+    let node_cpu = cpu_window.finish();
+    let load_after = redis_cost::load_average();
+    let names: Vec<String> = (0..JOBS).map(|i| format!("j{i}")).collect();
+    fleet.wait_probe_runs(from, to, JOBS * cpu_s as usize, Duration::from_secs(5));
+    let result = analyse(&probe_arrivals(&fleet.probe_runs()), &names, 1, from, to);
+    fleet.stop_nodes();
+    let scripts = cost
+        .commandstats
+        .iter()
+        .filter(|(name, _)| matches!(name.as_str(), "evalsha" | "eval"))
+        .map(|(_, s)| s.calls)
+        .sum::<u64>() as f64
+        / cost.occurrences.max(1) as f64;
+    Size {
+        nodes,
+        redis_pct: cost.cpu_raw_us / 1e6 / cost.window_s.max(1e-9) * 100.0,
+        cost,
+        runs: result.ran + result.extra_runs,
+        duplicates: result.extra_runs,
+        misses: result.missed,
+        lag_p99: result.lag.p99,
+        node_cpu_pct: node_cpu.iter().map(|c| c.own_pct).sum::<f64>()
+            / node_cpu.len().max(1) as f64,
+        load: (load_before, load_after),
+        scripts,
+    }
+}

@@ -1,0 +1,209 @@
+//! What the claim and release scripts make Redis do, counted by `INFO
+//! commandstats` on a real redis-server with no other client: a losing
+//! claim only reads (no `TIME`, no write), a won claim writes the job's
+//! state once, a release reads and writes it once. These are the Redis
+//! cost of every occurrence on every node (`docs/PERFORMANCE.md`, scenario
+//! r), so a change that adds reads or writes to them shows here.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::Utc;
+use common::{RedisServer, locker};
+use solocron::exec::{Outcome, Report};
+use solocron::history::Entry;
+use solocron::lock::{Claim, Lease, Target, new_token};
+
+const TTL: Duration = Duration::from_secs(5);
+
+fn scheduled(at_ms: i64) -> Target {
+    Target::Scheduled {
+        at_ms,
+        name: format!("occ-{at_ms}"),
+        deadline_ms: i64::MAX,
+    }
+}
+
+fn entry(node: &str, lease: &Lease, occurrence: &str) -> Entry {
+    let now = Utc::now();
+    Entry::from_report(
+        occurrence,
+        node,
+        lease.fence,
+        &Report {
+            outcome: Outcome::Succeeded,
+            exit_code: Some(0),
+            http_status: None,
+            error: None,
+            started_at: now,
+            finished_at: now,
+            duration: Duration::from_millis(5),
+            output_tail: None,
+        },
+    )
+}
+
+/// Calls per command since the last `CONFIG RESETSTAT`, without the
+/// test's own `INFO` and `CONFIG`.
+fn calls(redis: &RedisServer) -> BTreeMap<String, u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut redis.conn())
+        .expect("INFO commandstats");
+    info.lines()
+        .filter_map(|line| {
+            let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = fields.split(',').find_map(|f| f.strip_prefix("calls="))?;
+            Some((name.to_string(), calls.parse().ok()?))
+        })
+        .filter(|(name, _): &(String, u64)| {
+            !name.starts_with("info") && !name.starts_with("config")
+        })
+        .collect()
+}
+
+fn reset(redis: &RedisServer) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut redis.conn())
+        .expect("CONFIG RESETSTAT");
+}
+
+fn counts(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
+    pairs.iter().map(|(n, c)| (n.to_string(), *c)).collect()
+}
+
+#[tokio::test]
+async fn a_losing_claim_only_reads_the_lock_and_the_state() {
+    let redis = RedisServer::start();
+    let (n1, n2, n3) = (
+        locker(&redis, "n1").await,
+        locker(&redis, "n2").await,
+        locker(&redis, "n3").await,
+    );
+    for locker in [&n1, &n2, &n3] {
+        locker.load_scripts().await.expect("load the scripts");
+    }
+    let lease = match n1
+        .claim("report", &scheduled(1_000), &new_token(), TTL)
+        .await
+        .expect("claim")
+    {
+        Claim::Won(lease) => lease,
+        other => panic!("n1 should win the first claim, got {other:?}"),
+    };
+
+    // While the winner holds the lock: the lock, the state and the PTTL
+    // of the lock for the answer; no clock, no write.
+    reset(&redis);
+    match n2
+        .claim("report", &scheduled(1_000), &new_token(), TTL)
+        .await
+        .expect("claim")
+    {
+        Claim::Taken {
+            by,
+            fence,
+            decision,
+        } => {
+            assert_eq!(
+                (by.as_str(), fence, decision.as_str()),
+                ("n1", lease.fence, "claimed")
+            );
+        }
+        other => panic!("n2 should be told n1 took it, got {other:?}"),
+    }
+    assert_eq!(
+        calls(&redis),
+        counts(&[("evalsha", 1), ("get", 1), ("hmget", 1), ("pttl", 1)]),
+        "a claim lost while the lock is held"
+    );
+
+    // After the release: the lock and the state only.
+    n1.release(&lease, &entry("n1", &lease, "occ-1000"))
+        .await
+        .expect("release");
+    reset(&redis);
+    match n3
+        .claim("report", &scheduled(1_000), &new_token(), TTL)
+        .await
+        .expect("claim")
+    {
+        Claim::Taken { by, fence, .. } => assert_eq!((by.as_str(), fence), ("n1", lease.fence)),
+        other => panic!("n3 should be told n1 took it, got {other:?}"),
+    }
+    assert_eq!(
+        calls(&redis),
+        counts(&[("evalsha", 1), ("get", 1), ("hmget", 1)]),
+        "a claim lost after the release"
+    );
+}
+
+#[tokio::test]
+async fn a_won_claim_and_its_release_write_the_state_once_each() {
+    let redis = RedisServer::start();
+    let n1 = locker(&redis, "n1").await;
+    n1.load_scripts().await.expect("load the scripts");
+    // A first occurrence, so that the measured ones find a state to read.
+    let first = match n1
+        .claim("report", &scheduled(1_000), &new_token(), TTL)
+        .await
+        .expect("claim")
+    {
+        Claim::Won(lease) => lease,
+        other => panic!("expected a won claim, got {other:?}"),
+    };
+    n1.release(&first, &entry("n1", &first, "occ-1000"))
+        .await
+        .expect("release");
+
+    reset(&redis);
+    let lease = match n1
+        .claim("report", &scheduled(2_000), &new_token(), TTL)
+        .await
+        .expect("claim")
+    {
+        Claim::Won(lease) => lease,
+        other => panic!("expected a won claim, got {other:?}"),
+    };
+    assert!(lease.fence > first.fence, "fences grow");
+    assert_eq!(
+        calls(&redis),
+        counts(&[
+            ("evalsha", 1),
+            ("get", 1),
+            ("hmget", 1),
+            ("time", 1),
+            ("set", 1),
+            ("hset", 1)
+        ]),
+        "a won claim"
+    );
+
+    reset(&redis);
+    let released = n1
+        .release(&lease, &entry("n1", &lease, "occ-2000"))
+        .await
+        .expect("release");
+    assert!(released.lock_was_ours);
+    assert_eq!(
+        calls(&redis),
+        counts(&[
+            ("evalsha", 1),
+            ("get", 1),
+            ("del", 1),
+            ("hmget", 1),
+            ("xadd", 1),
+            ("time", 1),
+            ("hset", 1)
+        ]),
+        "a release with its history entry"
+    );
+    let recorded: u64 = redis::cmd("XLEN")
+        .arg("{test:report}:history")
+        .query(&mut redis.conn())
+        .expect("XLEN");
+    assert_eq!(recorded, 2, "both runs recorded once");
+}
