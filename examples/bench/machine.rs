@@ -80,7 +80,10 @@ pub fn compare(env: &Env, report: &mut Report, count: usize) {
     let mut conn = fleet.redis.conn();
     let dir = tempfile::tempdir().expect("temp dir");
     let out = dir.path().join("runs");
-    let first = whole_second_after(3, 10);
+    // Clear of the catch-up claims the nodes make at start (of the
+    // occurrence before it), which are not part of the bursts.
+    let first = whole_second_after(6, 10);
+    sleep_until(first - TimeDelta::milliseconds(1500));
     let stats0 = monitor::commandstats(&mut conn);
     let mut truth = Vec::new();
     let mut failed = 0;
@@ -107,6 +110,17 @@ pub fn compare(env: &Env, report: &mut Report, count: usize) {
     let to = first + TimeDelta::seconds(10 * rounds);
     fleet.wait_probe_runs(first, to, count * rounds as usize, Duration::from_secs(10));
     let stats1 = monitor::commandstats(&mut conn);
+    // Claims whose reply timed out (each one logged as an outage).
+    let timeouts: usize = fleet
+        .nodes
+        .iter()
+        .map(|node| {
+            node.log()
+                .lines()
+                .filter(|line| line.contains("redis unreachable") && line.contains("timed out"))
+                .count()
+        })
+        .sum();
     let solocron = fleet::analyse(
         &fleet::probe_arrivals(&fleet.probe_runs()),
         &names,
@@ -199,7 +213,9 @@ pub fn compare(env: &Env, report: &mut Report, count: usize) {
         scenario,
         "scripts Redis ran per occurrence during those bursts (commandstats EVALSHA, 3 nodes; heartbeats included)",
         "≤ 4.1 (3 claims + 1 release; more: claims sent again after a reply timeout)",
-        format!("{per_occurrence:.2} ({scripts} for {expected} occurrences)"),
+        format!(
+            "{per_occurrence:.2} ({scripts} for {expected} occurrences); outages logged for a timed-out claim: {timeouts}"
+        ),
         per_occurrence <= 4.1,
     );
     report.raw(
@@ -208,6 +224,7 @@ pub fn compare(env: &Env, report: &mut Report, count: usize) {
             "count": count, "rounds": rounds, "spawning_threads": threads.clamp(2, 4),
             "solocron": solocron.json(), "true_execve_ms": truth.json(), "probe_ms": probe.json(),
             "failed": failed, "first_error": first_error, "scripts": scripts,
+            "timeouts_logged": timeouts,
         }),
     );
 }
