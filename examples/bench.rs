@@ -11,7 +11,11 @@
 //! j the coordinator modes (`url`, `url` + `WAIT`, `sentinel`, `cluster`,
 //! `redlock`: lag, round trips, commands, claims per second), n fleet size
 //! (Redis cost per occurrence on 3, 10, 30 nodes), r Redis cost per
-//! occurrence beside the peers (CPU, commandstats time, commands, round trips).
+//! occurrence beside the peers (CPU, commandstats time, commands, round
+//! trips); issue #12: c also against a minimal spawner (the machine's own
+//! limit), s `splay` on a 1,000-job burst, t 3 nodes with skewed clocks; a
+//! round-two table gathers those figures and e/f/g's with 10,000 distinct
+//! expressions.
 
 #[path = "../tests/common/mod.rs"]
 #[allow(unused_imports)]
@@ -31,6 +35,8 @@ mod fleet_size;
 mod footprint;
 #[path = "bench/latency.rs"]
 mod latency;
+#[path = "bench/machine.rs"]
+mod machine;
 #[path = "bench/modes.rs"]
 mod modes;
 #[path = "bench/monitor.rs"]
@@ -43,10 +49,16 @@ mod procfs;
 mod redis_cost;
 #[path = "bench/report.rs"]
 mod report;
+#[path = "bench/round_two.rs"]
+mod round_two;
 #[path = "bench/script_cost.rs"]
 mod script_cost;
 #[path = "bench/sink.rs"]
 mod sink;
+#[path = "bench/skew.rs"]
+mod skew;
+#[path = "bench/splay.rs"]
+mod splay;
 #[path = "bench/throughput.rs"]
 mod throughput;
 #[path = "bench/topology.rs"]
@@ -60,7 +72,9 @@ use std::time::Instant;
 use fleet::Env;
 use report::Report;
 
-const ALL: &[&str] = &["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "n", "r"];
+const ALL: &[&str] = &[
+    "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "n", "r", "s", "t",
+];
 
 struct Options {
     quick: bool,
@@ -107,11 +121,12 @@ fn options() -> Options {
 }
 
 fn help() -> &'static str {
-    "usage: bench [--quick] [--only a,b,c,d,e,f,g,h,i,j,n,r] [--out DIR]\n\
-     a round trips, b lag, c 1,000 same second, d throughput, e idle 10,000 jobs,\n\
-     f start-up to READY, g check, h binary size, i peers,\n\
+    "usage: bench [--quick] [--only a,b,c,d,e,f,g,h,i,j,n,r,s,t] [--out DIR]\n\
+     a round trips, b lag, c 1,000 same second (and a minimal spawner), d throughput,\n\
+     e idle 10,000 jobs, f start-up to READY, g check, h binary size, i peers,\n\
      j coordinator modes (url, url+WAIT, sentinel, cluster, redlock; claims/s),\n\
-     n fleet size (3, 10, 30 nodes), r Redis cost per occurrence beside the peers"
+     n fleet size (3, 10, 30 nodes), r Redis cost per occurrence beside the peers,\n\
+     s splay on a 1,000-job burst, t 3 nodes with clocks ±450 ms"
 }
 
 fn usage(message: &str) -> ! {
@@ -164,6 +179,9 @@ fn main() {
     }
     if wants("c") {
         timed(&mut report, "c", |r| latency::burst(&env, r, &startup));
+        timed(&mut report, "c machine limit", |r| {
+            machine::compare(&env, r, 1000)
+        });
     }
     if wants("d") {
         timed(&mut report, "d", |r| throughput::run(&env, r));
@@ -192,6 +210,14 @@ fn main() {
     if wants("r") {
         timed(&mut report, "r", |r| cost::run(&env, r));
     }
+    if wants("s") {
+        timed(&mut report, "s", |r| splay::run(&env, r));
+    }
+    if wants("t") {
+        timed(&mut report, "t", |r| skew::run(&env, r));
+    }
+    let round_two = round_two::summary(&report);
+    report.extra.push(round_two);
     let header = format!(
         "solocron benchmark ({}), {} UTC, {} cores, {:.0} s; command: scripts/bench{}{}",
         if env.quick { "--quick" } else { "full" },

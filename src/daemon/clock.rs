@@ -13,7 +13,10 @@
 //! this node's clock minus the offset measured here ([`super::Shared::now`]),
 //! so a node whose clock is off still starts each run at Redis's instant.
 //! The offset is measured at start, every minute and after each outage:
-//! of three round trips to `TIME`, the shortest, corrected by half of it.
+//! of three round trips to `TIME`, the shortest, taken at its upper bound
+//! (this node's clock when the answer came, minus Redis's), so that the
+//! node fires at the instant or up to that round trip after it, never
+//! before it.
 //! Between measurements Redis's instant is carried forward by the
 //! monotonic clock, not the wall clock, so a step of this node's clock
 //! (`date -s`, a VM resumed, NTP stepping) never makes it fire early or
@@ -48,7 +51,7 @@ const PERIOD: Duration = Duration::from_secs(60);
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 
 /// Round trips per measurement; the one with the shortest round trip is
-/// kept (its half-round-trip correction is the least uncertain).
+/// kept (its bound is the tightest).
 const SAMPLES: usize = 3;
 /// A change of the offset between two checks larger than this is logged:
 /// this node's clock (or Redis's) was stepped.
@@ -59,21 +62,29 @@ const STEP_WATCH: Duration = Duration::from_secs(1);
 
 /// This node's clock minus Redis's, in ms (positive: this node is ahead):
 /// of [`SAMPLES`] round trips to `TIME`, the one that took the shortest,
-/// corrected by half its round trip.
+/// at its upper bound (see [`offset_us`]).
 pub async fn offset_ms(locker: &Locker) -> Result<i64, redis::RedisError> {
     Ok(offset_us(locker).await?.div_euclid(1000))
 }
 
 /// [`offset_ms`] in µs.
+///
+/// Redis read its clock somewhere within the round trip, so the true
+/// offset is at most this node's clock at the answer minus Redis's. That
+/// bound is used, not the midpoint: firing by it is never early, at most
+/// a round trip late. The midpoint assumes the request and the answer
+/// took as long; on a busy machine a request that waited longer for Redis
+/// to be scheduled than the answer waited for this node made the offset
+/// too small, and 924 of 1,000 splayed runs started ~4 ms before their
+/// instant (docs/PERFORMANCE.md, scenario s).
 pub async fn offset_us(locker: &Locker) -> Result<i64, redis::RedisError> {
     let mut best: Option<(std::time::Duration, i64)> = None;
     let mut last_error = None;
     for _ in 0..SAMPLES {
-        let local_before = Utc::now().timestamp_micros();
         match locker.redis_time_us().await {
             Ok((redis_us, rtt)) => {
-                let half_rtt = i64::try_from(rtt.as_micros() / 2).unwrap_or(0);
-                let offset_us = local_before + half_rtt - redis_us;
+                // After the answer: Redis read its clock before this.
+                let offset_us = Utc::now().timestamp_micros() - redis_us;
                 if best.is_none_or(|(shortest, _)| rtt < shortest) {
                     best = Some((rtt, offset_us));
                 }

@@ -85,6 +85,9 @@ pub(crate) struct Shared {
     pub watches: recording::Watches,
     /// Per job: the turn to claim (one occurrence of a job at a time).
     claim_turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Scheduled claims waiting for Redis's reply at once (see
+    /// `occurrence::CLAIMS_IN_FLIGHT`).
+    pub claims_in_flight: tokio::sync::Semaphore,
     /// `[daemon] env_file` of the loaded config, for the jobs' environment.
     env_file: RwLock<Arc<BTreeMap<String, String>>>,
     /// Last measured clock offset against Redis, µs; `i64::MIN` = unknown.
@@ -276,6 +279,7 @@ pub async fn run(
         pending: recording::Pending::default(),
         watches: recording::Watches::default(),
         claim_turns: Mutex::new(HashMap::new()),
+        claims_in_flight: tokio::sync::Semaphore::new(occurrence::CLAIMS_IN_FLIGHT),
         env_file: RwLock::new(Arc::new(config.env.clone())),
         clock_offset_us: AtomicI64::new(i64::MIN),
         redis_at_base_us: AtomicI64::new(i64::MIN),

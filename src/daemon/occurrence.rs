@@ -39,6 +39,16 @@ const RETRY_FIRST: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(1);
 /// The most a scheduled claim waits, at random, before it is sent.
 const FAIR_SPREAD: Duration = Duration::from_millis(1);
+/// The most scheduled claims of this node waiting for Redis's reply at
+/// once; the others wait their turn here. Every command has a 500 ms reply
+/// timeout counted from when it is queued on the connection: 1,000 claims
+/// due on one second, all queued at once, were answered after up to 2 s on
+/// a busy machine, so the later ones timed out and were sent again (the
+/// first copies still ran in Redis), and the Redis work of the burst grew
+/// threefold (docs/PERFORMANCE.md, "Round two"). 64 in flight keep the
+/// connection pipelined (scenario j sustains ~14,000 claims/s with 64)
+/// while each reply comes in a few milliseconds of Redis work.
+pub(super) const CLAIMS_IN_FLIGHT: usize = 64;
 /// How long after the deadline (this node's clock) claims are still retried:
 /// above the redis response timeout plus the clock offset we warn about.
 const GIVE_UP_MARGIN: Duration = Duration::from_millis(1500);
@@ -92,6 +102,8 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
         tokio::time::sleep(FAIR_SPREAD.mul_f64(rand::random::<f64>())).await;
     }
     loop {
+        // Never closed, so always a permit; held until the reply is in.
+        let permit = shared.claims_in_flight.acquire().await.ok();
         let sent = Instant::now();
         let claimed = if Instant::now() >= give_up {
             None
@@ -103,6 +115,7 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
                     .await,
             )
         };
+        drop(permit);
         match claimed {
             Some(Ok(reply)) => {
                 shared.health.confirmed();
