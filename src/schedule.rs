@@ -339,12 +339,39 @@ fn parsed(pattern: &str) -> Result<Arc<Cron>, Refused> {
                     cache.retain(|_, cron| cron.strong_count() > 0);
                 }
                 cache.insert(pattern.to_string(), Arc::downgrade(&cron));
+                if let Some(held) = lock(&HELD).as_mut() {
+                    held.push(Arc::clone(&cron));
+                }
                 cron
             }
         }
     };
     keep_recent(&cron);
     Ok(cron)
+}
+
+/// Forms parsed while a [`Hold`] is alive, held by it.
+static HELD: LazyLock<Mutex<Option<Vec<Arc<Cron>>>>> = LazyLock::new(Mutex::default);
+
+/// Keeps every form parsed from now on until it is dropped: for a command
+/// that loads a config and then walks every job's schedule (`check` lists
+/// three occurrences a job), so that the patterns are not parsed twice. A
+/// daemon never holds one (it must not keep 10,000 forms).
+pub struct Hold(());
+
+impl Hold {
+    /// Starts holding (one hold at a time: a second one shares the first).
+    pub fn new() -> Hold {
+        lock(&HELD).get_or_insert_with(Vec::new);
+        Hold(())
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        lock(&HELD).take();
+        forget_unheld();
+    }
 }
 
 /// Parsed forms held by a config loader while it builds its jobs.
