@@ -11,9 +11,11 @@
 //! 1, its TIME in µs)`). A claim that does not win is undone, with its
 //! token, on every master that granted it, and retried by the caller with
 //! the same token until the occurrence's deadline; an occurrence counts as
-//! decided by another node only when a majority names that node. A renewal needs a majority confirming
-//! it; release, miss and gap records go to every master; answers read back
-//! (abandoned runs) are combined the same way.
+//! decided by another node only when a majority names that node, or a
+//! majority decided that it runs nothing (busy, skipped, missed, paused).
+//! A renewal needs a majority confirming it; release, miss and gap records
+//! go to every master; answers read back (abandoned runs) are combined the
+//! same way.
 //!
 //! Failure model: any minority of masters may be down, paused, partitioned
 //! or restarted without data; then every occurrence runs exactly once. With
@@ -81,16 +83,33 @@ fn drift(ttl: Duration) -> Duration {
 }
 
 /// The answer of the masters that agree an occurrence was decided, if a
-/// majority of them name the same decider (or a newer occurrence).
+/// majority of them name the same decider (or a newer occurrence), or a
+/// majority decided that it runs nothing: `busy` (the claim recorded the
+/// skip there) or decided `skipped`, `missed` or `paused`, by any node.
+/// Several nodes' skips of one occurrence land first on different masters,
+/// so they name different nodes; but a master that decided an occurrence
+/// never grants it, so with such a majority no claim of it can ever win.
+/// Then a `busy` answer is the one returned (this node recorded the skip
+/// on some of them), else the first.
 fn decided_by_majority<'a>(
     replies: impl IntoIterator<Item = &'a ClaimReply>,
     majority: usize,
 ) -> Option<ClaimReply> {
     let mut groups: Vec<(Option<&str>, usize, &ClaimReply)> = Vec::new();
+    let mut ran_nothing: Vec<&ClaimReply> = Vec::new();
     for reply in replies {
         let key = match &reply.claim {
-            Claim::Taken { by, .. } => Some(by.as_str()),
+            Claim::Taken { by, decision, .. } => {
+                if decision != "claimed" {
+                    ran_nothing.push(reply);
+                }
+                Some(by.as_str())
+            }
             Claim::Superseded { .. } => None,
+            Claim::Busy { .. } => {
+                ran_nothing.push(reply);
+                continue;
+            }
             _ => continue,
         };
         match groups.iter_mut().find(|(group, _, _)| *group == key) {
@@ -98,10 +117,17 @@ fn decided_by_majority<'a>(
             None => groups.push((key, 1, reply)),
         }
     }
-    groups
-        .into_iter()
-        .find(|(_, count, _)| *count >= majority)
-        .map(|(_, _, reply)| reply.clone())
+    if let Some((_, _, reply)) = groups.into_iter().find(|(_, count, _)| *count >= majority) {
+        return Some(reply.clone());
+    }
+    if ran_nothing.len() < majority {
+        return None;
+    }
+    ran_nothing
+        .iter()
+        .find(|reply| matches!(reply.claim, Claim::Busy { .. }))
+        .or(ran_nothing.first())
+        .map(|reply| (*reply).clone())
 }
 
 pub(super) async fn extend(servers: &[Server], lease: &Lease) -> Result<bool, LockError> {

@@ -29,10 +29,13 @@
 //! undone on every master that granted it otherwise, so two majorities can
 //! never exist and the order only changes who wins, not how many. A lead
 //! that fails (down, paused: no answer within [`ANSWER_TIMEOUT`]) is marked
-//! failing and the next one is tried, and so is one that answers busy (a
-//! lock only it may hold: a claim it ran after its answer timed out); a
-//! failing master is still asked in the parallel round and is lead again
-//! once it answers. Nodes whose views
+//! failing and the next one is tried, and so is one that answers busy or
+//! that the occurrence runs nothing (skipped, missed, paused: a lock only
+//! it may hold, from a claim it ran after its answer timed out, and the
+//! skip that lock made it record); a failing master is still asked in the
+//! parallel round and is lead again once it answers. Busy and "runs
+//! nothing" answers of a majority, whichever nodes they name, decide the
+//! occurrence: no master that decided it grants it again. Nodes whose views
 //! of a failing master differ for a moment may still split: then the old
 //! undo and retry applies.
 //!
@@ -284,16 +287,21 @@ pub(in crate::lock) async fn claim(
     let mut answers: Answers = servers.iter().map(|_| None).collect();
     // The lead: one master at a time, by rank, until one orders the claims
     // (grants it, or names the node it granted) or says the occurrence is
-    // decided or late; past one that failed or is busy (a lock only it
-    // holds, left by a claim whose answer timed out), at most as many as
-    // may be down, then the rest in parallel as they are.
+    // superseded or late; past one that failed, or is busy or decided it
+    // runs nothing (a lock only it may hold, left by a claim whose answer
+    // timed out: every node walks past it alike), at most as many as may
+    // be down, then the rest in parallel as they are.
     let tries = servers.len() - needed + 1;
     for i in order.leads().into_iter().take(tries) {
         let answer = ask.send(&servers[i]).await;
         order.answered(i, &answer);
         let next = match &answer {
             Err(_) => true,
-            Ok(reply) => matches!(reply.claim, Claim::Busy { .. }),
+            Ok(reply) => match &reply.claim {
+                Claim::Busy { .. } => true,
+                Claim::Taken { decision, .. } => decision != "claimed",
+                _ => false,
+            },
         };
         answers[i] = Some(answer);
         if !next {
@@ -472,6 +480,53 @@ mod tests {
             named(&other, &["redis://c:1/", "redis://b:1/", "redis://a:1/"])
         );
         assert_eq!(one.leads(), [1, 0, 2]);
+    }
+
+    fn reply(claim: Claim) -> ClaimReply {
+        ClaimReply {
+            claim,
+            previous_ms: None,
+            lock_ttl_left: None,
+            abandoned: None,
+        }
+    }
+
+    fn taken(by: &str, decision: &str) -> ClaimReply {
+        reply(Claim::Taken {
+            by: by.into(),
+            fence: 1,
+            decision: decision.into(),
+        })
+    }
+
+    #[test]
+    fn skips_of_different_nodes_on_a_majority_decide_but_grants_of_different_nodes_do_not() {
+        let busy = reply(Claim::Busy {
+            holder: "n9".into(),
+            fence: 1,
+        });
+        // Three nodes' skips, each first on one master: skipped.
+        let skips = [taken("n1", "skipped"), taken("n2", "skipped"), busy.clone()];
+        assert_eq!(decided_by_majority(&skips, 3), Some(busy));
+        let skips = [
+            taken("n1", "skipped"),
+            taken("n2", "missed"),
+            taken("n3", "skipped"),
+        ];
+        assert_eq!(decided_by_majority(&skips, 3), Some(taken("n1", "skipped")));
+        // Three nodes' fresh grants: nobody decided it yet.
+        let grants = [
+            taken("n1", "claimed"),
+            taken("n2", "claimed"),
+            taken("n2", "skipped"),
+        ];
+        assert_eq!(decided_by_majority(&grants, 3), None);
+        let one = [
+            taken("n1", "claimed"),
+            taken("n1", "claimed"),
+            taken("n2", "skipped"),
+        ];
+        assert_eq!(decided_by_majority(&one, 2), Some(taken("n1", "claimed")));
     }
 
     #[test]
