@@ -13,7 +13,11 @@
 //! 1. A run's own outcome (`succeeded`, `failed`, `timed_out`, `lock_lost`,
 //!    `interrupted`) beats `abandoned`, which beats every decision that ran
 //!    nothing (`skipped`, `missed`, `paused`): the run happened, and a
-//!    master that says otherwise missed its claim or its release.
+//!    master that says otherwise missed its claim or its release. But an
+//!    `abandoned` entry held by fewer than a majority of the masters read
+//!    weighs as a decision that ran nothing: a claim that won only a
+//!    minority (undone, or its answer lost) leaves it when that master's
+//!    lock expires, and the run it names never started.
 //! 2. Among decisions of the same class, the one held by the most masters
 //!    (a decision counts only on a majority), then the earliest appended
 //!    (the first decision made), then the lower node id.
@@ -52,6 +56,7 @@ pub fn merge(mut lists: Vec<Vec<Recorded>>, limit: usize) -> Vec<Recorded> {
         only.truncate(limit);
         return only;
     }
+    let masters = lists.len();
     type Occurrence = (String, String, u32);
     let mut groups: BTreeMap<Occurrence, Vec<(usize, Recorded)>> = BTreeMap::new();
     for (master, list) in lists.into_iter().enumerate() {
@@ -64,19 +69,19 @@ pub fn merge(mut lists: Vec<Vec<Recorded>>, limit: usize) -> Vec<Recorded> {
             groups.entry(key).or_default().push((master, recorded));
         }
     }
-    let mut all: Vec<Recorded> = groups.into_values().flat_map(choose).collect();
+    let majority = masters / 2 + 1;
+    let mut all: Vec<Recorded> = groups
+        .into_values()
+        .flat_map(|entries| choose(entries, majority))
+        .collect();
     super::read::sort(&mut all);
     all.truncate(limit);
     all
 }
 
-/// What one occurrence's entries (each with its master's index) leave.
-fn choose(entries: Vec<(usize, Recorded)>) -> Vec<Recorded> {
-    let strongest = entries
-        .iter()
-        .map(|(_, recorded)| class(&recorded.entry.outcome))
-        .max()
-        .unwrap_or(0);
+/// What one occurrence's entries (each with its master's index) leave;
+/// `majority` of the masters read.
+fn choose(entries: Vec<(usize, Recorded)>, majority: usize) -> Vec<Recorded> {
     // The same decision on several masters: one group. A run is known by
     // its node and fence; other decisions by their outcome and node (not
     // the fence: a skip or abandoned entry carries each master's own; not
@@ -84,10 +89,7 @@ fn choose(entries: Vec<(usize, Recorded)>) -> Vec<Recorded> {
     let mut same: BTreeMap<(String, String, u64), (BTreeSet<usize>, Recorded)> = BTreeMap::new();
     for (master, recorded) in entries {
         let entry = &recorded.entry;
-        if class(&entry.outcome) != strongest {
-            continue;
-        }
-        let key = match strongest {
+        let key = match class(&entry.outcome) {
             2 => (String::new(), entry.node.clone(), entry.fence),
             _ if entry.outcome == "paused" => (entry.outcome.clone(), String::new(), 0),
             _ => (entry.outcome.clone(), entry.node.clone(), 0),
@@ -100,18 +102,32 @@ fn choose(entries: Vec<(usize, Recorded)>) -> Vec<Recorded> {
             group.1 = recorded;
         }
     }
-    if strongest == 2 {
-        return same.into_values().map(|(_, recorded)| recorded).collect();
+    // An `abandoned` entry on a minority is no run's: it comes from a
+    // grant that never had a majority (its lock expired on that master
+    // with nothing released there), so it weighs as what ran nothing.
+    let weight =
+        |(masters, recorded): &(BTreeSet<usize>, Recorded)| match class(&recorded.entry.outcome) {
+            1 if masters.len() < majority => 0,
+            strength => strength,
+        };
+    let groups: Vec<(BTreeSet<usize>, Recorded)> = same.into_values().collect();
+    if groups.iter().any(|group| weight(group) == 2) {
+        return groups
+            .into_iter()
+            .filter(|group| weight(group) == 2)
+            .map(|(_, recorded)| recorded)
+            .collect();
     }
-    same.into_values()
-        .min_by(|(a_masters, a), (b_masters, b)| {
-            b_masters
-                .len()
-                .cmp(&a_masters.len())
-                .then(appended(a).cmp(&appended(b)))
-                .then(a.entry.node.cmp(&b.entry.node))
+    groups
+        .iter()
+        .min_by(|a, b| {
+            weight(b)
+                .cmp(&weight(a))
+                .then(b.0.len().cmp(&a.0.len()))
+                .then(appended(&a.1).cmp(&appended(&b.1)))
+                .then(a.1.entry.node.cmp(&b.1.entry.node))
         })
-        .map(|(_, recorded)| recorded)
+        .map(|(_, recorded)| recorded.clone())
         .into_iter()
         .collect()
 }
@@ -184,7 +200,7 @@ mod tests {
     }
 
     #[test]
-    fn abandoned_beats_what_ran_nothing() {
+    fn abandoned_on_a_majority_beats_what_ran_nothing_on_a_minority_it_does_not() {
         let lists = vec![
             vec![one("120-0", "n2", 3, "abandoned")],
             vec![one("121-0", "n2", 4, "abandoned")],
@@ -194,6 +210,16 @@ mod tests {
             ],
         ];
         assert_eq!(kept(lists), [pair("n2", "abandoned")]);
+        // A grant of n2 on one master that expired there; n4's skip on three.
+        let skip = |id| one(id, "n4", 5, "skipped");
+        let lists = vec![
+            vec![one("100-0", "n2", 3, "abandoned")],
+            vec![skip("90-0")],
+            vec![skip("91-0")],
+            vec![skip("92-0")],
+            vec![],
+        ];
+        assert_eq!(kept(lists), [pair("n4", "skipped")]);
     }
 
     #[test]
