@@ -20,7 +20,10 @@
 //!    lock expires, and the run it names never started.
 //! 2. Among decisions of the same class, the one held by the most masters
 //!    (a decision counts only on a majority), then the earliest appended
-//!    (the first decision made), then the lower node id.
+//!    (the first decision made), then the lower node id. A skip, a miss or
+//!    a pause counts as one decision whichever node recorded it (each
+//!    master keeps that of the node that came first there); the entry
+//!    shown is the earliest appended.
 //!
 //! One exception: two *different* runs of one occurrence (other node or
 //! other fence) are both kept. That would be a duplicate run, which the
@@ -83,16 +86,17 @@ pub fn merge(mut lists: Vec<Vec<Recorded>>, limit: usize) -> Vec<Recorded> {
 /// `majority` of the masters read.
 fn choose(entries: Vec<(usize, Recorded)>, majority: usize) -> Vec<Recorded> {
     // The same decision on several masters: one group. A run is known by
-    // its node and fence; other decisions by their outcome and node (not
-    // the fence: a skip or abandoned entry carries each master's own; not
-    // the node of `paused`: every node records it at the same instant).
+    // its node and fence, an abandoned run by its node, other decisions by
+    // their outcome alone (not the fence: a skip or abandoned entry
+    // carries each master's own; not the node: each master keeps the skip,
+    // miss or pause of the node that came first there).
     let mut same: BTreeMap<(String, String, u64), (BTreeSet<usize>, Recorded)> = BTreeMap::new();
     for (master, recorded) in entries {
         let entry = &recorded.entry;
         let key = match class(&entry.outcome) {
             2 => (String::new(), entry.node.clone(), entry.fence),
-            _ if entry.outcome == "paused" => (entry.outcome.clone(), String::new(), 0),
-            _ => (entry.outcome.clone(), entry.node.clone(), 0),
+            1 => (entry.outcome.clone(), entry.node.clone(), 0),
+            _ => (entry.outcome.clone(), String::new(), 0),
         };
         let group = same
             .entry(key)
@@ -220,6 +224,16 @@ mod tests {
             vec![],
         ];
         assert_eq!(kept(lists), [pair("n4", "skipped")]);
+        // The skips of three nodes, one master each, against that grant
+        // left on the two other masters: skipped (found by the soak).
+        let lists = vec![
+            vec![one("100-0", "n3", 3, "abandoned")],
+            vec![one("101-0", "n3", 3, "abandoned")],
+            vec![one("90-0", "n3", 5, "skipped")],
+            vec![one("91-0", "n1", 5, "skipped")],
+            vec![one("92-0", "n2", 5, "skipped")],
+        ];
+        assert_eq!(kept(lists), [pair("n3", "skipped")]);
     }
 
     #[test]
@@ -233,7 +247,7 @@ mod tests {
             vec![miss("103-0")],
         ];
         assert_eq!(kept(lists), [pair("n2", "missed")]);
-        // Two nodes' skips, two masters each: the earlier one.
+        // Two nodes' skips, two masters each: one skip, the earliest.
         let lists = vec![
             vec![one("100-1", "n2", 9, "skipped")],
             vec![one("100-2", "n2", 8, "skipped")],
