@@ -40,10 +40,14 @@
 //! undo and retry applies.
 //!
 //! Failure model as in [`super`]: any minority down, paused or partitioned
-//! costs a lead's timeout once per node and fault, nothing else. Answers
-//! are awaited in spawned tasks, so a slow master does not hold up a
-//! majority that already answered; a grant that arrives after this claim
-//! lost is undone by that task.
+//! costs each node a lead's timeout per failed master it tries first, once
+//! per fault. Answers are awaited in spawned tasks, so a slow master does
+//! not hold up a majority that already answered; a grant that arrives
+//! after this claim lost is undone by that task. Not handled: a claim a
+//! paused master runs after its answer timed out is granted there and
+//! nobody undoes it (its lock lasts its TTL on that master: a minority);
+//! a holder that dies between the lead and the others costs that
+//! occurrence (its grant on the lead lasts the lock's TTL).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
