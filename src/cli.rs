@@ -455,7 +455,7 @@ pub fn node_id(node_id: Option<&str>) -> anyhow::Result<String> {
 fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
     // Listing three occurrences a job needs the parsed patterns the loader
     // would let go: keep them, rather than parse each again.
-    let _forms = (!args.quiet).then(crate::schedule::Hold::new);
+    let _forms = (!args.quiet).then(crate::schedule::Hold::start);
     let config = load(&args.file.config, None)?;
     // Warnings never fail the check: they go to stderr, before the jobs.
     let mut err = std::io::BufWriter::new(std::io::stderr().lock());

@@ -361,7 +361,7 @@ pub struct Hold(());
 
 impl Hold {
     /// Starts holding (one hold at a time: a second one shares the first).
-    pub fn new() -> Hold {
+    pub fn start() -> Hold {
         lock(&HELD).get_or_insert_with(Vec::new);
         Hold(())
     }

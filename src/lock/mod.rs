@@ -332,6 +332,8 @@ pub fn new_token() -> String {
 pub struct Locker {
     coordinator: Coordinator,
     servers: Arc<[server::Server]>,
+    /// The order of Redlock claims through the masters.
+    order: Arc<quorum::Order>,
     prefix: String,
     node: String,
 }
@@ -353,9 +355,16 @@ impl Locker {
             .iter()
             .map(|member| server::Server::new(member, node, history_max, &scripts, single))
             .collect();
+        let order = Arc::new(quorum::Order::new(
+            coordinator
+                .members()
+                .iter()
+                .map(|member| member.shown.as_str()),
+        ));
         Locker {
             coordinator,
             servers,
+            order,
             prefix: prefix.to_string(),
             node: node.to_string(),
         }
@@ -412,7 +421,10 @@ impl Locker {
         let keys = self.keys(job);
         match self.single() {
             Some(server) => server.claim(&keys, job, target, token, ttl).await,
-            None => quorum::claim(&self.servers, &keys, job, target, token, ttl).await,
+            None => {
+                let (servers, order) = (&self.servers, &self.order);
+                quorum::claim(servers, order, &self.node, &keys, job, target, token, ttl).await
+            }
         }
     }
 

@@ -1,19 +1,21 @@
 //! Redlock: the lock over N independent masters, as a combinator of the
 //! one-server operations of [`super::server`] (SPEC §2.9).
 //!
-//! A claim goes to every master at once, each answer awaited at most
-//! [`ANSWER_TIMEOUT`]. It wins only with a majority (N/2 + 1) of `won`
-//! answers, within its validity (`lock_ttl` minus the time the claim took
-//! minus a drift allowance of 1 % + 2 ms), and with no answering master
-//! reporting the occurrence already decided. The fence is the largest of
-//! the majority's (every master hands out `max(previous + 1, its TIME in
-//! µs)`). A claim that does not win is undone, with its token, on every
-//! master that granted it, and retried by the caller with the same token
-//! until the occurrence's deadline; so is one that a minority reports
-//! decided (two nodes claiming at once split the masters, both undo, and
-//! the random pause before the retry lets one of them win). A renewal needs a majority confirming
-//! it; release, miss and gap records go to every master; answers read back
-//! (abandoned runs) are combined the same way.
+//! A claim goes first to one master, the lead (the first by address that
+//! answers), then to the others in parallel, each answer awaited at most
+//! [`ANSWER_TIMEOUT`] (`claim.rs`: nodes claiming at once then agree on an
+//! order instead of splitting the masters). It wins only with a majority
+//! (N/2 + 1) of `won` answers, within its validity (`lock_ttl` minus the
+//! time the claim took minus a drift allowance of 1 % + 2 ms). The fence is
+//! the largest of the majority's (every master hands out `max(previous +
+//! 1, its TIME in µs)`). A claim that does not win is undone, with its
+//! token, on every master that granted it, and retried by the caller with
+//! the same token until the occurrence's deadline; an occurrence counts as
+//! decided by another node only when a majority names that node, or a
+//! majority decided that it runs nothing (busy, skipped, missed, paused).
+//! A renewal needs a majority confirming it; release, miss and gap records
+//! go to every master; answers read back (abandoned runs) are combined the
+//! same way.
 //!
 //! Failure model: any minority of masters may be down, paused, partitioned
 //! or restarted without data; then every occurrence runs exactly once. With
@@ -25,16 +27,20 @@
 //! A master that restarts empty must stay down longer than `lock_ttl` and
 //! the claim window, or persist with `appendfsync always`.
 
-use std::time::{Duration, Instant};
+mod claim;
+
+use std::time::Duration;
 
 use futures_util::future::join_all;
 
 use super::server::Server;
 use super::{
     AbandonCheck, Claim, ClaimReply, JobKeys, Lease, LockError, Missed, Paused, Released,
-    RetryState, Target,
+    RetryState,
 };
 use crate::history::Entry;
+
+pub(super) use claim::{Order, claim};
 
 /// Longest wait for one master's answer.
 pub const ANSWER_TIMEOUT: Duration = Duration::from_millis(300);
@@ -76,121 +82,34 @@ fn drift(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2)
 }
 
-pub(super) async fn claim(
-    servers: &[Server],
-    keys: &JobKeys,
-    job: &str,
-    target: &Target,
-    token: &str,
-    ttl: Duration,
-) -> Result<ClaimReply, LockError> {
-    let sent = Instant::now();
-    let answers = on_all(servers, job, "claim", |server| {
-        server.claim(keys, job, target, token, ttl)
-    })
-    .await;
-    let elapsed = sent.elapsed();
-    let won: Vec<(&Server, &ClaimReply)> = servers
-        .iter()
-        .zip(&answers)
-        .filter_map(|(server, answer)| match answer {
-            Ok(reply) if matches!(reply.claim, Claim::Won(_)) => Some((server, reply)),
-            _ => None,
-        })
-        .collect();
-    let decided = answers.iter().find_map(|answer| match answer {
-        Ok(reply) if matches!(reply.claim, Claim::Taken { .. } | Claim::Superseded { .. }) => {
-            Some(reply.clone())
-        }
-        _ => None,
-    });
-    let valid = elapsed + drift(ttl) < ttl;
-    // A majority of fresh grants wins, whatever a minority says: no other
-    // claim can hold a majority at the same time, and "decided" answers
-    // from a minority are other nodes' grants of this same moment, which
-    // they undo (see below).
-    if won.len() >= majority(servers) && valid {
-        let fence = won
-            .iter()
-            .filter_map(|(_, reply)| match &reply.claim {
-                Claim::Won(lease) => Some(lease.fence),
-                _ => None,
-            })
-            .max()
-            .unwrap_or(0);
-        let previous_ms = won.iter().filter_map(|(_, reply)| reply.previous_ms).max();
-        let abandoned = answers.iter().find_map(|answer| {
-            answer
-                .as_ref()
-                .ok()
-                .and_then(|reply| reply.abandoned.clone())
-        });
-        return Ok(ClaimReply {
-            claim: Claim::Won(Lease {
-                job: job.to_string(),
-                keys: keys.clone(),
-                token: token.to_string(),
-                fence,
-                ttl,
-            }),
-            previous_ms,
-            lock_ttl_left: None,
-            abandoned,
-        });
-    }
-    // Not won: give back what was granted, so that a retry (or another
-    // node) finds the occurrence free on those masters.
-    join_all(won.iter().map(|(server, _)| server.undo(keys, job, token))).await;
-    // Decided by one node on a majority: it is. Decided on a minority, or
-    // by different nodes none of which has a majority (three nodes claiming
-    // at the same moment split five masters 2–2–1, and each sees the two
-    // others' grants as "decided"): those are claims like ours, which
-    // their nodes undo as we undo ours; the caller retries (after a random
-    // pause) until one wins or the deadline passes.
-    if decided.is_some()
-        && let Some(decided) = decided_by_majority(&answers, majority(servers))
-    {
-        return Ok(decided);
-    }
-    let busy = answers
-        .iter()
-        .filter(|answer| matches!(answer, Ok(reply) if matches!(reply.claim, Claim::Busy { .. })))
-        .count();
-    if busy >= majority(servers)
-        && let Some(Ok(reply)) = answers
-            .iter()
-            .find(|answer| matches!(answer, Ok(reply) if matches!(reply.claim, Claim::Busy { .. })))
-    {
-        return Ok(reply.clone());
-    }
-    if let Some(Ok(reply)) = answers
-        .iter()
-        .find(|answer| matches!(answer, Ok(reply) if reply.claim == Claim::TooLate))
-    {
-        return Ok(reply.clone());
-    }
-    Err(LockError::NoQuorum {
-        step: "claim",
-        job: job.to_string(),
-        agreed: won.len(),
-        needed: majority(servers),
-        of: servers.len(),
-        answered: answered(&answers),
-        first_error: first_error(&answers),
-    })
-}
-
 /// The answer of the masters that agree an occurrence was decided, if a
-/// majority of them name the same decider (or a newer occurrence).
-fn decided_by_majority(
-    answers: &[Result<ClaimReply, LockError>],
+/// majority of them name the same decider (or a newer occurrence), or a
+/// majority decided that it runs nothing: `busy` (the claim recorded the
+/// skip there) or decided `skipped`, `missed` or `paused`, by any node.
+/// Several nodes' skips of one occurrence land first on different masters,
+/// so they name different nodes; but a master that decided an occurrence
+/// never grants it, so with such a majority no claim of it can ever win.
+/// Then a `busy` answer is the one returned (this node recorded the skip
+/// on some of them), else the first.
+fn decided_by_majority<'a>(
+    replies: impl IntoIterator<Item = &'a ClaimReply>,
     majority: usize,
 ) -> Option<ClaimReply> {
     let mut groups: Vec<(Option<&str>, usize, &ClaimReply)> = Vec::new();
-    for reply in answers.iter().filter_map(|answer| answer.as_ref().ok()) {
+    let mut ran_nothing: Vec<&ClaimReply> = Vec::new();
+    for reply in replies {
         let key = match &reply.claim {
-            Claim::Taken { by, .. } => Some(by.as_str()),
+            Claim::Taken { by, decision, .. } => {
+                if decision != "claimed" {
+                    ran_nothing.push(reply);
+                }
+                Some(by.as_str())
+            }
             Claim::Superseded { .. } => None,
+            Claim::Busy { .. } => {
+                ran_nothing.push(reply);
+                continue;
+            }
             _ => continue,
         };
         match groups.iter_mut().find(|(group, _, _)| *group == key) {
@@ -198,10 +117,17 @@ fn decided_by_majority(
             None => groups.push((key, 1, reply)),
         }
     }
-    groups
-        .into_iter()
-        .find(|(_, count, _)| *count >= majority)
-        .map(|(_, _, reply)| reply.clone())
+    if let Some((_, _, reply)) = groups.into_iter().find(|(_, count, _)| *count >= majority) {
+        return Some(reply.clone());
+    }
+    if ran_nothing.len() < majority {
+        return None;
+    }
+    ran_nothing
+        .iter()
+        .find(|reply| matches!(reply.claim, Claim::Busy { .. }))
+        .or(ran_nothing.first())
+        .map(|reply| (*reply).clone())
 }
 
 pub(super) async fn extend(servers: &[Server], lease: &Lease) -> Result<bool, LockError> {

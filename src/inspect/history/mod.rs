@@ -11,6 +11,7 @@
 //! stream exists (a job removed from the config keeps its history); any
 //! other name is a typo, refused with the closest known name.
 
+mod merge;
 pub(crate) mod read;
 mod render;
 
@@ -138,14 +139,15 @@ pub async fn history(source: &Source, query: &HistoryQuery) -> anyhow::Result<()
         },
     };
     let names: Vec<&str> = jobs.iter().map(String::as_str).collect();
-    let (prefix, names, filter_ref) = (&redis.key_prefix, &names, &filter);
-    let lists = coordinator
-        .on_members(|conn| async move {
-            read::read(&conn, prefix, names, filter_ref, query.limit).await
-        })
-        .await
-        .map_err(|err| super::redis_failed("cannot read the history from", redis, &err))?;
-    let entries = read::merge(lists, query.limit);
+    let entries = read_merged(
+        &coordinator,
+        &redis.key_prefix,
+        &names,
+        &filter,
+        query.limit,
+    )
+    .await
+    .map_err(|err| super::redis_failed("cannot read the history from", redis, &err))?;
     if query.json {
         return super::print(&render_json(&entries));
     }
@@ -154,6 +156,53 @@ pub async fn history(source: &Source, query: &HistoryQuery) -> anyhow::Result<()
     }
     super::print(&render(&entries))
 }
+
+/// The newest entries of `jobs` that `filter` keeps, at most `limit`: one
+/// server's as they are; with Redlock every master's, merged to one entry
+/// per occurrence (`merge.rs`). The node and outcome filters then apply to
+/// the merged entries (a skip one master holds for an occurrence that ran
+/// is not "a skip"), so each master is read without them, and read again
+/// further back while too few entries pass and a master may hold more.
+async fn read_merged(
+    coordinator: &crate::coordinator::Coordinator,
+    prefix: &str,
+    jobs: &[&str],
+    filter: &Filter,
+    limit: usize,
+) -> redis::RedisResult<Vec<crate::history::Recorded>> {
+    if !coordinator.is_quorum() {
+        let conn = coordinator.first();
+        return read::read(&conn, prefix, jobs, filter, limit).await;
+    }
+    let window = Filter {
+        nodes: Vec::new(),
+        outcomes: Vec::new(),
+        ..filter.clone()
+    };
+    // Twice as many: the entries shown are then judged on every master's.
+    let mut reading = limit.saturating_mul(2);
+    loop {
+        let (window, jobs) = (&window, jobs);
+        let lists = coordinator
+            .on_members(
+                |conn| async move { read::read(&conn, prefix, jobs, window, reading).await },
+            )
+            .await?;
+        let more = lists.iter().any(|list| list.len() >= reading);
+        let mut entries: Vec<_> = merge::merge(lists, usize::MAX)
+            .into_iter()
+            .filter(|recorded| filter.keeps(recorded))
+            .collect();
+        if entries.len() >= limit || !more || reading >= MAX_READ {
+            entries.truncate(limit);
+            return Ok(entries);
+        }
+        reading = reading.saturating_mul(4).min(MAX_READ);
+    }
+}
+
+/// The most entries read from one master for one `history` (Redlock).
+const MAX_READ: usize = 1_000_000;
 
 /// Accepts `job` if the config has it, a live node runs it, or its stream
 /// exists (with a note when the config has not got it); else an error with

@@ -108,40 +108,6 @@ struct Cursor<'a> {
     done: bool,
 }
 
-/// The entries several masters (Redlock) hold, one list each, as one:
-/// the same decision recorded on several masters counts once; newest
-/// occurrence first, at most `limit`.
-pub fn merge(mut lists: Vec<Vec<Recorded>>, limit: usize) -> Vec<Recorded> {
-    if lists.len() <= 1 {
-        return lists.pop().unwrap_or_default();
-    }
-    let mut seen = std::collections::HashSet::new();
-    let mut all: Vec<Recorded> = lists
-        .into_iter()
-        .flatten()
-        .filter(|recorded| {
-            let entry = &recorded.entry;
-            // Not the fence: a skip or abandoned entry carries each master's own.
-            // Not the node of a `paused` entry: every node records it at the
-            // same instant and each master keeps the first one it got.
-            let node = if entry.outcome == "paused" {
-                String::new()
-            } else {
-                entry.node.clone()
-            };
-            seen.insert((
-                recorded.job.clone(),
-                entry.occurrence.clone(),
-                node,
-                entry.outcome.clone(),
-            ))
-        })
-        .collect();
-    sort(&mut all);
-    all.truncate(limit);
-    all
-}
-
 /// The newest entries of `jobs` (keys under `prefix`) that `filter` keeps,
 /// newest occurrence first, at most `limit` in all; unparsable entries are
 /// skipped. One pipelined round trip per round; see the module doc.

@@ -179,18 +179,39 @@ fn merge_views(mut views: Vec<Vec<JobStatus>>) -> Vec<JobStatus> {
                     >= majority
             });
         status.held = held_by_most;
-        for other in &others {
-            let newer = match (&status.last, &other.last) {
-                (None, Some(_)) => true,
-                (Some(mine), Some(theirs)) => theirs.occurrence > mine.occurrence,
-                _ => false,
-            };
-            if newer {
-                status.last = other.last.clone();
-            }
-        }
+        let lasts: Vec<&Last> = std::iter::once(status.last.as_ref())
+            .chain(others.iter().map(|other| other.last.as_ref()))
+            .flatten()
+            .collect();
+        status.last = newest_decision(&lasts).cloned();
     }
     merged
+}
+
+/// Of the masters' last decisions, the newest occurrence's as most of the
+/// masters that know it hold it (same node and decision; ties: the first
+/// master's): a claim whose answer timed out may leave one master with a
+/// decision the others never made.
+fn newest_decision<'a>(lasts: &[&'a Last]) -> Option<&'a Last> {
+    let newest = lasts.iter().map(|last| &last.occurrence).max()?;
+    let of_newest: Vec<&Last> = lasts
+        .iter()
+        .copied()
+        .filter(|last| &last.occurrence == newest)
+        .collect();
+    let held_by = |last: &Last| {
+        of_newest
+            .iter()
+            .filter(|other| other.node == last.node && other.decision == last.decision)
+            .count()
+    };
+    of_newest
+        .iter()
+        .copied()
+        .fold(None, |best: Option<&Last>, last| match best {
+            Some(best) if held_by(best) >= held_by(last) => Some(best),
+            _ => Some(last),
+        })
 }
 
 /// Every job the live `nodes` run, with the schedule most of them
@@ -341,6 +362,24 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn the_last_decision_is_the_newest_occurrence_as_most_masters_hold_it() {
+        let last = |occurrence: &str, node: &str, decision: &str| Last {
+            occurrence: occurrence.into(),
+            node: node.into(),
+            fence: None,
+            decision: decision.into(),
+            outcome: None,
+        };
+        let stray = last("2026-11-30T21:00:01Z", "n1", "skipped");
+        let run = last("2026-11-30T21:00:01Z", "n2", "claimed");
+        let older = last("2026-11-30T21:00:00Z", "n3", "claimed");
+        let picked = newest_decision(&[&stray, &older, &run, &run]);
+        assert_eq!(picked, Some(&run));
+        assert_eq!(newest_decision(&[&older, &stray]), Some(&stray));
+        assert_eq!(newest_decision(&[]), None);
     }
 
     #[test]
