@@ -194,9 +194,44 @@ fn restart_redis_under_load(
         );
         cluster.wait_decided(Duration::from_secs(5), &job.name, to);
     }
-    let windows: Vec<_> = jobs.iter().map(|job| job.window(from, to)).collect();
+    // Redis is away from `kill_at` for 1 s and its start: the occurrence
+    // due then runs late only if a claim retry lands after Redis is back
+    // and before the next one (its deadline), else it is recorded missed;
+    // a late run may also hold the lock over the next one (a skip, SPEC
+    // §2.3). Both are fail-closed outcomes of the outage, not losses.
+    let windows: Vec<_> = jobs
+        .iter()
+        .map(|job| {
+            let mut window = job.window(from, to);
+            window.may_miss = window
+                .occurrences()
+                .into_iter()
+                .filter(|at| outage_reach(*at, kill_at))
+                .collect();
+            window
+        })
+        .collect();
     let report = cluster.audit(&windows);
     (cluster, report, kill_at)
+}
+
+/// Whether `at` is due while Redis was away (from `kill_at` for 1 s and its
+/// start) or right after, behind a late run of the one due while away.
+fn outage_reach(at: chrono::DateTime<Utc>, kill_at: chrono::DateTime<Utc>) -> bool {
+    at > kill_at && at <= kill_at + TimeDelta::milliseconds(2_500)
+}
+
+/// Skips are legal only within the outage's reach (see above).
+fn skips_only_within_the_outage(report: &common::audit::Report, kill_at: chrono::DateTime<Utc>) {
+    for skip in &report.skipped {
+        let at = chrono::DateTime::parse_from_rfc3339(&skip.occurrence)
+            .map(|at| at.with_timezone(&Utc))
+            .expect("an RFC 3339 occurrence");
+        assert!(
+            outage_reach(at, kill_at),
+            "a skip outside the outage's reach: {skip:?}\n{report}"
+        );
+    }
 }
 
 #[test]
@@ -217,7 +252,7 @@ fn redis_restarted_without_persistence_reconnects_and_fences_keep_growing() {
         "{report}\n{}",
         cluster.logs()
     );
-    assert!(report.skipped.is_empty(), "{report}");
+    skips_only_within_the_outage(&report, kill_at);
     let after = cluster
         .runs()
         .iter()
@@ -234,8 +269,12 @@ fn redis_restarted_without_persistence_reconnects_and_fences_keep_growing() {
 
 #[test]
 fn redis_restarted_with_appendonly_loses_nothing_and_runs_nothing_twice() {
-    let (cluster, report, _) = restart_redis_under_load(Persistence::AppendOnly);
+    let (cluster, report, kill_at) = restart_redis_under_load(Persistence::AppendOnly);
     println!("restart with appendonly: {report}");
     assert!(report.is_clean(), "{report}\n{}", cluster.logs());
-    assert!(report.skipped.is_empty(), "{report}");
+    skips_only_within_the_outage(&report, kill_at);
+    assert!(
+        report.excused.len() + report.skipped.len() <= 2 * 2,
+        "at most the two occurrences of each job in the outage's reach: {report}"
+    );
 }

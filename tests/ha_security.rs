@@ -276,6 +276,62 @@ fn redlock_over_tls_runs_jobs_merges_history_and_fails_closed_without_the_ca() {
     fails_closed_without_the_ca(&redlock, "tick", &env);
 }
 
+/// Redlock over masters that ask for a password (`password_file`, the
+/// same on every master): jobs run, `status`/`history` read every master;
+/// a wrong password stops the daemon at once (exit 78) with one line, and
+/// no password shows anywhere.
+#[test]
+fn redlock_with_a_password_runs_jobs_and_a_wrong_password_exits_78_at_once() {
+    const PASSWORD: &str = "redlock-s3cret";
+    const WRONG: &str = "wr0ng-s3cret";
+    let masters = Masters::start_with_password(3, PASSWORD);
+    let plain = common::ha::Creds::default();
+    let urls: Vec<String> = masters.ports().iter().map(|&p| plain.url(p)).collect();
+    let redlock = format!("redlock = [{}]", quoted(&urls));
+    let secrets = tempfile::tempdir().expect("temp dir");
+    let pass_file = |name: &str, password: &str| {
+        let path = secrets.path().join(name);
+        std::fs::write(&path, format!("{password}\n")).expect("write password file");
+        format!("password_file = \"{}\"", toml_path(&path))
+    };
+    let fleet = runs_jobs_with_status_and_history(
+        &format!("{redlock}\n{}", pass_file("right.pass", PASSWORD)),
+        &["tick", "tock"],
+        &[],
+        Once::Succeeded,
+    );
+    let mut logs = fleet.logs();
+    drop(fleet);
+
+    let wrong = Fleet::new(
+        &format!("{redlock}\n{}", pass_file("wrong.pass", WRONG)),
+        "",
+        &every_second(&["tick"]),
+    );
+    let mut node = common::Node::start_with_args(
+        &wrong.work,
+        "wrong-pw",
+        &["--config", &toml_path(&wrong.work.path("jobs.toml"))],
+        &[],
+    );
+    let exit = node.wait_exit(Duration::from_secs(15));
+    let log = node.log();
+    assert_eq!(exit.code(), Some(78), "{log}");
+    let refusals = log
+        .lines()
+        .filter(|line| line.contains("refused node"))
+        .count();
+    assert_eq!(refusals, 1, "one clear line, not a loop:\n{log}");
+    let status = wrong.cli(&["status"]);
+    assert_eq!(status.status.code(), Some(1), "{}", stderr(&status));
+    logs.push_str(&log);
+    logs.push_str(&stderr(&status));
+    for secret in [PASSWORD, WRONG] {
+        assert!(!logs.contains(secret), "a password shows:\n{logs}");
+    }
+    assert!(wrong.runs().is_empty());
+}
+
 /// The README's ACL user with what a cluster adds, set on every node.
 fn set_readme_acl_user(cluster: &RedisCluster, password: &str) {
     for port in cluster.ports() {

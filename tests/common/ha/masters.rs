@@ -42,10 +42,26 @@ impl Masters {
         Masters::start_all(n, &[], Some(tls))
     }
 
+    /// `n` masters that ask for `password` (`--requirepass`); the
+    /// harness's connections present it, [`Masters::urls`] carry it.
+    pub fn start_with_password(n: usize, password: &str) -> Masters {
+        let creds = Creds {
+            password: Some(password.to_string()),
+            ..Creds::default()
+        };
+        Masters::start_as(n, &["--requirepass", password], creds)
+    }
+
     fn start_all(n: usize, extra: &[&str], tls: Option<&TlsFiles>) -> Masters {
+        Masters::start_as(n, extra, Creds::tls_only(tls))
+    }
+
+    fn start_as(n: usize, extra: &[&str], creds: Creds) -> Masters {
+        let tls = creds.tls.clone();
+        let tls = tls.as_ref();
         let mut masters = Masters {
             nodes: Vec::new(),
-            creds: Creds::tls_only(tls),
+            creds,
         };
         for _ in 0..n {
             let mut node = RedisProcess::new(free_port());
