@@ -357,11 +357,17 @@ fn under_systemd_a_failed_run_is_logged_natively_with_its_fields() {
     assert_eq!(stderr.field("SOLOCRON_LINE"), "disk full");
     assert_eq!(stderr.field("PRIORITY"), "4");
 
-    // The journal and the history tell the same story.
-    let recorded = history(&redis, "nightly-report")
-        .into_iter()
-        .find(|entry| entry.get("occurrence") == Some(&occurrence))
-        .expect("the occurrence is in the history");
+    // The journal and the history tell the same story (the entry is
+    // written by the release, which may follow the log lines).
+    let entry = || {
+        history(&redis, "nightly-report")
+            .into_iter()
+            .find(|entry| entry.get("occurrence") == Some(&occurrence))
+    };
+    common::wait_until(limit, "the occurrence is in the history", || {
+        entry().is_some()
+    });
+    let recorded = entry().expect("the occurrence is in the history");
     assert_eq!(recorded.get("outcome").map(String::as_str), Some("failed"));
     assert_eq!(recorded.get("node").map(String::as_str), Some("n1"));
     assert_eq!(recorded.get("fence"), Some(&fence));
