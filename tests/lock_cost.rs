@@ -207,3 +207,66 @@ async fn a_won_claim_and_its_release_write_the_state_once_each() {
         .expect("XLEN");
     assert_eq!(recorded, 2, "both runs recorded once");
 }
+
+#[tokio::test]
+async fn a_peek_reads_the_state_and_the_lock_without_a_script_and_answers_as_the_losing_claim() {
+    let redis = RedisServer::start();
+    let (n1, n2) = (locker(&redis, "n1").await, locker(&redis, "n2").await);
+    for locker in [&n1, &n2] {
+        locker.load_scripts().await.expect("load the scripts");
+    }
+    // Nothing decided yet: only the claim can say.
+    reset(&redis);
+    let undecided = n2.peek("report", &scheduled(1_000)).await.expect("peek");
+    assert_eq!(undecided, None, "an undecided occurrence must be claimed");
+    assert_eq!(calls(&redis), counts(&[("hmget", 1), ("pttl", 1)]));
+
+    let lease = match n1
+        .claim("report", &scheduled(1_000), &new_token(), TTL)
+        .await
+        .expect("claim")
+    {
+        Claim::Won(lease) => lease,
+        other => panic!("n1 should win the first claim, got {other:?}"),
+    };
+    reset(&redis);
+    let peeked = n2
+        .peek("report", &scheduled(1_000))
+        .await
+        .expect("peek")
+        .expect("decided");
+    assert_eq!(
+        peeked.claim,
+        Claim::Taken {
+            by: "n1".to_string(),
+            fence: lease.fence,
+            decision: "claimed".to_string()
+        }
+    );
+    assert!(
+        peeked.lock_ttl_left.is_some(),
+        "the lock is held: {peeked:?}"
+    );
+    assert_eq!(
+        calls(&redis),
+        counts(&[("hmget", 1), ("pttl", 1)]),
+        "a peek runs no script"
+    );
+    // A newer occurrence decided: the older one is superseded.
+    n1.release(&lease, &entry("n1", &lease, "occ-1000"))
+        .await
+        .expect("release");
+    match n1
+        .claim("report", &scheduled(2_000), &new_token(), TTL)
+        .await
+        .expect("claim")
+    {
+        Claim::Won(_) => {}
+        other => panic!("n1 should win the second claim, got {other:?}"),
+    }
+    let old = n2.peek("report", &scheduled(1_000)).await.expect("peek");
+    assert_eq!(
+        old.map(|reply| reply.claim),
+        Some(Claim::Superseded { last_ms: 2_000 })
+    );
+}

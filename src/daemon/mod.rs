@@ -21,6 +21,7 @@ pub(crate) mod health;
 mod job_gauges;
 mod notifications;
 mod occurrence;
+mod preference;
 mod recording;
 mod registry_loop;
 mod reload;
@@ -113,6 +114,8 @@ pub(crate) struct Shared {
     pub job_gauges: job_gauges::JobGauges,
     /// The fleet controls as last read: pauses, this node's drain.
     pub controls: controls::Controls,
+    /// Which node is first in line for each occurrence (the live nodes).
+    pub preference: preference::Preference,
 }
 
 impl Shared {
@@ -291,6 +294,7 @@ pub async fn run(
         instance: registry::new_instance(),
         job_gauges,
         controls: controls::Controls::default(),
+        preference: preference::Preference::default(),
     });
     info!(
         node = %options.node,

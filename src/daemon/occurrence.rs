@@ -24,6 +24,7 @@ use tracing::{debug, error, info, warn};
 
 use super::Shared;
 use super::notifications::{self, Subject};
+use super::preference;
 use super::recording::{self, log_abandoned, spawn_record_missed, watch_lock};
 use super::retry;
 use super::timetable::rfc3339;
@@ -95,11 +96,32 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
     // in no record at all. An older one gives up at the newer one's time.
     let turn = shared.claim_turn(&job.name);
     let _turn = turn.lock().await;
-    // Every node fires at the same instant (by Redis's clock); which one
-    // is first by a few hundred µs is a fixed bias of its offset estimate.
-    // Up to a millisecond at random makes the winner a fair draw instead.
     if !catch_up {
-        tokio::time::sleep(FAIR_SPREAD.mul_f64(rand::random::<f64>())).await;
+        let first = shared
+            .preference
+            .is_first(&job.name, at.timestamp_millis(), &node);
+        if first {
+            // Every node that thinks it is first fires at the same instant
+            // (by Redis's clock); which one is ahead by a few hundred µs is
+            // a fixed bias of its offset estimate. Up to a millisecond at
+            // random makes the winner a fair draw instead.
+            tokio::time::sleep(FAIR_SPREAD.mul_f64(rand::random::<f64>())).await;
+        } else if let Some(reply) = peek_after_first(&shared, &job, &target, &name).await {
+            shared.health.confirmed();
+            drop(_turn);
+            decided(
+                &shared,
+                &job,
+                at,
+                &name,
+                &token,
+                reply,
+                Instant::now(),
+                catch_up,
+            )
+            .await;
+            return;
+        }
     }
     loop {
         // Never closed, so always a permit; held until the reply is in.
@@ -160,6 +182,33 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
             _ = tokio::time::sleep(jittered(pause).min(give_up.saturating_duration_since(Instant::now()))) => {}
         }
         pause = (pause * 2).min(RETRY_MAX);
+    }
+}
+
+/// For a node that is not first in line for `target` (`preference`): waits
+/// [`preference::PEEK_DELAY`] and reads whether the first node decided it.
+/// `Some`: the answer a losing claim would have given; `None`: claim it
+/// (undecided, or the read failed: the claim loop retries Redis errors).
+async fn peek_after_first(
+    shared: &Shared,
+    job: &Job,
+    target: &Target,
+    name: &str,
+) -> Option<ClaimReply> {
+    tokio::select! {
+        _ = shared.cancel.cancelled() => return None,
+        _ = tokio::time::sleep(preference::PEEK_DELAY) => {}
+    }
+    let permit = shared.claims_in_flight.acquire().await.ok();
+    let peeked = shared.locker.peek(&job.name, target).await;
+    drop(permit);
+    match peeked {
+        Ok(reply) => reply,
+        Err(err) => {
+            debug!(job = %job.name, occurrence = %name, node = %shared.locker.node(), error = %err,
+                "reading whether the occurrence is decided failed; claiming it");
+            None
+        }
     }
 }
 

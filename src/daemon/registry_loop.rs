@@ -22,7 +22,6 @@ use tracing::{debug, info, warn};
 
 use super::Shared;
 use crate::config::Config;
-use crate::coordinator::Coordinator;
 use crate::metrics;
 use crate::registry::{self, Divergence, JobSchedule, NodeInfo, Refresh};
 
@@ -86,7 +85,7 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
                 published = true;
                 written_once = true;
                 collisions.observe(&refresh, node, instance);
-                match current_divergences(coordinator, prefix, &config_hash).await {
+                match current_divergences(&shared, prefix, &config_hash).await {
                     Ok(found) => {
                         metrics::config_divergence(found.len());
                         if found != warned || (!found.is_empty() && warned_at.elapsed() >= REPEAT) {
@@ -170,18 +169,30 @@ impl CollisionWatch {
 
 /// The live nodes' divergences; the per-job fingerprints are only read when
 /// some live node's whole-config fingerprint differs from `ours`. Sets
-/// `solocron_live_nodes` on the way.
+/// `solocron_live_nodes` and, with one coordinator (not Redlock: there a
+/// majority decides, and every node claims at once), the live set that
+/// says which node is first for each occurrence, on the way.
 async fn current_divergences(
-    coordinator: &Coordinator,
+    shared: &Shared,
     prefix: &str,
     ours: &str,
 ) -> redis::RedisResult<Vec<Divergence>> {
+    let coordinator = shared.locker.coordinator();
     let hashes = coordinator
         .on_members(|conn| async move { registry::config_hashes(&conn, prefix).await })
         .await?;
     // One fingerprint per live node (per member with Redlock).
     metrics::live_nodes(hashes.iter().map(Vec::len).max().unwrap_or(0));
-    if hashes.iter().flatten().all(|hash| hash == ours) {
+    if !coordinator.is_quorum()
+        && let Some(listed) = hashes.first()
+    {
+        let ids = listed.iter().map(|(id, _)| id.clone()).collect();
+        if let Some(live) = shared.preference.set_live(ids) {
+            info!(node = %shared.locker.node(), live = %live.join(", "), count = live.len(),
+                "live nodes changed: each is first in line for its share of the occurrences");
+        }
+    }
+    if hashes.iter().flatten().all(|(_, hash)| hash == ours) {
         return Ok(Vec::new());
     }
     let nodes = coordinator

@@ -428,6 +428,21 @@ impl Locker {
         }
     }
 
+    /// Whether scheduled occurrence `target` of `job` is decided already,
+    /// read without a script: `Ok(Some(reply))` is the answer a losing
+    /// claim would give (log it and stop: nothing was taken), `Ok(None)`
+    /// means claim it ([`Locker::claim_detailed`] decides). Always
+    /// `Ok(None)` with Redlock (a majority decides, not one read) and for
+    /// retries and manual runs. For nodes that are not first in line for
+    /// an occurrence (`daemon::preference`): a losing claim costs Redis a
+    /// script, this a few µs of reads.
+    pub async fn peek(&self, job: &str, target: &Target) -> Result<Option<ClaimReply>, LockError> {
+        let (Some(server), Target::Scheduled { at_ms, .. }) = (self.single(), target) else {
+            return Ok(None);
+        };
+        server.peek(&self.keys(job), job, *at_ms).await
+    }
+
     /// Extends the lease by its TTL. `Ok(false)`: the lock is no longer ours.
     pub async fn extend(&self, lease: &Lease) -> Result<bool, LockError> {
         match self.single() {

@@ -600,6 +600,72 @@ impl Server {
         ))
     }
 
+    /// Reads, without a script, whether scheduled occurrence `at_ms` of
+    /// `job` is decided already: `Some` with the answer a losing claim
+    /// would give (see [`scripts::CLAIM`]'s usual losing path: the job's
+    /// last decided occurrence is this one or newer, and either the lock is
+    /// held or no run is in progress), `None` when only the claim script
+    /// can say (undecided, a run whose lock is gone to be recorded
+    /// `abandoned`, or the read was not acknowledged as a claim would have
+    /// to be). One round trip of plain reads (`HMGET`, `PTTL`; with
+    /// `wait_replicas` also `WAIT` and, on one master, `ROLE`, checked as a
+    /// claim's are), so a node that is not first in line pays Redis a few
+    /// µs instead of a script ([`super::Locker::peek`]).
+    pub(super) async fn peek(
+        &self,
+        keys: &super::JobKeys,
+        job: &str,
+        at_ms: i64,
+    ) -> Result<Option<ClaimReply>, LockError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("HMGET")
+            .arg(&keys.state)
+            .arg(&[
+                "last_occ",
+                "last_node",
+                "last_fence",
+                "last_decision",
+                "run_token",
+            ])
+            .cmd("PTTL")
+            .arg(&keys.lock);
+        let role = self.watches_replicas();
+        if self.wait.replicas > 0 {
+            pipe.cmd("WAIT")
+                .arg(self.wait.replicas)
+                .arg(u64::try_from(self.wait.timeout.as_millis()).unwrap_or(u64::MAX));
+            if role {
+                pipe.cmd("ROLE");
+            }
+        }
+        let (master, sent) = self.send(&pipe).await;
+        let mut values = sent
+            .map_err(|source| redis_error("claim", job, source))?
+            .into_iter();
+        let bad = |what: &str| LockError::Reply {
+            step: "claim",
+            job: job.to_string(),
+            reply: format!("no {what} in the reply"),
+        };
+        let fields: Vec<Option<String>> =
+            FromRedisValue::from_redis_value(values.next().ok_or_else(|| bad("HMGET answer"))?)
+                .map_err(|source| redis_error("claim", job, source.into()))?;
+        let pttl = i64::from_redis_value(values.next().ok_or_else(|| bad("PTTL answer"))?)
+            .map_err(|source| redis_error("claim", job, source.into()))?;
+        if self.wait.replicas > 0 {
+            let acked = u32::from_redis_value(values.next().ok_or_else(|| bad("WAIT answer"))?)
+                .map_err(|source| redis_error("claim", job, source.into()))?;
+            let listed = values.next().map(|role| (master, replicas_listed(&role)));
+            let checked = self
+                .check_acked(Some(acked), "claim", job)
+                .and_then(|()| self.check_replicas(listed, "claim", job));
+            if checked.is_err() {
+                return Ok(None);
+            }
+        }
+        Ok(peeked(&fields, pttl, at_ms))
+    }
+
     pub(super) async fn load_scripts(&self) -> Result<(), redis::RedisError> {
         for script in self.scripts.all() {
             script
@@ -683,6 +749,41 @@ fn parse_claim(
     Ok(answer)
 }
 
+/// What [`Server::peek`]'s reads say of occurrence `at_ms`: the losing
+/// claim's answer when the script would give it from the same reads (the
+/// last decided occurrence is `at_ms` or newer, and the lock is held or no
+/// run is in progress), else `None`. `fields`: `last_occ`, `last_node`,
+/// `last_fence`, `last_decision`, `run_token`; `pttl`: the lock's (-2: none).
+fn peeked(fields: &[Option<String>], pttl: i64, at_ms: i64) -> Option<ClaimReply> {
+    let text = |i: usize| fields.get(i).cloned().flatten().unwrap_or_default();
+    let last: i64 = text(0).parse().ok()?;
+    let held = pttl != -2;
+    let running = !text(4).is_empty();
+    if at_ms > last || (running && !held) {
+        return None;
+    }
+    let claim = if at_ms < last {
+        Claim::Superseded { last_ms: last }
+    } else {
+        let decision = text(3);
+        Claim::Taken {
+            by: text(1),
+            fence: text(2).parse().unwrap_or(0),
+            decision: if decision.is_empty() {
+                "claimed".to_string()
+            } else {
+                decision
+            },
+        }
+    };
+    Some(ClaimReply {
+        claim,
+        previous_ms: None,
+        lock_ttl_left: u64::try_from(pttl).ok().map(Duration::from_millis),
+        abandoned: None,
+    })
+}
+
 /// How many replicas a `ROLE` reply of a master lists (0 for anything else).
 fn replicas_listed(role: &redis::Value) -> u32 {
     match role {
@@ -720,6 +821,72 @@ mod tests {
             *at = at.checked_sub(REPLICA_MEMORY).unwrap_or(*at);
         }
         assert_eq!(replicas.dropped(old, 1), None);
+    }
+
+    fn state(
+        last: &str,
+        node: &str,
+        fence: &str,
+        decision: &str,
+        run: &str,
+    ) -> Vec<Option<String>> {
+        [last, node, fence, decision, run]
+            .iter()
+            .map(|v| (!v.is_empty()).then(|| v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_peek_answers_only_what_the_losing_claim_would_answer_from_the_same_reads() {
+        let taken = |reply: Option<ClaimReply>| reply.map(|r| (r.claim, r.lock_ttl_left));
+        // Decided by n1, its run in progress under the lock: lost.
+        assert_eq!(
+            taken(peeked(
+                &state("1000", "n1", "77", "claimed", "tok"),
+                2500,
+                1000
+            )),
+            Some((
+                Claim::Taken {
+                    by: "n1".into(),
+                    fence: 77,
+                    decision: "claimed".into()
+                },
+                Some(Duration::from_millis(2500))
+            ))
+        );
+        // Decided and over (lock released, no run): lost, lock free.
+        assert_eq!(
+            taken(peeked(&state("1000", "n1", "77", "skipped", ""), -2, 1000)),
+            Some((
+                Claim::Taken {
+                    by: "n1".into(),
+                    fence: 77,
+                    decision: "skipped".into()
+                },
+                None
+            ))
+        );
+        // A newer occurrence was decided.
+        assert_eq!(
+            taken(peeked(&state("2000", "n1", "78", "claimed", ""), -2, 1000)),
+            Some((Claim::Superseded { last_ms: 2000 }, None))
+        );
+        // Not decided yet, never decided, or a run whose lock is gone (to be
+        // recorded abandoned by the claim script): only the script can say.
+        assert_eq!(
+            taken(peeked(&state("999", "n1", "77", "claimed", ""), 100, 1000)),
+            None
+        );
+        assert_eq!(taken(peeked(&state("", "", "", "", ""), -2, 1000)), None);
+        assert_eq!(
+            taken(peeked(
+                &state("1000", "n1", "77", "claimed", "tok"),
+                -2,
+                1000
+            )),
+            None
+        );
     }
 
     #[test]

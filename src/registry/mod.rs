@@ -235,9 +235,9 @@ fn refresh(reply: Vec<String>) -> Refresh {
     }
 }
 
-/// The whole-config fingerprint of every live node (empty for a node whose
-/// entry expired between the two reads).
-pub async fn config_hashes(conn: &Conn, prefix: &str) -> redis::RedisResult<Vec<String>> {
+/// Every live node's id and whole-config fingerprint (empty for a node
+/// whose entry expired between the two reads).
+pub async fn config_hashes(conn: &Conn, prefix: &str) -> redis::RedisResult<Vec<(String, String)>> {
     let mut conn = conn.clone();
     let ids = live_ids(&mut conn, prefix).await?;
     if ids.is_empty() {
@@ -248,7 +248,10 @@ pub async fn config_hashes(conn: &Conn, prefix: &str) -> redis::RedisResult<Vec<
         pipe.hget(node_key(prefix, id), "config_hash");
     }
     let hashes: Vec<Option<String>> = pipe.query_async(&mut conn).await?;
-    Ok(hashes.into_iter().map(Option::unwrap_or_default).collect())
+    Ok(ids
+        .into_iter()
+        .zip(hashes.into_iter().map(Option::unwrap_or_default))
+        .collect())
 }
 
 /// Removes this node at a clean stop, so `status` stops listing it at once;
