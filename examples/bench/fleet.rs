@@ -409,3 +409,22 @@ pub fn wait_for(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
 pub fn must(limit: Duration, what: &str, condition: impl FnMut() -> bool) {
     wait_until(limit, what, condition);
 }
+
+/// Waits until every one of `count` nodes knows the others, so that each
+/// occurrence has one node first in line (README, "How it works"): the
+/// registry lists `count` nodes, then one registry refresh period (10 s)
+/// passes, in which every node reads the list again.
+pub fn wait_for_live_set(conn: &mut redis::Connection, count: usize) {
+    must(
+        Duration::from_secs(30),
+        "every node is in the registry",
+        || {
+            redis::cmd("ZCARD")
+                .arg("{solocron}:nodes")
+                .query::<usize>(conn)
+                .unwrap_or(0)
+                >= count
+        },
+    );
+    std::thread::sleep(Duration::from_secs(11));
+}

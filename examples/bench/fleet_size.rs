@@ -178,6 +178,7 @@ fn measure(env: &Env, nodes: usize, cpu_s: i64, monitor_s: i64) -> Size {
     fleet::must(Duration::from_secs(20), "the probe ran", || {
         !fleet::parse_probe(&out).is_empty()
     });
+    fleet::wait_for_live_set(&mut conn, nodes);
     let node_procs: Vec<(String, i32)> = fleet
         .nodes
         .iter()

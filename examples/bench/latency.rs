@@ -93,6 +93,9 @@ pub fn round_trips(env: &Env, report: &mut Report) {
     let mut periodic: BTreeMap<String, u32> = BTreeMap::new();
     let mut lua_job = 0u64;
     let mut lua_other = 0u64;
+    // The last command of each client: a node that is not first in line
+    // reads with the pipeline `[HMGET, PTTL]` (one round trip).
+    let mut last_cmd: BTreeMap<String, String> = BTreeMap::new();
     for line in &lines {
         if line.is_lua() {
             if line.job_key().is_some() || line.cmd == "TIME" {
@@ -103,6 +106,10 @@ pub fn round_trips(env: &Env, report: &mut Report) {
             continue;
         }
         if matches!(line.cmd.as_str(), "INFO" | "MONITOR" | "XLEN") {
+            continue;
+        }
+        let previous = last_cmd.insert(line.client.clone(), line.cmd.clone());
+        if line.cmd == "PTTL" && previous.as_deref() == Some("HMGET") {
             continue;
         }
         if line.job_key().is_some() {

@@ -49,6 +49,10 @@ pub struct Cost {
     pub top_level: BTreeMap<String, u64>,
     /// Every `MONITOR` line of its window (for callers' own breakdowns).
     pub lines: Vec<MonLine>,
+    /// Top-level commands of the `MONITOR` window that rode in one
+    /// pipeline with the command before them (a peek's `PTTL` after its
+    /// `HMGET`): sent, but no round trip of their own.
+    pub pipelined: u64,
 }
 
 impl Cost {
@@ -85,21 +89,28 @@ impl Cost {
             / self.occurrences.max(1) as f64
     }
 
-    /// Client round trips per occurrence: the commands the clients sent
-    /// (a pipeline counts each of its commands), i.e. the CPU window's
-    /// calls of each command times the share `MONITOR` saw at the top level.
+    /// Client round trips per occurrence: the commands the clients sent,
+    /// i.e. the CPU window's calls of each command times the share
+    /// `MONITOR` saw at the top level, less the commands that rode in a
+    /// pipeline with the one before ([`Cost::pipelined`], per occurrence of
+    /// the `MONITOR` window).
     pub fn round_trips(&self) -> f64 {
         let sent: f64 = self
             .commandstats
             .iter()
             .map(|(name, stat)| stat.calls as f64 * self.share(name))
             .sum();
-        sent / self.occurrences.max(1) as f64
+        sent / self.occurrences.max(1) as f64 - self.pipelined_per_occ()
     }
 
     /// The same from the `MONITOR` window alone.
     pub fn round_trips_monitor(&self) -> f64 {
         self.top_level.values().sum::<u64>() as f64 / self.monitor_occurrences.max(1) as f64
+            - self.pipelined_per_occ()
+    }
+
+    fn pipelined_per_occ(&self) -> f64 {
+        self.pipelined as f64 / self.monitor_occurrences.max(1) as f64
     }
 
     fn share(&self, name: &str) -> f64 {
@@ -190,14 +201,21 @@ pub fn measure(
         .filter(|l| l.ts >= lo && l.ts < hi)
         .filter(|l| !matches!(l.cmd.as_str(), "INFO" | "MONITOR" | "CONFIG"))
         .collect();
+    let mut pipelined = 0u64;
+    let mut last_cmd: BTreeMap<&str, &str> = BTreeMap::new();
     for line in &window {
         let name = line.cmd.to_ascii_lowercase();
         if line.is_lua() {
             *inner.entry(name).or_default() += 1;
         } else {
             *top_level.entry(name).or_default() += 1;
+            let previous = last_cmd.insert(line.client.as_str(), line.cmd.as_str());
+            if line.cmd == "PTTL" && previous == Some("HMGET") {
+                pipelined += 1;
+            }
         }
     }
+    drop(last_cmd);
     let mut top_share = BTreeMap::new();
     for name in top_level.keys().chain(inner.keys()) {
         let top = top_level.get(name).copied().unwrap_or(0) as f64;
@@ -213,6 +231,7 @@ pub fn measure(
         top_share,
         monitor_occurrences: jobs * monitor_s as usize,
         top_level,
+        pipelined,
         lines: window,
     }
 }

@@ -133,6 +133,7 @@ fn window(env: &Env, clock: &str, secs: u64) -> Window {
             );
         }
     }
+    fleet::wait_for_live_set(&mut redis.conn(), nodes.len());
     let from = whole_second_after(3, 1);
     let to = from + TimeDelta::seconds(secs as i64);
     sleep_until(to + TimeDelta::seconds(1));

@@ -12,8 +12,11 @@
 //!
 //! A round trip is one request on a connection: with `wait_replicas`, a
 //! claim is the pipeline `[EVALSHA, WAIT, ROLE]` and a release `[EVALSHA,
-//! WAIT]` (`src/lock/server.rs`), so a `WAIT` or `ROLE` that follows an
-//! `EVALSHA` (or that `WAIT`) on the same connection rides with it: it is a
+//! WAIT]` (`src/lock/server.rs`), and a node that is not first in line for
+//! an occurrence reads it with `[HMGET, PTTL]` (plus `WAIT, ROLE`), so a
+//! `WAIT` or `ROLE` that follows an `EVALSHA` (or that `WAIT`, or a `PTTL`),
+//! and a `PTTL` that follows an `HMGET`, on the same connection ride with
+//! it: each is a
 //! command sent, not another round trip, and belongs to the same
 //! occurrence as the script. A command is the job's if it names a job key
 //! (`{PREFIX:JOB}…`) or rides with one that does; the rest is periodic
@@ -95,11 +98,16 @@ pub fn count(
                 continue;
             };
             let previous = last.get(line.client.as_str());
-            let rides = matches!(line.cmd.as_str(), "WAIT" | "ROLE")
-                && previous.is_some_and(|p| {
-                    matches!(p.cmd.as_str(), "EVALSHA" | "EVAL" | "WAIT")
-                        && line.ts - p.ts < PIPELINE_GAP_S
-                });
+            let rides = previous.is_some_and(|p| {
+                line.ts - p.ts < PIPELINE_GAP_S
+                    && match line.cmd.as_str() {
+                        "WAIT" | "ROLE" => {
+                            matches!(p.cmd.as_str(), "EVALSHA" | "EVAL" | "WAIT" | "PTTL")
+                        }
+                        "PTTL" => p.cmd == "HMGET",
+                        _ => false,
+                    }
+            });
             let occ = if rides {
                 previous.and_then(|p| p.occ.clone())
             } else {

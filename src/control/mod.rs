@@ -216,6 +216,14 @@ pub struct Snapshot {
 /// Reads the controls for `node` from one member: the pauses if their
 /// version is not `known_version`, the node's drain, and with `pending_max
 /// > 0` up to that many waiting requests (stale ones are dropped there).
+///
+/// Plain reads, no script: every daemon makes this read every second, so
+/// it is the fleet's most frequent call after the claims. One pipeline
+/// (`HGET` of the pauses' `~version`, `HGET` of the node's drain, and with
+/// requests wanted `LRANGE` and `TIME`); only a changed version costs a
+/// second round trip (`HGETALL`, whose own `~version` field is the version
+/// taken, so the two always match), and only stale requests a write
+/// (`LREM`, rare: their CLI gave up a minute ago).
 pub async fn snapshot(
     conn: &Conn,
     prefix: &str,
@@ -223,33 +231,65 @@ pub async fn snapshot(
     known_version: &str,
     pending_max: usize,
 ) -> redis::RedisResult<Snapshot> {
-    let (version, changed, drain, pauses, pending): (
-        String,
-        i64,
-        String,
-        Vec<String>,
-        Vec<String>,
-    ) = scripts::SNAPSHOT
-        .key(pauses_key(prefix))
-        .key(drains_key(prefix))
-        .key(requests::requests_key(prefix))
-        .arg(node)
-        .arg(known_version)
-        .arg(pending_max)
-        .arg(requests::STALE_AFTER_MS)
-        .invoke_async(&mut conn.clone())
-        .await?;
-    let pauses = (changed == 1).then(|| {
-        let fields: BTreeMap<String, String> = pauses
-            .chunks_exact(2)
-            .map(|pair| (pair[0].clone(), pair[1].clone()))
-            .collect();
-        parse_marks(fields)
+    let mut conn = conn.clone();
+    let requests_key = requests::requests_key(prefix);
+    let mut pipe = redis::pipe();
+    pipe.hget(pauses_key(prefix), "~version")
+        .hget(drains_key(prefix), node);
+    if pending_max > 0 {
+        let from = -i64::try_from(pending_max).unwrap_or(i64::MAX);
+        pipe.lrange(&requests_key, from as isize, -1).cmd("TIME");
+    }
+    let mut values = pipe
+        .query_async::<Vec<redis::Value>>(&mut conn)
+        .await?
+        .into_iter();
+    let mut next = || values.next().unwrap_or(redis::Value::Nil);
+    let version: Option<String> = redis::from_redis_value(next())?;
+    let drain: Option<String> = redis::from_redis_value(next())?;
+    let (listed, now_ms): (Vec<String>, i64) = if pending_max > 0 {
+        let listed: Vec<String> = redis::from_redis_value(next())?;
+        let (secs, micros): (i64, i64) = redis::from_redis_value(next())?;
+        (
+            listed,
+            secs.saturating_mul(1000).saturating_add(micros / 1000),
+        )
+    } else {
+        (Vec::new(), 0)
+    };
+    let mut version = version.unwrap_or_else(|| "0".to_string());
+    let pauses = if version == known_version {
+        None
+    } else {
+        let fields: BTreeMap<String, String> = redis::cmd("HGETALL")
+            .arg(pauses_key(prefix))
+            .query_async(&mut conn)
+            .await?;
+        version = fields
+            .get("~version")
+            .cloned()
+            .unwrap_or_else(|| "0".to_string());
+        Some(parse_marks(fields))
+    };
+    let stale_after = i64::try_from(requests::STALE_AFTER_MS).unwrap_or(i64::MAX);
+    let (stale, pending): (Vec<String>, Vec<String>) = listed.into_iter().partition(|raw| {
+        serde_json::from_str::<serde_json::Value>(raw)
+            .ok()
+            .and_then(|request| request.get("deadline_ms")?.as_f64())
+            .is_none_or(|deadline| deadline + (stale_after as f64) < (now_ms as f64))
     });
+    for raw in &stale {
+        let _: i64 = redis::cmd("LREM")
+            .arg(&requests_key)
+            .arg(1)
+            .arg(raw)
+            .query_async(&mut conn)
+            .await?;
+    }
     Ok(Snapshot {
         version,
         pauses,
-        drain: parse_mark(&drain),
+        drain: drain.as_deref().and_then(parse_mark),
         pending: pending.into_iter().rev().collect(),
     })
 }

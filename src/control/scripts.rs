@@ -52,39 +52,6 @@ end
 return previous
 "#;
 
-/// KEYS: pauses, drains, requests. ARGV: node, known pauses version,
-/// pending max, stale age ms. Reply `{version, changed, drain, pauses,
-/// pending}`: the pauses hash (flat field/value list) only when its
-/// `~version` differs from the known one (`changed` 1), this node's drain
-/// mark (`''`: none), and the newest-last tail of the request list (up to
-/// `pending max` entries; requests whose `deadline_ms` passed more than
-/// `stale age` ago are removed: their CLI has long given up).
-const SNAPSHOT_SRC: &str = r#"
-local version = redis.call('HGET', KEYS[1], '~version') or '0'
-local changed, pauses = 0, {}
-if version ~= ARGV[2] then
-  changed = 1
-  pauses = redis.call('HGETALL', KEYS[1])
-end
-local drain = redis.call('HGET', KEYS[2], ARGV[1]) or ''
-local pending = {}
-local wanted = tonumber(ARGV[3])
-if wanted > 0 then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  for _, raw in ipairs(redis.call('LRANGE', KEYS[3], -wanted, -1)) do
-    local ok, request = pcall(cjson.decode, raw)
-    local deadline = ok and type(request) == 'table' and tonumber(request.deadline_ms)
-    if not deadline or deadline + tonumber(ARGV[4]) < now then
-      redis.call('LREM', KEYS[3], 1, raw)
-    else
-      pending[#pending + 1] = raw
-    end
-  end
-end
-return {version, changed, drain, pauses, pending}
-"#;
-
 /// KEYS: requests, the request's hash, drains. ARGV: raw entry, node,
 /// deadline ms, ttl ms. Takes the request for `node` unless the node is
 /// drained, the deadline passed, or someone took (or withdrew) it first:
@@ -117,6 +84,5 @@ return 1
 "#;
 
 pub static WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(WRITE_SRC));
-pub static SNAPSHOT: LazyLock<Script> = LazyLock::new(|| Script::new(SNAPSHOT_SRC));
 pub static TAKE: LazyLock<Script> = LazyLock::new(|| Script::new(TAKE_SRC));
 pub static UPDATE: LazyLock<Script> = LazyLock::new(|| Script::new(UPDATE_SRC));

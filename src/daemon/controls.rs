@@ -3,7 +3,8 @@
 //!
 //! Every [`control::REFRESH`] (1 s, at the half second of the wall clock,
 //! away from the whole seconds occurrences fall on) the loop reads one
-//! snapshot per member in one round trip each ([`control::snapshot`]):
+//! snapshot per member in one round trip of plain reads each
+//! ([`control::snapshot`], a second one only when the pauses changed):
 //! this node's drain mark, the pauses hash only when its `~version`
 //! changed, and (first member only) the oldest waiting `trigger --fleet`
 //! requests, one of which it takes if it runs that job and is not drained

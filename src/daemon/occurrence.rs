@@ -24,7 +24,7 @@ use tracing::{debug, error, info, warn};
 
 use super::Shared;
 use super::notifications::{self, Subject};
-use super::preference;
+use super::preference::{self, Place};
 use super::recording::{self, log_abandoned, spawn_record_missed, watch_lock};
 use super::retry;
 use super::timetable::rfc3339;
@@ -38,7 +38,8 @@ use crate::metrics::{self, ClaimResult};
 /// First and longest pause between retries while Redis fails.
 const RETRY_FIRST: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(1);
-/// The most a scheduled claim waits, at random, before it is sent.
+/// The most a scheduled claim waits, at random, before it is sent when no
+/// order of the nodes is known (`preference::Place::Alone`).
 const FAIR_SPREAD: Duration = Duration::from_millis(1);
 /// The most scheduled claims of this node waiting for Redis's reply at
 /// once; the others wait their turn here. Every command has a 500 ms reply
@@ -97,30 +98,27 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
     let turn = shared.claim_turn(&job.name);
     let _turn = turn.lock().await;
     if !catch_up {
-        let first = shared
+        match shared
             .preference
-            .is_first(&job.name, at.timestamp_millis(), &node);
-        if first {
-            // Every node that thinks it is first fires at the same instant
-            // (by Redis's clock); which one is ahead by a few hundred µs is
-            // a fixed bias of its offset estimate. Up to a millisecond at
+            .place(&job.name, at.timestamp_millis(), &node)
+        {
+            // With no order known every node fires at the same instant (by
+            // Redis's clock); which one is ahead by a few hundred µs is a
+            // fixed bias of its offset estimate. Up to a millisecond at
             // random makes the winner a fair draw instead.
-            tokio::time::sleep(FAIR_SPREAD.mul_f64(rand::random::<f64>())).await;
-        } else if let Some(reply) = peek_after_first(&shared, &job, &target, &name).await {
-            shared.health.confirmed();
-            drop(_turn);
-            decided(
-                &shared,
-                &job,
-                at,
-                &name,
-                &token,
-                reply,
-                Instant::now(),
-                catch_up,
-            )
-            .await;
-            return;
+            Place::Alone => {
+                tokio::time::sleep(FAIR_SPREAD.mul_f64(rand::random::<f64>())).await;
+            }
+            Place::First => {}
+            Place::Behind => {
+                if let Some(reply) = peek_after_first(&shared, &job, &target, &name).await {
+                    shared.health.confirmed();
+                    drop(_turn);
+                    let now = Instant::now();
+                    decided(&shared, &job, at, &name, &token, reply, now, catch_up).await;
+                    return;
+                }
+            }
         }
     }
     loop {
