@@ -7,35 +7,9 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{RedisServer, locker};
+use common::{RedisServer, command_calls, locker, reset_stats};
 use redis::Commands as _;
 use solocron::control;
-
-/// Calls per command since the last `CONFIG RESETSTAT`, without the
-/// test's own commands.
-fn calls(redis: &RedisServer) -> BTreeMap<String, u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut redis.conn())
-        .expect("INFO commandstats");
-    info.lines()
-        .filter_map(|line| {
-            let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = fields.split(',').find_map(|f| f.strip_prefix("calls="))?;
-            Some((name.to_string(), calls.parse().ok()?))
-        })
-        .filter(|(name, _): &(String, u64)| {
-            !name.starts_with("info") && !name.starts_with("config")
-        })
-        .collect()
-}
-
-fn reset(redis: &RedisServer) {
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query(&mut redis.conn())
-        .expect("CONFIG RESETSTAT");
-}
 
 fn mark(at_ms: i64) -> String {
     format!(r#"{{"at_ms":{at_ms},"active":true,"by":"ops@host","since_ms":{at_ms}}}"#)
@@ -47,7 +21,7 @@ async fn the_every_second_read_runs_no_script_and_reads_the_pauses_only_when_the
     let conn = locker(&redis, "n1").await.connection();
     let mut admin = redis.conn();
 
-    reset(&redis);
+    reset_stats(&redis);
     let empty = control::snapshot(&conn, "solocron", "n1", "0", 0)
         .await
         .expect("snapshot");
@@ -60,7 +34,10 @@ async fn the_every_second_read_runs_no_script_and_reads_the_pauses_only_when_the
         ("0", true, true),
         "{empty:?}"
     );
-    assert_eq!(calls(&redis), BTreeMap::from([("hget".to_string(), 2)]));
+    assert_eq!(
+        command_calls(&redis),
+        BTreeMap::from([("hget".to_string(), 2)])
+    );
 
     let _: () = admin
         .hset_multiple(
@@ -79,13 +56,13 @@ async fn the_every_second_read_runs_no_script_and_reads_the_pauses_only_when_the
     assert_eq!(pauses.keys().collect::<Vec<_>>(), ["report"]);
     assert_eq!(changed.drain.map(|d| d.at_ms), Some(2_000));
 
-    reset(&redis);
+    reset_stats(&redis);
     let same = control::snapshot(&conn, "solocron", "n1", "3", 0)
         .await
         .expect("snapshot");
     assert!(same.pauses.is_none(), "unchanged version: no pauses read");
     assert_eq!(
-        calls(&redis),
+        command_calls(&redis),
         BTreeMap::from([("hget".to_string(), 2)]),
         "no script, no HGETALL"
     );

@@ -11,12 +11,24 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::Utc;
-use common::{RedisServer, locker};
+use common::{RedisServer, command_calls, locker, reset_stats};
 use solocron::exec::{Outcome, Report};
 use solocron::history::Entry;
 use solocron::lock::{Claim, Lease, Target, new_token};
 
 const TTL: Duration = Duration::from_secs(5);
+
+/// `locker`'s claim of occurrence `at_ms` of `report`, which must win.
+async fn won(locker: &solocron::lock::Locker, at_ms: i64) -> Lease {
+    match locker
+        .claim("report", &scheduled(at_ms), &new_token(), TTL)
+        .await
+        .expect("claim")
+    {
+        Claim::Won(lease) => lease,
+        other => panic!("the claim of {at_ms} should win, got {other:?}"),
+    }
+}
 
 fn scheduled(at_ms: i64) -> Target {
     Target::Scheduled {
@@ -45,32 +57,6 @@ fn entry(node: &str, lease: &Lease, occurrence: &str) -> Entry {
     )
 }
 
-/// Calls per command since the last `CONFIG RESETSTAT`, without the
-/// test's own `INFO` and `CONFIG`.
-fn calls(redis: &RedisServer) -> BTreeMap<String, u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut redis.conn())
-        .expect("INFO commandstats");
-    info.lines()
-        .filter_map(|line| {
-            let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = fields.split(',').find_map(|f| f.strip_prefix("calls="))?;
-            Some((name.to_string(), calls.parse().ok()?))
-        })
-        .filter(|(name, _): &(String, u64)| {
-            !name.starts_with("info") && !name.starts_with("config")
-        })
-        .collect()
-}
-
-fn reset(redis: &RedisServer) {
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query(&mut redis.conn())
-        .expect("CONFIG RESETSTAT");
-}
-
 fn counts(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
     pairs.iter().map(|(n, c)| (n.to_string(), *c)).collect()
 }
@@ -86,18 +72,11 @@ async fn a_losing_claim_only_reads_the_lock_and_the_state() {
     for locker in [&n1, &n2, &n3] {
         locker.load_scripts().await.expect("load the scripts");
     }
-    let lease = match n1
-        .claim("report", &scheduled(1_000), &new_token(), TTL)
-        .await
-        .expect("claim")
-    {
-        Claim::Won(lease) => lease,
-        other => panic!("n1 should win the first claim, got {other:?}"),
-    };
+    let lease = won(&n1, 1_000).await;
 
     // While the winner holds the lock: the lock, the state and the PTTL
     // of the lock for the answer; no clock, no write.
-    reset(&redis);
+    reset_stats(&redis);
     match n2
         .claim("report", &scheduled(1_000), &new_token(), TTL)
         .await
@@ -116,7 +95,7 @@ async fn a_losing_claim_only_reads_the_lock_and_the_state() {
         other => panic!("n2 should be told n1 took it, got {other:?}"),
     }
     assert_eq!(
-        calls(&redis),
+        command_calls(&redis),
         counts(&[("evalsha", 1), ("get", 1), ("hmget", 1), ("pttl", 1)]),
         "a claim lost while the lock is held"
     );
@@ -125,7 +104,7 @@ async fn a_losing_claim_only_reads_the_lock_and_the_state() {
     n1.release(&lease, &entry("n1", &lease, "occ-1000"))
         .await
         .expect("release");
-    reset(&redis);
+    reset_stats(&redis);
     match n3
         .claim("report", &scheduled(1_000), &new_token(), TTL)
         .await
@@ -135,7 +114,7 @@ async fn a_losing_claim_only_reads_the_lock_and_the_state() {
         other => panic!("n3 should be told n1 took it, got {other:?}"),
     }
     assert_eq!(
-        calls(&redis),
+        command_calls(&redis),
         counts(&[("evalsha", 1), ("get", 1), ("hmget", 1)]),
         "a claim lost after the release"
     );
@@ -147,30 +126,16 @@ async fn a_won_claim_and_its_release_write_the_state_once_each() {
     let n1 = locker(&redis, "n1").await;
     n1.load_scripts().await.expect("load the scripts");
     // A first occurrence, so that the measured ones find a state to read.
-    let first = match n1
-        .claim("report", &scheduled(1_000), &new_token(), TTL)
-        .await
-        .expect("claim")
-    {
-        Claim::Won(lease) => lease,
-        other => panic!("expected a won claim, got {other:?}"),
-    };
+    let first = won(&n1, 1_000).await;
     n1.release(&first, &entry("n1", &first, "occ-1000"))
         .await
         .expect("release");
 
-    reset(&redis);
-    let lease = match n1
-        .claim("report", &scheduled(2_000), &new_token(), TTL)
-        .await
-        .expect("claim")
-    {
-        Claim::Won(lease) => lease,
-        other => panic!("expected a won claim, got {other:?}"),
-    };
+    reset_stats(&redis);
+    let lease = won(&n1, 2_000).await;
     assert!(lease.fence > first.fence, "fences grow");
     assert_eq!(
-        calls(&redis),
+        command_calls(&redis),
         counts(&[
             ("evalsha", 1),
             ("get", 1),
@@ -182,14 +147,14 @@ async fn a_won_claim_and_its_release_write_the_state_once_each() {
         "a won claim"
     );
 
-    reset(&redis);
+    reset_stats(&redis);
     let released = n1
         .release(&lease, &entry("n1", &lease, "occ-2000"))
         .await
         .expect("release");
     assert!(released.lock_was_ours);
     assert_eq!(
-        calls(&redis),
+        command_calls(&redis),
         counts(&[
             ("evalsha", 1),
             ("get", 1),
@@ -216,20 +181,13 @@ async fn a_peek_reads_the_state_and_the_lock_without_a_script_and_answers_as_the
         locker.load_scripts().await.expect("load the scripts");
     }
     // Nothing decided yet: only the claim can say.
-    reset(&redis);
+    reset_stats(&redis);
     let undecided = n2.peek("report", &scheduled(1_000)).await.expect("peek");
     assert_eq!(undecided, None, "an undecided occurrence must be claimed");
-    assert_eq!(calls(&redis), counts(&[("hmget", 1), ("pttl", 1)]));
+    assert_eq!(command_calls(&redis), counts(&[("hmget", 1), ("pttl", 1)]));
 
-    let lease = match n1
-        .claim("report", &scheduled(1_000), &new_token(), TTL)
-        .await
-        .expect("claim")
-    {
-        Claim::Won(lease) => lease,
-        other => panic!("n1 should win the first claim, got {other:?}"),
-    };
-    reset(&redis);
+    let lease = won(&n1, 1_000).await;
+    reset_stats(&redis);
     let peeked = n2
         .peek("report", &scheduled(1_000))
         .await
@@ -248,7 +206,7 @@ async fn a_peek_reads_the_state_and_the_lock_without_a_script_and_answers_as_the
         "the lock is held: {peeked:?}"
     );
     assert_eq!(
-        calls(&redis),
+        command_calls(&redis),
         counts(&[("hmget", 1), ("pttl", 1)]),
         "a peek runs no script"
     );
@@ -256,14 +214,7 @@ async fn a_peek_reads_the_state_and_the_lock_without_a_script_and_answers_as_the
     n1.release(&lease, &entry("n1", &lease, "occ-1000"))
         .await
         .expect("release");
-    match n1
-        .claim("report", &scheduled(2_000), &new_token(), TTL)
-        .await
-        .expect("claim")
-    {
-        Claim::Won(_) => {}
-        other => panic!("n1 should win the second claim, got {other:?}"),
-    }
+    won(&n1, 2_000).await;
     let old = n2.peek("report", &scheduled(1_000)).await.expect("peek");
     assert_eq!(
         old.map(|reply| reply.claim),

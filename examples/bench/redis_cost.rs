@@ -29,6 +29,12 @@ use serde_json::{Value, json};
 use crate::common::cluster::sleep_until;
 use crate::monitor::{self, CmdStat, MonLine, Monitor};
 
+/// The longest gap between two commands of one client that still counts
+/// them as one pipeline (one round trip): the commands of one read from a
+/// socket run back to back, a few µs apart, while the next request of the
+/// same client comes at least a loopback round trip later.
+const PIPELINE_GAP_S: f64 = 200e-6;
+
 /// The figures of one measured stretch of traffic.
 #[derive(Debug, Clone, Default)]
 pub struct Cost {
@@ -50,8 +56,10 @@ pub struct Cost {
     /// Every `MONITOR` line of its window (for callers' own breakdowns).
     pub lines: Vec<MonLine>,
     /// Top-level commands of the `MONITOR` window that rode in one
-    /// pipeline with the command before them (a peek's `PTTL` after its
-    /// `HMGET`): sent, but no round trip of their own.
+    /// pipeline with the same client's command before them (within
+    /// [`PIPELINE_GAP_S`]: a peek's `PTTL` after its `HMGET`, the controls
+    /// read's four commands, a redis client's pipelined requests): sent,
+    /// but no round trip of their own. The same rule for every system.
     pub pipelined: u64,
 }
 
@@ -202,20 +210,20 @@ pub fn measure(
         .filter(|l| !matches!(l.cmd.as_str(), "INFO" | "MONITOR" | "CONFIG"))
         .collect();
     let mut pipelined = 0u64;
-    let mut last_cmd: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut last_at: BTreeMap<&str, f64> = BTreeMap::new();
     for line in &window {
         let name = line.cmd.to_ascii_lowercase();
         if line.is_lua() {
             *inner.entry(name).or_default() += 1;
         } else {
             *top_level.entry(name).or_default() += 1;
-            let previous = last_cmd.insert(line.client.as_str(), line.cmd.as_str());
-            if line.cmd == "PTTL" && previous == Some("HMGET") {
+            let previous = last_at.insert(line.client.as_str(), line.ts);
+            if previous.is_some_and(|at| line.ts - at < PIPELINE_GAP_S) {
                 pipelined += 1;
             }
         }
     }
-    drop(last_cmd);
+    drop(last_at);
     let mut top_share = BTreeMap::new();
     for name in top_level.keys().chain(inner.keys()) {
         let top = top_level.get(name).copied().unwrap_or(0) as f64;

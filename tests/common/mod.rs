@@ -648,3 +648,30 @@ pub fn readme_acl_line(start: &str, password: &str) -> Vec<String> {
         .map(|word| word.replace(">PASSWORD", &format!(">{password}")))
         .collect()
 }
+
+/// Calls per command since the last `CONFIG RESETSTAT` ([`reset_stats`]),
+/// from `INFO commandstats`, without the test's own `INFO` and `CONFIG`.
+pub fn command_calls(redis: &RedisServer) -> std::collections::BTreeMap<String, u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut redis.conn())
+        .expect("INFO commandstats");
+    info.lines()
+        .filter_map(|line| {
+            let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = fields.split(',').find_map(|f| f.strip_prefix("calls="))?;
+            Some((name.to_string(), calls.parse().ok()?))
+        })
+        .filter(|(name, _): &(String, u64)| {
+            !name.starts_with("info") && !name.starts_with("config")
+        })
+        .collect()
+}
+
+/// `CONFIG RESETSTAT`: [`command_calls`] counts from now.
+pub fn reset_stats(redis: &RedisServer) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut redis.conn())
+        .expect("CONFIG RESETSTAT");
+}
