@@ -160,11 +160,37 @@ async fn a_won_claim_and_its_release_write_the_state_once_each() {
             ("get", 1),
             ("del", 1),
             ("hmget", 1),
+            ("set", 1),
             ("xadd", 1),
-            ("time", 1),
             ("hset", 1)
         ]),
         "a release with its history entry"
+    );
+    // The token is remembered in a small key of its own with a TTL, not in
+    // a list in the state that every release would rewrite.
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(format!("{{test:report}}:recorded:{}", lease.token))
+        .query(&mut redis.conn())
+        .expect("PTTL");
+    assert!((1..=30_000).contains(&ttl), "recorded key TTL {ttl}");
+    let list: Option<String> = redis::cmd("HGET")
+        .arg("{test:report}:state")
+        .arg("recorded")
+        .query(&mut redis.conn())
+        .expect("HGET");
+    assert_eq!(list, None, "no recorded list in the state");
+
+    // The same release again (its reply was lost): nothing written.
+    reset_stats(&redis);
+    let again = n1
+        .release(&lease, &entry("n1", &lease, "occ-2000"))
+        .await
+        .expect("release");
+    assert!(!again.lock_was_ours);
+    assert_eq!(
+        command_calls(&redis),
+        counts(&[("evalsha", 1), ("get", 1), ("hmget", 1), ("set", 1)]),
+        "a retried release"
     );
     let recorded: u64 = redis::cmd("XLEN")
         .arg("{test:report}:history")

@@ -132,6 +132,8 @@ pub struct JobKeys {
     pub state: String,
     /// `{PREFIX:JOB}:history`: stream of decisions.
     pub history: String,
+    /// The hash tag `{PREFIX:JOB}` itself.
+    tag: String,
 }
 
 impl JobKeys {
@@ -142,7 +144,15 @@ impl JobKeys {
             lock: format!("{tag}:lock"),
             state: format!("{tag}:state"),
             history: format!("{tag}:history"),
+            tag,
         }
+    }
+
+    /// `{PREFIX:JOB}:recorded:TOKEN`: set (with a TTL) by the release that
+    /// recorded the run of `token`, so a retried release records nothing
+    /// twice ([`scripts::RELEASE`]).
+    pub fn recorded(&self, token: &str) -> String {
+        format!("{}:recorded:{token}", self.tag)
     }
 }
 

@@ -9,9 +9,10 @@
 //! The job's state hash keeps the last decided scheduled occurrence
 //! (`last_*`), the current or last holder of the lock (`holder_*`), the
 //! scheduled run in progress (`run_*`: set by a won claim, cleared by its
-//! release; a skip or miss decided meanwhile does not touch it), the ids
-//! recorded lately (`recorded`: a retried release or gap record writes
-//! nothing twice) and the runs recorded `abandoned` lately (`abandoned`:
+//! release; a skip or miss decided meanwhile does not touch it), the gap
+//! ids recorded lately (`recorded`: a retried gap record writes nothing
+//! twice; a release remembers its token in a key of its own,
+//! `{PREFIX:JOB}:recorded:TOKEN`, see [`RELEASE`]) and the runs recorded `abandoned` lately (`abandoned`:
 //! `TOKEN:STREAMID ...`, so the run's own outcome can replace that entry if
 //! its node was only cut off, not dead). Every script that decides a newer
 //! occurrence stores the one decided before it in `last_prev` and answers
@@ -229,13 +230,18 @@ end
 return 0
 "#;
 
-/// KEYS: lock, state, history. ARGV: lock value, token, history max,
-/// remember ms, fence (unused; kept for the argument order), then field/value pairs of the history entry (the
-/// first pair is `occurrence`). Deletes the lock only if it still holds our
-/// value; appends the history entry once per token: the ids recorded within
-/// the last `remember` ms (longer than a node retries a release after Redis
-/// answers again) are kept, so a retried release whose first attempt did
-/// reach Redis records nothing, even after later runs of the job released.
+/// KEYS: lock, state, history, recorded (`{PREFIX:JOB}:recorded:TOKEN`).
+/// ARGV: lock value, token, history max, remember ms, fence (unused; kept
+/// for the argument order), then field/value pairs of the history entry
+/// (the first pair is `occurrence`). Deletes the lock only if it still
+/// holds our value; appends the history entry once per token: the release
+/// that records it sets KEYS[4] for `remember` ms (longer than a node
+/// retries a release after Redis answers again), so a retried release
+/// whose first attempt did reach Redis records nothing, even after later
+/// runs of the job released. (Until 2026-12 the tokens were kept in the
+/// state's `recorded` list, a ~1.4 KB string for an every-second job that
+/// every release read, searched and wrote back; it is still looked at,
+/// for a release retried across an upgrade, and keeps the gap ids.)
 /// An entry with a `retry_at` field (epoch ms) marks the next attempt of
 /// the occurrence pending, for any node to claim (see [`CLAIM`]); the
 /// release of a retry's last attempt marks the retry `done`.
@@ -253,7 +259,7 @@ end
 -- writes these fields before they are used.
 local st = redis.call('HMGET', KEYS[2], 'recorded', 'abandoned', 'last_token', 'run_token', 'retry_token',
   'last_occ', 'retry_occ')
-if in_recorded(st[1], ARGV[2]) then
+if in_recorded(st[1], ARGV[2]) or not redis.call('SET', KEYS[4], '1', 'PX', ARGV[4], 'NX') then
   return {released, 0}
 end
 local fields = {}
@@ -305,8 +311,9 @@ end
 if st[4] == ARGV[2] then
   put('run_token', '')
 end
-put('recorded', remembered(st[1], ARGV[2], ARGV[4], now_ms()))
-redis.call('HSET', KEYS[2], unpack(set))
+if #set > 0 then
+  redis.call('HSET', KEYS[2], unpack(set))
+end
 return {released, replaced}
 "#;
 

@@ -416,6 +416,7 @@ impl Server {
             .key(&lease.keys.lock)
             .key(&lease.keys.state)
             .key(&lease.keys.history)
+            .key(lease.keys.recorded(&lease.token))
             .arg(lease.value(&self.node))
             .arg(&lease.token)
             .arg(self.history_max)
