@@ -110,15 +110,20 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
                 tokio::time::sleep(FAIR_SPREAD.mul_f64(rand::random::<f64>())).await;
             }
             Place::First => {}
-            Place::Behind => {
-                if let Some(reply) = peek_after_first(&shared, &job, &target, &name).await {
+            Place::Behind => match peek_after_first(&shared, &job, &target, &name).await {
+                Peeked::Decided(reply) => {
                     shared.health.confirmed();
                     drop(_turn);
                     let now = Instant::now();
-                    decided(&shared, &job, at, &name, &token, reply, now, catch_up).await;
+                    decided(&shared, &job, at, &name, &token, *reply, now, catch_up).await;
                     return;
                 }
-            }
+                Peeked::Stopping => {
+                    info!(job = %job.name, occurrence = %name, node = %node, "claim abandoned: shutting down");
+                    return;
+                }
+                Peeked::Undecided => {}
+            },
         }
     }
     loop {
@@ -183,29 +188,34 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
     }
 }
 
+/// What a node that is not first in line found ([`peek_after_first`]).
+enum Peeked {
+    /// The answer a losing claim would have given: log it, nothing else.
+    Decided(Box<ClaimReply>),
+    /// Claim it (undecided, or the read failed: the claim loop retries
+    /// Redis errors until the deadline).
+    Undecided,
+    /// The daemon is stopping: claim nothing.
+    Stopping,
+}
+
 /// For a node that is not first in line for `target` (`preference`): waits
 /// [`preference::PEEK_DELAY`] and reads whether the first node decided it.
-/// `Some`: the answer a losing claim would have given; `None`: claim it
-/// (undecided, or the read failed: the claim loop retries Redis errors).
-async fn peek_after_first(
-    shared: &Shared,
-    job: &Job,
-    target: &Target,
-    name: &str,
-) -> Option<ClaimReply> {
+async fn peek_after_first(shared: &Shared, job: &Job, target: &Target, name: &str) -> Peeked {
     tokio::select! {
-        _ = shared.cancel.cancelled() => return None,
+        _ = shared.cancel.cancelled() => return Peeked::Stopping,
         _ = tokio::time::sleep(preference::PEEK_DELAY) => {}
     }
     let permit = shared.claims_in_flight.acquire().await.ok();
     let peeked = shared.locker.peek(&job.name, target).await;
     drop(permit);
     match peeked {
-        Ok(reply) => reply,
+        Ok(Some(reply)) => Peeked::Decided(Box::new(reply)),
+        Ok(None) => Peeked::Undecided,
         Err(err) => {
             debug!(job = %job.name, occurrence = %name, node = %shared.locker.node(), error = %err,
                 "reading whether the occurrence is decided failed; claiming it");
-            None
+            Peeked::Undecided
         }
     }
 }
