@@ -38,6 +38,7 @@ fn job(name: &str, action: Action) -> Job {
         on_failure: None,
         on_success: None,
         max_silence: None,
+        fingerprint: Default::default(),
     }
 }
 

@@ -17,9 +17,27 @@ use super::model::{Action, Config, DEFAULT_OUTPUT_LOG_MAX, Job, OnLockLost, Over
 const LEN: usize = 12;
 
 impl Job {
-    /// The fingerprint of this job's effective definition.
+    /// The fingerprint of this job's effective definition: computed once
+    /// per job, then remembered (the timetable, the node registry's entry
+    /// and the config's own fingerprint each need every job's at start).
     pub fn fingerprint(&self) -> String {
-        short_hash(&canonical(self))
+        let bits = self
+            .fingerprint
+            .0
+            .get_or_init(|| short_bits(&canonical(self)));
+        format!("{bits:0width$x}", width = LEN)
+    }
+}
+
+/// A job's fingerprint once computed ([`Job::fingerprint`]), as the number
+/// its hex digits spell. A clone starts empty: a job copied with other
+/// settings (`Job { action, ..job.clone() }`) never carries the original's.
+#[derive(Default)]
+pub struct FingerprintCache(std::sync::OnceLock<u64>);
+
+impl Clone for FingerprintCache {
+    fn clone(&self) -> FingerprintCache {
+        FingerprintCache::default()
     }
 }
 
@@ -38,6 +56,15 @@ impl Config {
         }
         short_hash(&text)
     }
+}
+
+/// The first [`LEN`] hex digits of the SHA-256 of `text`, as a number.
+fn short_bits(text: &str) -> u64 {
+    let digest = Sha256::digest(text.as_bytes());
+    digest
+        .iter()
+        .take(LEN / 2)
+        .fold(0, |bits, byte| bits << 8 | u64::from(*byte))
 }
 
 fn short_hash(text: &str) -> String {
@@ -191,6 +218,23 @@ mod tests {
                 "{changed}"
             );
         }
+    }
+
+    #[test]
+    fn a_remembered_fingerprint_is_the_computed_one_and_a_changed_copy_gets_its_own() {
+        let config = parse("[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\n");
+        let job = &config.jobs[0];
+        let first = job.fingerprint();
+        assert_eq!(first, short_hash(&canonical(job)), "same digits as before");
+        assert_eq!(job.fingerprint(), first, "remembered");
+        // A copy with another action (what a notifier's run is made of)
+        // must not keep the original's remembered fingerprint.
+        let copy = Job {
+            action: Action::Command("false".to_string()),
+            ..Job::clone(job)
+        };
+        assert_ne!(copy.fingerprint(), first);
+        assert_eq!(copy.fingerprint(), short_hash(&canonical(&copy)));
     }
 
     #[test]

@@ -262,6 +262,7 @@ impl JobFields {
             on_failure: self.on_failure.or_else(|| defaults.on_failure.clone()),
             on_success: self.on_success.or_else(|| defaults.on_success.clone()),
             max_silence: self.max_silence.or(defaults.max_silence),
+            fingerprint: Default::default(),
         })
     }
 }

@@ -324,6 +324,8 @@ pub struct Job {
     /// rules alert (`solocron_job_max_silence_seconds`); `None`: a multiple
     /// of its schedule's longest interval, set in the rules. At least 1 s.
     pub max_silence: Option<Duration>,
+    /// Filled by [`Job::fingerprint`]; `Default::default()` when making a job.
+    pub fingerprint: super::fingerprint::FingerprintCache,
 }
 
 impl Job {
