@@ -114,26 +114,26 @@ fn canonical(job: &Job) -> String {
         .to_string(),
     );
     action_lines(&mut line, "", &job.action);
-    line("env", format!("{:?}", job.env));
-    line("working_dir", format!("{:?}", job.working_dir));
+    line("env", format!("{:?}", job.extras.env));
+    line("working_dir", format!("{:?}", job.extras.working_dir));
     // Only when set: jobs that keep the default keep the fingerprints they
     // had before the key existed (no drift shown during a rolling upgrade).
     if job.output_log_max != DEFAULT_OUTPUT_LOG_MAX {
         line("output_log_max", job.output_log_max.to_string());
     }
-    if !job.splay.is_zero() {
-        line("splay_ms", job.splay.as_millis().to_string());
+    if !job.extras.splay.is_zero() {
+        line("splay_ms", job.extras.splay.as_millis().to_string());
     }
     if job.retries != 0 {
         line("retries", job.retries.to_string());
         line(
             "retry_backoff_ms",
-            job.retry_backoff.as_millis().to_string(),
+            job.extras.retry_backoff.as_millis().to_string(),
         );
     }
     for (key, notifier) in [
-        ("on_failure", &job.on_failure),
-        ("on_success", &job.on_success),
+        ("on_failure", &job.extras.on_failure),
+        ("on_success", &job.extras.on_success),
     ] {
         if let Some(notifier) = notifier {
             line(
@@ -143,7 +143,7 @@ fn canonical(job: &Job) -> String {
             action_lines(&mut line, &format!("{key}."), &notifier.action);
         }
     }
-    if let Some(silence) = job.max_silence {
+    if let Some(silence) = job.extras.max_silence {
         line("max_silence_ms", silence.as_millis().to_string());
     }
     text
