@@ -40,6 +40,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Duration;
 
@@ -69,6 +70,41 @@ pub struct Schedule {
     expr: Box<str>,
     tz: Tz,
     hint: Option<Hint>,
+}
+
+/// The first occurrence after `start` (whole seconds) of `cron` read in `tz`.
+fn next_in(cron: &Cron, tz: Tz, start: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    cron.find_next_occurrence(&start.with_timezone(&tz), false)
+        .ok()
+        .map(|at| at.with_timezone(&Utc))
+}
+
+/// The [`Hint`] of `cron` in `tz` at `now` (whole seconds): the next
+/// occurrence, reaching [`HINT_LOOKBACK`] back when none fell in that time.
+fn hint_at(cron: &Cron, tz: Tz, now: DateTime<Utc>) -> Option<Hint> {
+    let early = now - HINT_LOOKBACK;
+    if let Some(next) = next_in(cron, tz, early).filter(|next| *next > now) {
+        return Some(Hint { after: early, next });
+    }
+    next_in(cron, tz, now).map(|next| Hint { after: now, next })
+}
+
+/// Hints in UTC found by the loader's threads ([`parse_in_parallel`]), by
+/// pattern, while its [`Warm`] is alive: the loader parses every job in
+/// UTC first, and takes each one's hint from here instead of searching on
+/// its own thread (the search was a sixth of a 10,000-job load).
+static WARM_HINTS: LazyLock<Mutex<HashMap<String, Hint>>> = LazyLock::new(Mutex::default);
+
+/// The hint the loader's threads found for `pattern`, if `tz` is UTC and it
+/// answers for `now`.
+fn warm_hint(pattern: &str, tz: Tz, now: DateTime<Utc>) -> Option<Hint> {
+    if tz != Tz::UTC {
+        return None;
+    }
+    lock(&WARM_HINTS)
+        .get(pattern)
+        .copied()
+        .filter(|hint| hint.after <= now && now < hint.next)
 }
 
 /// How far back a [`Hint`] reaches when no occurrence fell in it.
@@ -190,9 +226,7 @@ impl Schedule {
     }
 
     fn next_with(&self, cron: &Cron, start: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        cron.find_next_occurrence(&start.with_timezone(&self.tz), false)
-            .ok()
-            .map(|at| at.with_timezone(&Utc))
+        next_in(cron, self.tz, start)
     }
 
     /// The next occurrence from now, while the parsed form is at hand;
@@ -202,12 +236,7 @@ impl Schedule {
     /// pattern again for a job that rarely fires.
     fn hint_now(&self, cron: &Cron) -> Option<Hint> {
         let now = Utc::now().trunc_subsecs(0);
-        let early = now - HINT_LOOKBACK;
-        if let Some(next) = self.next_with(cron, early).filter(|next| *next > now) {
-            return Some(Hint { after: early, next });
-        }
-        self.next_with(cron, now)
-            .map(|next| Hint { after: now, next })
+        warm_hint(self.pattern(), self.tz, now).or_else(|| hint_at(cron, self.tz, now))
     }
 
     /// The last occurrence strictly before `before`, `None` if there is
@@ -341,7 +370,9 @@ fn keep_recent(cron: &Arc<Cron>) {
 /// search of its own here was a fifth of a 10,000-job load, measured).
 fn parsed(pattern: &str) -> Result<Arc<Cron>, Invalid> {
     if let Some(cron) = lock(&PARSED).get(pattern).and_then(Weak::upgrade) {
-        keep_recent(&cron);
+        if !loading() {
+            keep_recent(&cron);
+        }
         return Ok(cron);
     }
     // Parsed without the lock, so that threads warming the cache run in
@@ -372,8 +403,21 @@ fn parsed(pattern: &str) -> Result<Arc<Cron>, Invalid> {
             }
         }
     };
-    keep_recent(&cron);
+    if !loading() {
+        keep_recent(&cron);
+    }
     Ok(cron)
+}
+
+/// Loads and holds in progress (a [`Warm`] or a [`Hold`] alive). While any
+/// is, the forms it parses or finds are held by it, and none is kept among
+/// the recent ones: a load of 10,000 rare patterns left its last 256 there
+/// (1.3 MB), which no occurrence needed. The recent ones are those that
+/// fire: a pattern is parsed once more at its first occurrence after a load.
+static LOADING: AtomicUsize = AtomicUsize::new(0);
+
+fn loading() -> bool {
+    LOADING.load(Ordering::Relaxed) > 0
 }
 
 /// Forms parsed while a [`Hold`] is alive, held by it.
@@ -388,6 +432,7 @@ pub struct Hold(());
 impl Hold {
     /// Starts holding (one hold at a time: a second one shares the first).
     pub fn start() -> Hold {
+        LOADING.fetch_add(1, Ordering::Relaxed);
         lock(&HELD).get_or_insert_with(Vec::new);
         Hold(())
     }
@@ -395,13 +440,18 @@ impl Hold {
 
 impl Drop for Hold {
     fn drop(&mut self) {
+        LOADING.fetch_sub(1, Ordering::Relaxed);
         lock(&HELD).take();
         forget_unheld();
     }
 }
 
 /// Parsed forms held by a config loader while it builds its jobs.
-pub struct Warm(#[allow(dead_code)] Vec<Arc<Cron>>);
+pub struct Warm {
+    forms: Vec<Arc<Cron>>,
+    /// Whether it counts in [`LOADING`] (it holds every form of the load).
+    counted: bool,
+}
 
 impl Drop for Warm {
     /// Forgets the cache entries of the forms nobody holds any more. An
@@ -409,7 +459,14 @@ impl Drop for Warm {
     /// outlives the form, and 10,000 entries left behind by a load, spread
     /// among the freed forms' pages, kept 50 MB resident (measured).
     fn drop(&mut self) {
-        self.0.clear();
+        if self.counted {
+            LOADING.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.forms.clear();
+        let mut hints = lock(&WARM_HINTS);
+        hints.clear();
+        hints.shrink_to_fit();
+        drop(hints);
         forget_unheld();
     }
 }
@@ -422,14 +479,24 @@ fn forget_unheld() {
 }
 
 impl Warm {
+    /// Will hold every form of a load until dropped; a load is in progress
+    /// meanwhile ([`LOADING`]).
+    fn counted() -> Warm {
+        LOADING.fetch_add(1, Ordering::Relaxed);
+        Warm {
+            forms: Vec::new(),
+            counted: true,
+        }
+    }
+
     /// How many patterns are held.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.forms.len()
     }
 
     /// Whether none is.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.forms.is_empty()
     }
 }
 
@@ -445,17 +512,30 @@ pub fn parse_in_parallel<'a>(exprs: impl Iterator<Item = &'a str>) -> Warm {
     exprs.dedup();
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     if threads < 2 || exprs.len() < 256 {
-        return Warm(Vec::new());
+        // Nothing held: the loader's patterns stay among the recent forms,
+        // which is what shares one parse between the jobs of a pattern.
+        return Warm {
+            forms: Vec::new(),
+            counted: false,
+        };
     }
+    // Counted as a load from here, so that the threads keep nothing among
+    // the recent forms.
+    let mut warm = Warm::counted();
     let chunk = exprs.len().div_ceil(threads);
-    let forms = std::thread::scope(|scope| {
+    let now = Utc::now().trunc_subsecs(0);
+    let found: Vec<(&str, Arc<Cron>, Option<Hint>)> = std::thread::scope(|scope| {
         let workers: Vec<_> = exprs
             .chunks(chunk)
             .map(|part| {
                 scope.spawn(move || {
                     part.iter()
                         .filter_map(|expr| expand_macro(expr.trim()).ok())
-                        .filter_map(|pattern| parsed(pattern).ok())
+                        .filter_map(|pattern| {
+                            let cron = parsed(pattern).ok()?;
+                            let hint = hint_at(&cron, Tz::UTC, now);
+                            Some((pattern, cron, hint))
+                        })
                         .collect::<Vec<_>>()
                 })
             })
@@ -465,7 +545,17 @@ pub fn parse_in_parallel<'a>(exprs: impl Iterator<Item = &'a str>) -> Warm {
             .flat_map(|worker| worker.join().unwrap_or_default())
             .collect()
     });
-    Warm(forms)
+    let mut hints = lock(&WARM_HINTS);
+    let mut forms = Vec::with_capacity(found.len());
+    for (pattern, cron, hint) in found {
+        if let Some(hint) = hint {
+            hints.insert(pattern.to_string(), hint);
+        }
+        forms.push(cron);
+    }
+    drop(hints);
+    warm.forms = forms;
+    warm
 }
 
 /// The macros we accept, as the 6-field patterns they stand for (croner's
