@@ -20,17 +20,20 @@
 //!
 //! croner's parsed form keeps a byte per year up to 5000 (about 7 KB per
 //! expression): 10,000 jobs with as many distinct expressions held 70 MB.
-//! So a [`Schedule`] does not keep it. It keeps the pattern's text and the
-//! next occurrence it last computed ([`Hint`]); the parsed forms live in a
-//! cache ([`parsed`]): shared by pattern while anything holds them, and the
-//! [`RECENT`] most recently used ones held besides, so that the patterns
-//! that fire often are not parsed again at every occurrence. A pattern that
+//! So a [`Schedule`] does not keep it. It keeps the expression's text and
+//! the next occurrence it last computed ([`Hint`]); the parsed forms live
+//! in a cache ([`parsed`]): shared by pattern while anything holds them,
+//! and the [`RECENT`] most recently used ones held besides, so that the
+//! patterns that fire often are not parsed again at every occurrence (a
+//! large load keeps none of its own there, [`LOADING`]). A pattern that
 //! fell out of the cache is parsed again (~20 µs) when its next occurrence
 //! is computed: once per occurrence of a rarely firing job, which is
 //! nothing next to the run. The config loader parses every distinct
-//! pattern once, on all cores ([`parse_in_parallel`]), holds them while it
-//! builds the jobs, and each schedule computes its first occurrence then,
-//! so neither start-up nor the timetable parses anything twice. croner is
+//! pattern once, on all cores ([`parse_in_parallel`]), whose threads also
+//! find each one's first occurrence; it holds them while it builds the
+//! jobs, so neither start-up nor the timetable parses or searches anything
+//! twice. Whether a pattern can fire at all is that same search's answer
+//! ([`Schedule::parse`]). croner is
 //! given the years 1970–2199 ([`YEARS`]) rather than all of them, which
 //! makes parsing ~10× faster; no occurrence after 2199 is computed.
 //!
