@@ -1,13 +1,37 @@
 //! The `solocron` binary: parse arguments, start logging, run the command,
 //! map errors to exit codes. Everything else is library code.
+//!
+//! The runtime is built by hand rather than by `#[tokio::main]` so that
+//! the allocator's arena limit ([`solocron::memory::limit_arenas`]) is set
+//! before the runtime starts its threads.
 
 use std::process::ExitCode;
 
 use clap::Parser as _;
 use solocron::cli::{self, Cli};
 
-#[tokio::main]
-async fn main() -> ExitCode {
+/// `EX_OSERR`: the process could not get what it needs from the system.
+const EXIT_NO_RUNTIME: u8 = 71;
+
+fn main() -> ExitCode {
+    solocron::memory::limit_arenas();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!(
+                "solocron: cannot start the async runtime (threads, epoll, timers): {err}; \
+                 check the process's limits (ulimit -u, -n)"
+            );
+            return ExitCode::from(EXIT_NO_RUNTIME);
+        }
+    };
+    runtime.block_on(run())
+}
+
+async fn run() -> ExitCode {
     let cli = Cli::parse();
     let logging = solocron::logging::init(cli.log_format(), cli.command.default_log_filter());
     let command = cli.command.clone();

@@ -1,12 +1,47 @@
-//! Keeps the daemon's resident memory to what it uses after a config load.
+//! Keeps the daemon's resident memory to what it uses.
 //!
-//! Parsing `jobs.toml` builds a full document tree (every key with its
-//! position, for error messages) several times the size of the jobs made
-//! from it, and publishing to the node registry builds a map of every job's
-//! fingerprint. Both are dropped at once, but glibc keeps freed pages for
-//! reuse: a daemon that loaded 10,000 jobs kept the parse's peak (~33 MB) as
-//! resident memory for its whole life. `malloc_trim` after each of these
-//! rare peaks returns what is free (measured in docs/PERFORMANCE.md).
+//! Two things of glibc's allocator, not of the daemon's own data, made up a
+//! fifth of an idle daemon's resident memory (measured in
+//! docs/PERFORMANCE.md):
+//!
+//! - **Freed pages are kept.** Parsing `jobs.toml` builds a full document
+//!   tree (every key with its position, for error messages) several times
+//!   the size of the jobs made from it, and publishing to the node registry
+//!   builds a map of every job's fingerprint. Both are dropped at once, but
+//!   glibc keeps freed pages for reuse: a daemon that loaded 10,000 jobs
+//!   kept the parse's peak (~33 MB) as resident memory for its whole life.
+//!   [`release_freed`] (`malloc_trim`) after each of these rare peaks
+//!   returns what is free.
+//! - **One arena per thread.** glibc gives each thread that allocates an
+//!   arena of its own (up to 8 per core), and each keeps its own free
+//!   pages and fragments: the loader's parsing threads, the runtime's
+//!   workers and the spawning threads held ~4 MB between them at idle.
+//!   [`limit_arenas`] caps them at [`ARENAS`] before any thread starts.
+//!   The daemon's threads allocate little and briefly, so they seldom wait
+//!   for each other's arena.
+//!
+//! Both are requests to the allocator; neither can fail in a way the
+//! daemon must handle (a refused `mallopt` leaves glibc's default).
+
+/// Arenas glibc may create in all (the main one included).
+pub const ARENAS: i32 = 2;
+
+/// Caps glibc's malloc arenas at [`ARENAS`], unless `MALLOC_ARENA_MAX` is
+/// set in the environment (the operator's choice wins). Call it first
+/// thing in `main`: glibc fixes its arena limit when a second thread first
+/// allocates, so a later call changes nothing.
+#[allow(unsafe_code)]
+pub fn limit_arenas() {
+    if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
+        return;
+    }
+    // SAFETY: mallopt only sets a parameter of glibc's allocator; it is
+    // thread-safe and has no preconditions. Its result (0 = refused)
+    // leaves the default in place, which is only a larger footprint.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, ARENAS);
+    }
+}
 
 /// Returns the free pages of every malloc arena to the kernel.
 #[allow(unsafe_code)]

@@ -20,17 +20,20 @@
 //!
 //! croner's parsed form keeps a byte per year up to 5000 (about 7 KB per
 //! expression): 10,000 jobs with as many distinct expressions held 70 MB.
-//! So a [`Schedule`] does not keep it. It keeps the pattern's text and the
-//! next occurrence it last computed ([`Hint`]); the parsed forms live in a
-//! cache ([`parsed`]): shared by pattern while anything holds them, and the
-//! [`RECENT`] most recently used ones held besides, so that the patterns
-//! that fire often are not parsed again at every occurrence. A pattern that
+//! So a [`Schedule`] does not keep it. It keeps the expression's text and
+//! the next occurrence it last computed ([`Hint`]); the parsed forms live
+//! in a cache ([`parsed`]): shared by pattern while anything holds them,
+//! and the [`RECENT`] most recently used ones held besides, so that the
+//! patterns that fire often are not parsed again at every occurrence (a
+//! large load keeps none of its own there, [`LOADING`]). A pattern that
 //! fell out of the cache is parsed again (~20 µs) when its next occurrence
 //! is computed: once per occurrence of a rarely firing job, which is
 //! nothing next to the run. The config loader parses every distinct
-//! pattern once, on all cores ([`parse_in_parallel`]), holds them while it
-//! builds the jobs, and each schedule computes its first occurrence then,
-//! so neither start-up nor the timetable parses anything twice. croner is
+//! pattern once, on all cores ([`parse_in_parallel`]), whose threads also
+//! find each one's first occurrence; it holds them while it builds the
+//! jobs, so neither start-up nor the timetable parses or searches anything
+//! twice. Whether a pattern can fire at all is that same search's answer
+//! ([`Schedule::parse`]). croner is
 //! given the years 1970–2199 ([`YEARS`]) rather than all of them, which
 //! makes parsing ~10× faster; no occurrence after 2199 is computed.
 //!
@@ -40,10 +43,11 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Duration;
 
-use chrono::{DateTime, SubsecRound, TimeDelta, TimeZone, Utc};
+use chrono::{DateTime, SubsecRound, TimeDelta, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
@@ -60,15 +64,50 @@ pub enum ScheduleError {
     NeverFires { expr: String },
 }
 
-/// A job's schedule: the expression as written, its zone, the pattern
-/// croner parses, and the next occurrence last computed.
+/// A job's schedule: the expression as written, its zone, and the next
+/// occurrence last computed. The pattern croner parses is derived from the
+/// expression when needed ([`Schedule::pattern`]) rather than kept: it is
+/// the same text but for a macro, and 10,000 jobs would keep 10,000 copies.
 #[derive(Clone)]
 pub struct Schedule {
-    expr: String,
+    expr: Box<str>,
     tz: Tz,
-    /// The expanded pattern (macros replaced), the key of [`parsed`].
-    pattern: Arc<str>,
     hint: Option<Hint>,
+}
+
+/// The first occurrence after `start` (whole seconds) of `cron` read in `tz`.
+fn next_in(cron: &Cron, tz: Tz, start: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    cron.find_next_occurrence(&start.with_timezone(&tz), false)
+        .ok()
+        .map(|at| at.with_timezone(&Utc))
+}
+
+/// The [`Hint`] of `cron` in `tz` at `now` (whole seconds): the next
+/// occurrence, reaching [`HINT_LOOKBACK`] back when none fell in that time.
+fn hint_at(cron: &Cron, tz: Tz, now: DateTime<Utc>) -> Option<Hint> {
+    let early = now - HINT_LOOKBACK;
+    if let Some(next) = next_in(cron, tz, early).filter(|next| *next > now) {
+        return Some(Hint { after: early, next });
+    }
+    next_in(cron, tz, now).map(|next| Hint { after: now, next })
+}
+
+/// Hints in UTC found by the loader's threads ([`parse_in_parallel`]), by
+/// pattern, while its [`Warm`] is alive: the loader parses every job in
+/// UTC first, and takes each one's hint from here instead of searching on
+/// its own thread (the search was a sixth of a 10,000-job load).
+static WARM_HINTS: LazyLock<Mutex<HashMap<String, Hint>>> = LazyLock::new(Mutex::default);
+
+/// The hint the loader's threads found for `pattern`, if `tz` is UTC and it
+/// answers for `now`.
+fn warm_hint(pattern: &str, tz: Tz, now: DateTime<Utc>) -> Option<Hint> {
+    if tz != Tz::UTC {
+        return None;
+    }
+    lock(&WARM_HINTS)
+        .get(pattern)
+        .copied()
+        .filter(|hint| hint.after <= now && now < hint.next)
 }
 
 /// How far back a [`Hint`] reaches when no occurrence fell in it.
@@ -87,9 +126,10 @@ impl Schedule {
     /// Parses a 5-field, 6-field (seconds first) or `@macro` expression read
     /// in `tz`.
     ///
-    /// `Err(NeverFires)` when no date can ever match, checked with one
-    /// forward search from a fixed reference instant (patterns have no year
-    /// field, so what fires once after it fires forever).
+    /// `Err(NeverFires)` when no date can ever match: found by the search
+    /// for the next occurrence that the schedule keeps anyway ([`Hint`]),
+    /// which finds none up to the end of [`YEARS`] (patterns have no year
+    /// field, so what fires once fires at least every 28 years).
     pub fn parse(expr: &str, tz: Tz) -> Result<Schedule, ScheduleError> {
         let trimmed = expr.trim();
         let invalid = |reason: String| ScheduleError::Invalid {
@@ -97,31 +137,34 @@ impl Schedule {
             reason,
         };
         let pattern = expand_macro(trimmed).map_err(invalid)?;
-        let cron = parsed(pattern).map_err(|err| match err {
-            Refused::Invalid(reason) => invalid(reason),
-            Refused::NeverFires => ScheduleError::NeverFires {
-                expr: expr.to_string(),
-            },
-        })?;
+        let cron = parsed(pattern).map_err(|Invalid(reason)| invalid(reason))?;
         let mut schedule = Schedule {
-            expr: expr.to_string(),
+            expr: Box::from(expr),
             tz,
-            pattern: Arc::from(pattern),
             hint: None,
         };
         schedule.hint = schedule.hint_now(&cron);
+        if schedule.hint.is_none() {
+            return Err(ScheduleError::NeverFires {
+                expr: expr.to_string(),
+            });
+        }
         Ok(schedule)
     }
 
     /// The same expression read in another zone (a cron line means the
     /// same wall clock times in every zone).
     pub fn with_timezone(&self, tz: Tz) -> Schedule {
+        if tz == self.tz {
+            // Same zone, same occurrences: keep the hint (no new search).
+            return self.clone();
+        }
         let mut schedule = Schedule {
             tz,
             hint: None,
             ..self.clone()
         };
-        if let Ok(cron) = parsed(&schedule.pattern) {
+        if let Ok(cron) = parsed(schedule.pattern()) {
             schedule.hint = schedule.hint_now(&cron);
         }
         schedule
@@ -130,6 +173,13 @@ impl Schedule {
     /// The expression as written.
     pub fn expression(&self) -> &str {
         &self.expr
+    }
+
+    /// The expanded pattern (macros replaced), the key of [`parsed`]. The
+    /// expression was checked when the schedule was made, so this cannot
+    /// fail; if it did, the empty pattern parses to no occurrence.
+    fn pattern(&self) -> &str {
+        expand_macro(self.expr.trim()).unwrap_or_default()
     }
 
     /// The zone the expression is read in.
@@ -151,14 +201,35 @@ impl Schedule {
         }
         // The pattern was valid when the schedule was made; parsing it
         // again cannot fail (and if it did, there is no occurrence).
-        let cron = parsed(&self.pattern).ok()?;
+        let cron = parsed(self.pattern()).ok()?;
         self.next_with(&cron, start)
     }
 
+    /// The first `count` occurrences strictly after `after` (fewer when
+    /// the schedule ends first), looking the parsed form up once.
+    pub fn occurrences_after(&self, after: DateTime<Utc>, count: usize) -> Vec<DateTime<Utc>> {
+        let mut found = Vec::with_capacity(count);
+        let Some(first) = self.next_after(after) else {
+            return found;
+        };
+        found.push(first);
+        if count < 2 {
+            return found;
+        }
+        let Ok(cron) = parsed(self.pattern()) else {
+            return found;
+        };
+        while found.len() < count {
+            match found.last().and_then(|last| self.next_with(&cron, *last)) {
+                Some(next) => found.push(next),
+                None => break,
+            }
+        }
+        found
+    }
+
     fn next_with(&self, cron: &Cron, start: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        cron.find_next_occurrence(&start.with_timezone(&self.tz), false)
-            .ok()
-            .map(|at| at.with_timezone(&Utc))
+        next_in(cron, self.tz, start)
     }
 
     /// The next occurrence from now, while the parsed form is at hand;
@@ -168,12 +239,7 @@ impl Schedule {
     /// pattern again for a job that rarely fires.
     fn hint_now(&self, cron: &Cron) -> Option<Hint> {
         let now = Utc::now().trunc_subsecs(0);
-        let early = now - HINT_LOOKBACK;
-        if let Some(next) = self.next_with(cron, early).filter(|next| *next > now) {
-            return Some(Hint { after: early, next });
-        }
-        self.next_with(cron, now)
-            .map(|next| Hint { after: now, next })
+        warm_hint(self.pattern(), self.tz, now).or_else(|| hint_at(cron, self.tz, now))
     }
 
     /// The last occurrence strictly before `before`, `None` if there is
@@ -183,7 +249,7 @@ impl Schedule {
         // when `before` has a fraction of a second.
         let inclusive = before.timestamp_subsec_nanos() > 0;
         let start = before.trunc_subsecs(0).with_timezone(&self.tz);
-        parsed(&self.pattern)
+        parsed(self.pattern())
             .ok()?
             .find_previous_occurrence(&start, inclusive)
             .ok()
@@ -207,7 +273,7 @@ impl Schedule {
             .and_then(|horizon| from.checked_add_signed(horizon))
             .unwrap_or(DateTime::<Utc>::MAX_UTC);
         // Parsed once for the whole walk, not looked up at every step.
-        let cron = parsed(&self.pattern).ok()?;
+        let cron = parsed(self.pattern()).ok()?;
         let next_after = |after: DateTime<Utc>| self.next_with(&cron, after.trunc_subsecs(0));
         let mut at = next_after(from)?;
         let mut longest = TimeDelta::zero();
@@ -270,10 +336,8 @@ impl fmt::Debug for Schedule {
     }
 }
 
-enum Refused {
-    Invalid(String),
-    NeverFires,
-}
+/// Why croner refused a pattern (explained, see [`fields`]).
+struct Invalid(String);
 
 /// Parsed patterns by text, shared while anything holds them.
 static PARSED: LazyLock<Mutex<HashMap<String, Weak<Cron>>>> = LazyLock::new(Mutex::default);
@@ -304,13 +368,14 @@ fn keep_recent(cron: &Arc<Cron>) {
 }
 
 /// The parsed form of `pattern`, shared with every other holder of the
-/// same pattern. A pattern that can never fire is refused here, checked
-/// with one forward search from a fixed reference instant in UTC (patterns
-/// have no year field, so what fires once after it fires forever, and a
-/// zone only moves the instants).
-fn parsed(pattern: &str) -> Result<Arc<Cron>, Refused> {
+/// same pattern. Whether it can ever fire is not checked here but by
+/// [`Schedule::parse`], whose search for the next occurrence tells (a
+/// search of its own here was a fifth of a 10,000-job load, measured).
+fn parsed(pattern: &str) -> Result<Arc<Cron>, Invalid> {
     if let Some(cron) = lock(&PARSED).get(pattern).and_then(Weak::upgrade) {
-        keep_recent(&cron);
+        if !loading() {
+            keep_recent(&cron);
+        }
         return Ok(cron);
     }
     // Parsed without the lock, so that threads warming the cache run in
@@ -319,14 +384,9 @@ fn parsed(pattern: &str) -> Result<Arc<Cron>, Refused> {
         .seconds(Seconds::Required)
         .year(Year::Required)
         .build();
-    let cron = parser.parse(&spelled_out(pattern)).map_err(|err| {
-        Refused::Invalid(fields::explain(pattern).unwrap_or_else(|| describe(&err)))
-    })?;
-    let reference = Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).single();
-    let fires = reference.is_some_and(|at| cron.find_next_occurrence(&at, false).is_ok());
-    if !fires {
-        return Err(Refused::NeverFires);
-    }
+    let cron = parser
+        .parse(&spelled_out(pattern))
+        .map_err(|err| Invalid(fields::explain(pattern).unwrap_or_else(|| describe(&err))))?;
     let cron = {
         let mut cache = lock(&PARSED);
         match cache.get(pattern).and_then(Weak::upgrade) {
@@ -346,8 +406,21 @@ fn parsed(pattern: &str) -> Result<Arc<Cron>, Refused> {
             }
         }
     };
-    keep_recent(&cron);
+    if !loading() {
+        keep_recent(&cron);
+    }
     Ok(cron)
+}
+
+/// Loads and holds in progress (a [`Warm`] or a [`Hold`] alive). While any
+/// is, the forms it parses or finds are held by it, and none is kept among
+/// the recent ones: a load of 10,000 rare patterns left its last 256 there
+/// (1.3 MB), which no occurrence needed. The recent ones are those that
+/// fire: a pattern is parsed once more at its first occurrence after a load.
+static LOADING: AtomicUsize = AtomicUsize::new(0);
+
+fn loading() -> bool {
+    LOADING.load(Ordering::Relaxed) > 0
 }
 
 /// Forms parsed while a [`Hold`] is alive, held by it.
@@ -362,6 +435,7 @@ pub struct Hold(());
 impl Hold {
     /// Starts holding (one hold at a time: a second one shares the first).
     pub fn start() -> Hold {
+        LOADING.fetch_add(1, Ordering::Relaxed);
         lock(&HELD).get_or_insert_with(Vec::new);
         Hold(())
     }
@@ -369,13 +443,18 @@ impl Hold {
 
 impl Drop for Hold {
     fn drop(&mut self) {
+        LOADING.fetch_sub(1, Ordering::Relaxed);
         lock(&HELD).take();
         forget_unheld();
     }
 }
 
 /// Parsed forms held by a config loader while it builds its jobs.
-pub struct Warm(#[allow(dead_code)] Vec<Arc<Cron>>);
+pub struct Warm {
+    forms: Vec<Arc<Cron>>,
+    /// Whether it counts in [`LOADING`] (it holds every form of the load).
+    counted: bool,
+}
 
 impl Drop for Warm {
     /// Forgets the cache entries of the forms nobody holds any more. An
@@ -383,7 +462,14 @@ impl Drop for Warm {
     /// outlives the form, and 10,000 entries left behind by a load, spread
     /// among the freed forms' pages, kept 50 MB resident (measured).
     fn drop(&mut self) {
-        self.0.clear();
+        if self.counted {
+            LOADING.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.forms.clear();
+        let mut hints = lock(&WARM_HINTS);
+        hints.clear();
+        hints.shrink_to_fit();
+        drop(hints);
         forget_unheld();
     }
 }
@@ -396,14 +482,24 @@ fn forget_unheld() {
 }
 
 impl Warm {
+    /// Will hold every form of a load until dropped; a load is in progress
+    /// meanwhile ([`LOADING`]).
+    fn counted() -> Warm {
+        LOADING.fetch_add(1, Ordering::Relaxed);
+        Warm {
+            forms: Vec::new(),
+            counted: true,
+        }
+    }
+
     /// How many patterns are held.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.forms.len()
     }
 
     /// Whether none is.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.forms.is_empty()
     }
 }
 
@@ -419,17 +515,30 @@ pub fn parse_in_parallel<'a>(exprs: impl Iterator<Item = &'a str>) -> Warm {
     exprs.dedup();
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     if threads < 2 || exprs.len() < 256 {
-        return Warm(Vec::new());
+        // Nothing held: the loader's patterns stay among the recent forms,
+        // which is what shares one parse between the jobs of a pattern.
+        return Warm {
+            forms: Vec::new(),
+            counted: false,
+        };
     }
+    // Counted as a load from here, so that the threads keep nothing among
+    // the recent forms.
+    let mut warm = Warm::counted();
     let chunk = exprs.len().div_ceil(threads);
-    let forms = std::thread::scope(|scope| {
+    let now = Utc::now().trunc_subsecs(0);
+    let found: Vec<(&str, Arc<Cron>, Option<Hint>)> = std::thread::scope(|scope| {
         let workers: Vec<_> = exprs
             .chunks(chunk)
             .map(|part| {
                 scope.spawn(move || {
                     part.iter()
                         .filter_map(|expr| expand_macro(expr.trim()).ok())
-                        .filter_map(|pattern| parsed(pattern).ok())
+                        .filter_map(|pattern| {
+                            let cron = parsed(pattern).ok()?;
+                            let hint = hint_at(&cron, Tz::UTC, now);
+                            Some((pattern, cron, hint))
+                        })
                         .collect::<Vec<_>>()
                 })
             })
@@ -439,7 +548,17 @@ pub fn parse_in_parallel<'a>(exprs: impl Iterator<Item = &'a str>) -> Warm {
             .flat_map(|worker| worker.join().unwrap_or_default())
             .collect()
     });
-    Warm(forms)
+    let mut hints = lock(&WARM_HINTS);
+    let mut forms = Vec::with_capacity(found.len());
+    for (pattern, cron, hint) in found {
+        if let Some(hint) = hint {
+            hints.insert(pattern.to_string(), hint);
+        }
+        forms.push(cron);
+    }
+    drop(hints);
+    warm.forms = forms;
+    warm
 }
 
 /// The macros we accept, as the 6-field patterns they stand for (croner's

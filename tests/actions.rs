@@ -3,7 +3,6 @@
 //! Process tests run real `/bin/sh` jobs; HTTP tests talk to a tiny
 //! std-only server on a loopback port. Waits poll with deadlines.
 
-use std::collections::BTreeMap;
 use std::future::{Future, pending};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -28,16 +27,11 @@ fn job(name: &str, action: Action) -> Job {
         on_lock_lost: OnLockLost::Kill,
         overlap: Overlap::Skip,
         action,
-        env: BTreeMap::new(),
-        working_dir: None,
         output_log_max: solocron::config::DEFAULT_OUTPUT_LOG_MAX,
-        splay: Duration::ZERO,
         splay_offset: Duration::ZERO,
         retries: 0,
-        retry_backoff: solocron::config::DEFAULT_RETRY_BACKOFF,
-        on_failure: None,
-        on_success: None,
-        max_silence: None,
+        extras: Default::default(),
+        fingerprint: Default::default(),
     }
 }
 
@@ -182,7 +176,8 @@ async fn command_sees_solocron_env_and_job_env() {
             out.display()
         ),
     );
-    job.env
+    Arc::make_mut(&mut job.extras)
+        .env
         .insert("GREETING".to_string(), "hello world".to_string());
     let report = run(job).await;
     assert_eq!(report.outcome, Outcome::Succeeded);
@@ -194,7 +189,7 @@ async fn command_sees_solocron_env_and_job_env() {
 async fn command_runs_in_working_dir_with_stdin_closed() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut job = shell("wd", "pwd > pwd.txt; cat > stdin.txt");
-    job.working_dir = Some(dir.path().to_path_buf());
+    Arc::make_mut(&mut job.extras).working_dir = Some(dir.path().to_path_buf());
     let report = run(job).await;
     assert_eq!(report.outcome, Outcome::Succeeded);
     let pwd = std::fs::read_to_string(dir.path().join("pwd.txt")).expect("pwd.txt");
@@ -285,7 +280,7 @@ async fn argv_program_is_looked_up_in_the_jobs_path() {
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .expect("chmod");
     let mut found = job("path", Action::Argv(vec!["only-here".to_string()]));
-    found.env.insert(
+    Arc::make_mut(&mut found.extras).env.insert(
         "PATH".to_string(),
         format!("/usr/bin:{}", dir.path().display()),
     );
@@ -309,7 +304,7 @@ async fn argv_program_is_looked_up_in_the_jobs_path() {
 #[tokio::test]
 async fn missing_working_dir_fails_and_names_it() {
     let mut job = shell("nowhere", "exit 0");
-    job.working_dir = Some(PathBuf::from("/no/such/dir"));
+    Arc::make_mut(&mut job.extras).working_dir = Some(PathBuf::from("/no/such/dir"));
     let report = run(job).await;
     assert_eq!(report.outcome, Outcome::Failed);
     assert_eq!(report.exit_code, None);

@@ -65,7 +65,7 @@ fn example_jobs_fire_when_the_demo_expects() {
         slow.schedule.next_after(from),
         Some(utc("2026-11-29T12:00:03Z"))
     );
-    assert_eq!(slow.env["GREETING"], "hello from solocron");
+    assert_eq!(slow.extras.env["GREETING"], "hello from solocron");
     assert!(matches!(&job("disk-usage").action, Action::Argv(argv) if argv[0] == "df"));
     let Action::Http(http) = &job("warm-cache").action else {
         panic!("warm-cache is an http job");
@@ -83,7 +83,7 @@ fn example_jobs_fire_when_the_demo_expects() {
         Some(utc("2026-11-29T21:00:00Z"))
     );
     assert_eq!(report.timeout, Some(Duration::from_secs(15 * 60)));
-    assert_eq!(report.env["REPORT_TO"], "ops@example.com");
+    assert_eq!(report.extras.env["REPORT_TO"], "ops@example.com");
     assert_eq!(job("rotate").schedule.expression(), "@hourly");
 }
 
@@ -476,13 +476,13 @@ fn the_readme_notifier_example_loads() {
     .unwrap_or_else(|err| panic!("{err}"));
     let job = &config.jobs[0];
     assert_eq!(
-        (job.retries, job.retry_backoff),
+        (job.retries, job.extras.retry_backoff),
         (2, Duration::from_secs(300))
     );
-    let failure = job.on_failure.as_ref().expect("on_failure");
+    let failure = job.extras.on_failure.as_ref().expect("on_failure");
     assert!(matches!(&failure.action, Action::Command(c) if c.contains("sendmail")));
     assert_eq!(failure.timeout, Duration::from_secs(30), "the default");
-    let success = job.on_success.as_ref().expect("on_success");
+    let success = job.extras.on_success.as_ref().expect("on_success");
     assert!(
         matches!(&success.action, Action::Http(h) if h.method == "GET" && h.url.ends_with("value-of-HC_ID"))
     );

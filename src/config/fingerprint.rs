@@ -17,9 +17,27 @@ use super::model::{Action, Config, DEFAULT_OUTPUT_LOG_MAX, Job, OnLockLost, Over
 const LEN: usize = 12;
 
 impl Job {
-    /// The fingerprint of this job's effective definition.
+    /// The fingerprint of this job's effective definition: computed once
+    /// per job, then remembered (the timetable, the node registry's entry
+    /// and the config's own fingerprint each need every job's at start).
     pub fn fingerprint(&self) -> String {
-        short_hash(&canonical(self))
+        let bits = self
+            .fingerprint
+            .0
+            .get_or_init(|| short_bits(&canonical(self)));
+        format!("{bits:0width$x}", width = LEN)
+    }
+}
+
+/// A job's fingerprint once computed ([`Job::fingerprint`]), as the number
+/// its hex digits spell. A clone starts empty: a job copied with other
+/// settings (`Job { action, ..job.clone() }`) never carries the original's.
+#[derive(Default)]
+pub struct FingerprintCache(std::sync::OnceLock<u64>);
+
+impl Clone for FingerprintCache {
+    fn clone(&self) -> FingerprintCache {
+        FingerprintCache::default()
     }
 }
 
@@ -38,6 +56,15 @@ impl Config {
         }
         short_hash(&text)
     }
+}
+
+/// The first [`LEN`] hex digits of the SHA-256 of `text`, as a number.
+fn short_bits(text: &str) -> u64 {
+    let digest = Sha256::digest(text.as_bytes());
+    digest
+        .iter()
+        .take(LEN / 2)
+        .fold(0, |bits, byte| bits << 8 | u64::from(*byte))
 }
 
 fn short_hash(text: &str) -> String {
@@ -87,26 +114,26 @@ fn canonical(job: &Job) -> String {
         .to_string(),
     );
     action_lines(&mut line, "", &job.action);
-    line("env", format!("{:?}", job.env));
-    line("working_dir", format!("{:?}", job.working_dir));
+    line("env", format!("{:?}", job.extras.env));
+    line("working_dir", format!("{:?}", job.extras.working_dir));
     // Only when set: jobs that keep the default keep the fingerprints they
     // had before the key existed (no drift shown during a rolling upgrade).
     if job.output_log_max != DEFAULT_OUTPUT_LOG_MAX {
         line("output_log_max", job.output_log_max.to_string());
     }
-    if !job.splay.is_zero() {
-        line("splay_ms", job.splay.as_millis().to_string());
+    if !job.extras.splay.is_zero() {
+        line("splay_ms", job.extras.splay.as_millis().to_string());
     }
     if job.retries != 0 {
         line("retries", job.retries.to_string());
         line(
             "retry_backoff_ms",
-            job.retry_backoff.as_millis().to_string(),
+            job.extras.retry_backoff.as_millis().to_string(),
         );
     }
     for (key, notifier) in [
-        ("on_failure", &job.on_failure),
-        ("on_success", &job.on_success),
+        ("on_failure", &job.extras.on_failure),
+        ("on_success", &job.extras.on_success),
     ] {
         if let Some(notifier) = notifier {
             line(
@@ -116,7 +143,7 @@ fn canonical(job: &Job) -> String {
             action_lines(&mut line, &format!("{key}."), &notifier.action);
         }
     }
-    if let Some(silence) = job.max_silence {
+    if let Some(silence) = job.extras.max_silence {
         line("max_silence_ms", silence.as_millis().to_string());
     }
     text
@@ -191,6 +218,23 @@ mod tests {
                 "{changed}"
             );
         }
+    }
+
+    #[test]
+    fn a_remembered_fingerprint_is_the_computed_one_and_a_changed_copy_gets_its_own() {
+        let config = parse("[jobs.a]\nschedule = \"@hourly\"\ncommand = \"true\"\n");
+        let job = &config.jobs[0];
+        let first = job.fingerprint();
+        assert_eq!(first, short_hash(&canonical(job)), "same digits as before");
+        assert_eq!(job.fingerprint(), first, "remembered");
+        // A copy with another action (what a notifier's run is made of)
+        // must not keep the original's remembered fingerprint.
+        let copy = Job {
+            action: Action::Command("false".to_string()),
+            ..Job::clone(job)
+        };
+        assert_ne!(copy.fingerprint(), first);
+        assert_eq!(copy.fingerprint(), short_hash(&canonical(&copy)));
     }
 
     #[test]

@@ -27,8 +27,8 @@ use super::error::ConfigError;
 use super::http::http_action;
 use super::interpolate::{Place, is_env_name};
 use super::model::{
-    Action, DEFAULT_OUTPUT_LOG_MAX, DEFAULT_RETRY_BACKOFF, HttpAction, Job, Notifier, OnLockLost,
-    Overlap, splay_offset,
+    Action, DEFAULT_OUTPUT_LOG_MAX, DEFAULT_RETRY_BACKOFF, HttpAction, Job, JobExtras, Notifier,
+    OnLockLost, Overlap, splay_offset,
 };
 use super::notifier::read_notifier;
 use super::table::{Table, closest};
@@ -224,6 +224,18 @@ impl JobFields {
         let schedule = utc.with_timezone(self.timezone.or(defaults.timezone).unwrap_or(Tz::UTC));
         let mut env = defaults.env.clone();
         env.extend(self.env);
+        let extras = JobExtras {
+            env,
+            working_dir: self.working_dir.or_else(|| defaults.working_dir.clone()),
+            splay,
+            retry_backoff: self
+                .retry_backoff
+                .or(defaults.retry_backoff)
+                .unwrap_or(DEFAULT_RETRY_BACKOFF),
+            on_failure: self.on_failure.or_else(|| defaults.on_failure.clone()),
+            on_success: self.on_success.or_else(|| defaults.on_success.clone()),
+            max_silence: self.max_silence.or(defaults.max_silence),
+        };
         Some(Job {
             name: name.to_string(),
             schedule,
@@ -246,22 +258,14 @@ impl JobFields {
                 .unwrap_or(OnLockLost::Kill),
             overlap: self.overlap.or(defaults.overlap).unwrap_or(Overlap::Skip),
             action,
-            env,
-            working_dir: self.working_dir.or_else(|| defaults.working_dir.clone()),
             output_log_max: self
                 .output_log_max
                 .or(defaults.output_log_max)
                 .unwrap_or(DEFAULT_OUTPUT_LOG_MAX),
-            splay,
             splay_offset: splay_offset(name, splay),
             retries: self.retries.or(defaults.retries).unwrap_or(0),
-            retry_backoff: self
-                .retry_backoff
-                .or(defaults.retry_backoff)
-                .unwrap_or(DEFAULT_RETRY_BACKOFF),
-            on_failure: self.on_failure.or_else(|| defaults.on_failure.clone()),
-            on_success: self.on_success.or_else(|| defaults.on_success.clone()),
-            max_silence: self.max_silence.or(defaults.max_silence),
+            extras: extras.shared(),
+            fingerprint: Default::default(),
         })
     }
 }

@@ -42,6 +42,7 @@ use std::sync::Arc;
 use toml::de::{DeTable, DeValue};
 
 pub use error::{ConfigError, Position, locate};
+pub use fingerprint::FingerprintCache;
 pub use model::*;
 pub use redis::DEFAULT_KEY_PREFIX;
 pub use warnings::Warning;

@@ -299,13 +299,8 @@ pub struct Job {
     pub on_lock_lost: OnLockLost,
     pub overlap: Overlap,
     pub action: Action,
-    /// Extra environment for `command` / `argv` jobs (values interpolated).
-    pub env: BTreeMap<String, String>,
-    pub working_dir: Option<PathBuf>,
     /// Bytes of one run's output that go to the log; the rest is counted.
     pub output_log_max: u64,
-    /// `splay`: occurrences fire up to this much after their instant.
-    pub splay: Duration,
     /// This job's own offset in `[0, splay)`, from a hash of its name: each
     /// occurrence fires this long after its instant (its name stays the
     /// instant).
@@ -313,6 +308,23 @@ pub struct Job {
     /// How many times a failed or timed-out run of an occurrence is tried
     /// again (0: never).
     pub retries: u32,
+    /// The settings most jobs leave at their defaults ([`JobExtras`]).
+    pub extras: Arc<JobExtras>,
+    /// Filled by [`Job::fingerprint`]; `Default::default()` when making a job.
+    pub fingerprint: super::fingerprint::FingerprintCache,
+}
+
+/// The settings of a job that most jobs leave at their defaults, kept
+/// apart so that 10,000 loaded jobs do not each carry room for them: the
+/// jobs that set none share one ([`JobExtras::shared`]). No `Debug`: `env`
+/// values may be secrets (the job's `Debug` shows their names).
+#[derive(Clone)]
+pub struct JobExtras {
+    /// Extra environment for `command` / `argv` jobs (values interpolated).
+    pub env: BTreeMap<String, String>,
+    pub working_dir: Option<PathBuf>,
+    /// `splay`: occurrences fire up to this much after their instant.
+    pub splay: Duration,
     /// The pause before the first retry; doubled for each later one.
     pub retry_backoff: Duration,
     /// Run once per occurrence that ends `failed`, `timed_out`,
@@ -324,6 +336,42 @@ pub struct Job {
     /// rules alert (`solocron_job_max_silence_seconds`); `None`: a multiple
     /// of its schedule's longest interval, set in the rules. At least 1 s.
     pub max_silence: Option<Duration>,
+}
+
+impl Default for JobExtras {
+    fn default() -> JobExtras {
+        JobExtras {
+            env: BTreeMap::new(),
+            working_dir: None,
+            splay: Duration::ZERO,
+            retry_backoff: DEFAULT_RETRY_BACKOFF,
+            on_failure: None,
+            on_success: None,
+            max_silence: None,
+        }
+    }
+}
+
+impl JobExtras {
+    /// `self` behind an `Arc`: the one every default-only job shares when
+    /// it is all defaults, else a new one.
+    pub fn shared(self) -> Arc<JobExtras> {
+        static DEFAULTS: std::sync::LazyLock<Arc<JobExtras>> =
+            std::sync::LazyLock::new(|| Arc::new(JobExtras::default()));
+        let defaults = JobExtras::default();
+        let is_default = self.env.is_empty()
+            && self.working_dir.is_none()
+            && self.splay == defaults.splay
+            && self.retry_backoff == defaults.retry_backoff
+            && self.on_failure.is_none()
+            && self.on_success.is_none()
+            && self.max_silence.is_none();
+        if is_default {
+            Arc::clone(&DEFAULTS)
+        } else {
+            Arc::new(self)
+        }
+    }
 }
 
 impl Job {
@@ -441,15 +489,15 @@ impl fmt::Debug for Job {
             .field("on_lock_lost", &self.on_lock_lost)
             .field("overlap", &self.overlap)
             .field("action", &self.action)
-            .field("env", &self.env.keys().collect::<Vec<_>>())
-            .field("working_dir", &self.working_dir)
+            .field("env", &self.extras.env.keys().collect::<Vec<_>>())
+            .field("working_dir", &self.extras.working_dir)
             .field("output_log_max", &self.output_log_max)
-            .field("splay", &self.splay)
+            .field("splay", &self.extras.splay)
             .field("retries", &self.retries)
-            .field("retry_backoff", &self.retry_backoff)
-            .field("on_failure", &self.on_failure)
-            .field("on_success", &self.on_success)
-            .field("max_silence", &self.max_silence)
+            .field("retry_backoff", &self.extras.retry_backoff)
+            .field("on_failure", &self.extras.on_failure)
+            .field("on_success", &self.extras.on_success)
+            .field("max_silence", &self.extras.max_silence)
             .finish()
     }
 }

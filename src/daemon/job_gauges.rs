@@ -73,7 +73,7 @@ impl JobGauges {
         if !metrics::enabled() {
             return;
         }
-        metrics::job_scheduled(&job.name, job.max_silence);
+        metrics::job_scheduled(&job.name, job.extras.max_silence);
         // Fails only once the worker has stopped (shutdown).
         let _ = self.changes.send(Change::Scheduled(Arc::clone(job)));
     }

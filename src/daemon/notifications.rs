@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::Shared;
-use crate::config::{Job, Notifier};
+use crate::config::{Job, JobExtras, Notifier};
 use crate::exec::{Executor, Notice, Outcome, RunContext, StopReason};
 
 /// Outcomes `on_failure` is for (after the last retry).
@@ -90,8 +90,8 @@ fn prepare(
     notice: Notice,
 ) -> Option<Prepared> {
     let (kind, notifier) = match notice.outcome.as_str() {
-        "succeeded" => ("on_success", job.on_success.as_ref()),
-        outcome if FAILURES.contains(&outcome) => ("on_failure", job.on_failure.as_ref()),
+        "succeeded" => ("on_success", job.extras.on_success.as_ref()),
+        outcome if FAILURES.contains(&outcome) => ("on_failure", job.extras.on_failure.as_ref()),
         _ => return None,
     };
     let notifier = notifier?;
@@ -141,8 +141,11 @@ fn notifier_job(job: &Job, notifier: &Notifier) -> Job {
     Job {
         action: notifier.action.clone(),
         timeout: Some(notifier.timeout),
-        on_failure: None,
-        on_success: None,
+        extras: Arc::new(JobExtras {
+            on_failure: None,
+            on_success: None,
+            ..JobExtras::clone(&job.extras)
+        }),
         ..job.clone()
     }
 }

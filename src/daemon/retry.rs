@@ -60,7 +60,7 @@ pub fn next_attempt_at(
     if !matches!(outcome, Outcome::Failed | Outcome::TimedOut) || attempt > job.retries {
         return None;
     }
-    let backoff = backoff(job.retry_backoff, attempt);
+    let backoff = backoff(job.extras.retry_backoff, attempt);
     let when = now.checked_add_signed(TimeDelta::from_std(backoff).ok()?)?;
     (when < deadline(job, at)).then_some(when)
 }
@@ -126,7 +126,7 @@ pub fn watch(shared: &Arc<Shared>, job: &Arc<Job>, at: DateTime<Utc>, ran: Optio
 async fn follow(shared: &Arc<Shared>, job: &Arc<Job>, at: DateTime<Utc>, mut ran: Option<Ran>) {
     let name = rfc3339(at);
     let until = deadline(job, at);
-    let poll = (job.retry_backoff / 2).clamp(POLL_MIN, POLL_MAX);
+    let poll = (job.extras.retry_backoff / 2).clamp(POLL_MIN, POLL_MAX);
     loop {
         if shared.cancel.is_cancelled() {
             return;
@@ -168,7 +168,7 @@ async fn follow(shared: &Arc<Shared>, job: &Arc<Job>, at: DateTime<Utc>, mut ran
         let (attempt, at_ms) = pending;
         let mine = ran.as_ref().is_some_and(|ran| ran.attempt + 1 == attempt);
         let defer = if mine {
-            (job.retry_backoff / 4).min(DEFER_MAX)
+            (job.extras.retry_backoff / 4).min(DEFER_MAX)
         } else {
             Duration::ZERO
         };

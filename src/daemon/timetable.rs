@@ -17,7 +17,7 @@
 //! (catch-up): the claim script refuses it if any node already had it.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,23 +46,100 @@ pub struct Diff {
 }
 
 /// The scheduled jobs and their next occurrences.
+///
+/// Kept small for fleets of 10,000 jobs: one map entry per job keyed by the
+/// job itself (its name is not copied), the definition's fingerprint as a
+/// number, and one heap entry per job that holds the job and its next
+/// occurrence, so that firing needs no second map.
 #[derive(Default)]
 pub struct Timetable {
     /// Job name -> its current slot and definition fingerprint.
-    by_name: HashMap<String, (u64, String)>,
-    /// Live slots: one per scheduled job definition.
-    slots: HashMap<u64, Slot>,
-    /// (next occurrence in UTC ms, slot); entries of removed slots are
-    /// skipped when they come up.
-    heap: BinaryHeap<Reverse<(i64, u64)>>,
+    by_name: HashMap<ByName, Scheduled>,
+    /// Next occurrences, earliest first; an entry whose slot is no longer
+    /// its job's (removed or changed) is skipped when it comes up.
+    heap: BinaryHeap<Reverse<Due>>,
     next_slot: u64,
 }
 
-struct Slot {
-    job: Arc<Job>,
-    next: DateTime<Utc>,
+/// A scheduled job definition: which slot its heap entry carries, and
+/// what its definition was ([`fingerprint_key`]).
+struct Scheduled {
+    slot: u64,
+    fingerprint: u64,
 }
 
+/// A map key that is a job, looked up by its name.
+struct ByName(Arc<Job>);
+
+impl std::borrow::Borrow<str> for ByName {
+    fn borrow(&self) -> &str {
+        &self.0.name
+    }
+}
+
+impl std::hash::Hash for ByName {
+    // As `str` hashes: `Borrow<str>` requires it.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.name.as_str().hash(state);
+    }
+}
+
+impl PartialEq for ByName {
+    fn eq(&self, other: &ByName) -> bool {
+        self.0.name == other.0.name
+    }
+}
+
+impl Eq for ByName {}
+
+/// One job's next occurrence in the heap, ordered by when it fires (then
+/// by slot, so the order is total).
+struct Due {
+    /// `job.fires_at(next)` in UTC ms.
+    fires_ms: i64,
+    slot: u64,
+    next: DateTime<Utc>,
+    job: Arc<Job>,
+}
+
+impl Due {
+    fn key(&self) -> (i64, u64) {
+        (self.fires_ms, self.slot)
+    }
+}
+
+impl Ord for Due {
+    fn cmp(&self, other: &Due) -> std::cmp::Ordering {
+        self.key().cmp(&other.key())
+    }
+}
+
+impl PartialOrd for Due {
+    fn partial_cmp(&self, other: &Due) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Due {
+    fn eq(&self, other: &Due) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for Due {}
+
+/// A job definition's fingerprint (12 hex digits) as a number: equal
+/// definitions give equal numbers, and a map entry holds no string.
+fn fingerprint_key(job: &Job) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    job.fingerprint().hash(&mut hasher);
+    hasher.finish()
+}
+
+// `ByName` hashes and compares the job's name only, which never changes;
+// the job's remembered fingerprint (a `OnceLock`) is not part of the key.
+#[allow(clippy::mutable_key_type)]
 impl Timetable {
     /// Makes the schedule match `jobs`: added and changed jobs start (with
     /// catch-up), removed ones stop being scheduled (a run in progress
@@ -70,34 +147,32 @@ impl Timetable {
     /// gauges follow ([`super::job_gauges`]).
     pub fn apply(&mut self, shared: &Arc<Shared>, jobs: &[Arc<Job>]) -> Diff {
         let mut diff = Diff::default();
-        let wanted: HashMap<&str, &Arc<Job>> =
-            jobs.iter().map(|job| (job.name.as_str(), job)).collect();
+        let wanted: HashSet<&str> = jobs.iter().map(|job| job.name.as_str()).collect();
         let mut gone: Vec<String> = self
             .by_name
             .keys()
-            .filter(|name| !wanted.contains_key(name.as_str()))
-            .cloned()
+            .filter(|job| !wanted.contains(job.0.name.as_str()))
+            .map(|job| job.0.name.clone())
             .collect();
         gone.sort();
         for name in gone {
-            if let Some((slot, _)) = self.by_name.remove(&name) {
-                self.slots.remove(&slot);
-            }
+            self.by_name.remove(name.as_str());
             shared.job_gauges.removed(&name);
             diff.removed.push(name);
         }
         let now = shared.now();
         for job in jobs {
-            let fingerprint = job.fingerprint();
-            match self.by_name.get(&job.name) {
-                Some((_, old)) if *old == fingerprint => {
+            let fingerprint = fingerprint_key(job);
+            match self.by_name.remove(job.name.as_str()) {
+                Some(old) if old.fingerprint == fingerprint => {
+                    // The old definition is the same: keep its slot (its
+                    // heap entry) under the new key.
+                    let key = ByName(Arc::clone(job));
+                    self.by_name.insert(key, old);
                     diff.unchanged += 1;
                     continue;
                 }
-                Some((slot, _)) => {
-                    self.slots.remove(slot);
-                    diff.changed.push(job.name.clone());
-                }
+                Some(_) => diff.changed.push(job.name.clone()),
                 None => diff.added.push(job.name.clone()),
             }
             if let Some(latest) = catch_up(job, now) {
@@ -105,16 +180,18 @@ impl Timetable {
             }
             let slot = self.next_slot;
             self.next_slot += 1;
-            self.by_name.insert(job.name.clone(), (slot, fingerprint));
+            let scheduled = Scheduled { slot, fingerprint };
+            self.by_name.insert(ByName(Arc::clone(job)), scheduled);
             self.schedule(slot, Arc::clone(job), job.schedule.next_after(now));
             shared.job_gauges.scheduled(job);
         }
         super::job_gauges::read_last_successes(shared, diff.added.clone());
-        if self.heap.len() > 2 * self.slots.len() + 64 {
-            let slots = &self.slots;
-            self.heap
-                .retain(|Reverse((_, slot))| slots.contains_key(slot));
+        if self.heap.len() > 2 * self.by_name.len() + 64 {
+            let by_name = &self.by_name;
+            self.heap.retain(|Reverse(due)| is_current(by_name, due));
         }
+        self.by_name.shrink_to_fit();
+        self.heap.shrink_to_fit();
         diff
     }
 
@@ -122,8 +199,8 @@ impl Timetable {
     /// [`MAX_SLEEP`] from now (then [`Timetable::fire_due`] finds nothing
     /// due and the wall clock is read again).
     pub fn next_wake(&mut self, shared: &Shared) -> Instant {
-        while let Some(Reverse((_, slot))) = self.heap.peek() {
-            if self.slots.contains_key(slot) {
+        while let Some(Reverse(due)) = self.heap.peek() {
+            if is_current(&self.by_name, due) {
                 break;
             }
             self.heap.pop();
@@ -131,9 +208,8 @@ impl Timetable {
         let left = self
             .heap
             .peek()
-            .and_then(|Reverse((_, slot))| self.slots.get(slot))
-            .map(|slot| {
-                (slot.job.fires_at(slot.next) - shared.now())
+            .map(|Reverse(due)| {
+                (due.job.fires_at(due.next) - shared.now())
                     .to_std()
                     .unwrap_or(Duration::ZERO)
             })
@@ -146,14 +222,19 @@ impl Timetable {
     pub fn fire_due(&mut self, shared: &Arc<Shared>) {
         self.sleep_to_the_earliest(shared);
         let now = shared.now();
-        while let Some(&Reverse((at_ms, slot))) = self.heap.peek() {
-            if at_ms > now.timestamp_millis() {
+        while let Some(Reverse(due)) = self.heap.peek() {
+            if due.fires_ms > now.timestamp_millis() {
                 break;
             }
-            self.heap.pop();
-            let Some(Slot { job, next }) = self.slots.remove(&slot) else {
-                continue;
+            let Some(Reverse(due)) = self.heap.pop() else {
+                break;
             };
+            if !is_current(&self.by_name, &due) {
+                continue;
+            }
+            let Due {
+                slot, next, job, ..
+            } = due;
             if job.fires_at(next) > now {
                 // Sub-millisecond early: keep it for the next wake-up.
                 self.schedule(slot, job, Some(next));
@@ -169,13 +250,13 @@ impl Timetable {
     /// rest on this thread (the daemon's main loop, not a runtime worker),
     /// with the OS timer's ~50 µs precision.
     fn sleep_to_the_earliest(&self, shared: &Shared) {
-        let Some(Reverse((_, slot))) = self.heap.peek() else {
+        let Some(Reverse(due)) = self.heap.peek() else {
             return;
         };
-        let Some(slot) = self.slots.get(slot) else {
+        if !is_current(&self.by_name, due) {
             return;
-        };
-        if let Ok(left) = (slot.job.fires_at(slot.next) - shared.now()).to_std()
+        }
+        if let Ok(left) = (due.job.fires_at(due.next) - shared.now()).to_std()
             && left <= EARLY_WAKE
         {
             std::thread::sleep(left);
@@ -185,13 +266,26 @@ impl Timetable {
     fn schedule(&mut self, slot: u64, job: Arc<Job>, next: Option<DateTime<Utc>>) {
         match next {
             Some(next) => {
-                let fires = job.fires_at(next).timestamp_millis();
-                self.heap.push(Reverse((fires, slot)));
-                self.slots.insert(slot, Slot { job, next });
+                let fires_ms = job.fires_at(next).timestamp_millis();
+                self.heap.push(Reverse(Due {
+                    fires_ms,
+                    slot,
+                    next,
+                    job,
+                }));
             }
             None => info!(job = %job.name, "schedule has no further occurrences"),
         }
     }
+}
+
+/// Whether `due` is its job's current heap entry (not one left behind by
+/// a removed or changed definition).
+#[allow(clippy::mutable_key_type)] // see `impl Timetable`
+fn is_current(by_name: &HashMap<ByName, Scheduled>, due: &Due) -> bool {
+    by_name
+        .get(due.job.name.as_str())
+        .is_some_and(|scheduled| scheduled.slot == due.slot)
 }
 
 /// `job`'s occurrence `at` has come (`now`): attempt the latest one due,

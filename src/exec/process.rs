@@ -125,7 +125,7 @@ fn prepare(ctx: &RunContext) -> Result<(String, Launch), String> {
         program,
         &args,
         &environment(ctx),
-        job.working_dir.as_deref(),
+        job.extras.working_dir.as_deref(),
     )
     .map_err(|err| spawn_error(job, program, &err))?;
     Ok((program.to_string(), launch))
@@ -136,7 +136,7 @@ fn prepare(ctx: &RunContext) -> Result<(String, Launch), String> {
 fn environment(ctx: &RunContext) -> Vec<(OsString, OsString)> {
     let job = &ctx.job;
     let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
-    for (name, value) in ctx.env_file.iter().chain(&job.env) {
+    for (name, value) in ctx.env_file.iter().chain(&job.extras.env) {
         env.insert(name.into(), value.into());
     }
     for (name, value) in [
@@ -163,7 +163,7 @@ fn environment(ctx: &RunContext) -> Vec<(OsString, OsString)> {
 }
 
 fn spawn_error(job: &Job, program: &str, err: &io::Error) -> String {
-    match &job.working_dir {
+    match &job.extras.working_dir {
         // The child reports a failed chdir with the same errno as a failed exec.
         Some(dir) if !dir.is_dir() => format!(
             "cannot enter working directory `{}` for job `{}`: {err}",

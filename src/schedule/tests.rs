@@ -1,12 +1,13 @@
 //! Unit tests for [`super::Schedule`]: exact UTC instants on real tzdata
 //! transition dates (2026), the accepted forms, and the refused ones.
 
-use chrono::{DateTime, NaiveDate, TimeZone, Utc};
+use chrono::{DateTime, NaiveDate, SubsecRound as _, TimeZone, Utc};
 use chrono_tz::Tz;
 
 use std::sync::Arc;
 
-use super::{PARSED, RECENT_MAX, Schedule, ScheduleError, lock, parse_in_parallel, parsed};
+use super::{PARSED, RECENT, RECENT_MAX, Schedule, ScheduleError, lock, parse_in_parallel, parsed};
+use croner::Cron;
 use std::sync::Weak;
 
 fn utc_at(text: &str) -> DateTime<Utc> {
@@ -418,7 +419,7 @@ fn schedules_of_one_pattern_share_its_parsed_form_in_any_zone() {
     let a = Schedule::parse("17 3 * * *", Tz::UTC).unwrap();
     let b = Schedule::parse(" 17 3 * * * ", Tz::Europe__Berlin).unwrap();
     let c = a.with_timezone(Tz::Asia__Tashkent);
-    let form = |s: &Schedule| parsed(&s.pattern).ok().expect("parses");
+    let form = |s: &Schedule| parsed(s.pattern()).ok().expect("parses");
     assert!(Arc::ptr_eq(&form(&a), &form(&b)));
     assert!(Arc::ptr_eq(&form(&a), &form(&c)));
     let other = Schedule::parse("18 3 * * *", Tz::UTC).unwrap();
@@ -436,17 +437,26 @@ fn parsing_in_parallel_gives_what_parsing_one_by_one_gives() {
         .chain(["not cron".to_string(), "0 0 30 2 *".to_string()])
         .collect();
     let warmed = parse_in_parallel(exprs.iter().map(String::as_str));
-    assert_eq!(warmed.len(), 600, "the two bad ones are left to the loader");
+    // The invalid one is left to the loader; the one that never fires
+    // parses (that it never fires is found by `Schedule::parse`'s search).
+    assert_eq!(warmed.len(), 601);
     let after = utc_at("2026-11-30T12:00:00Z");
     for expr in &exprs[..600] {
         let one = Schedule::parse(expr, Tz::UTC).unwrap();
-        let form = parsed(&one.pattern).ok().expect("parses");
+        let form = parsed(one.pattern()).ok().expect("parses");
         let warm = warmed
-            .0
+            .forms
             .iter()
             .find(|warm| Arc::ptr_eq(warm, &form))
             .unwrap_or_else(|| panic!("{expr}: the loader finds it parsed"));
         assert_eq!(one.next_after(after), one.next_with(warm, after), "{expr}");
+        // From now on, answered by the hint the loader's thread found.
+        let now = Utc::now();
+        assert_eq!(
+            one.next_after(now),
+            one.next_with(warm, now.trunc_subsecs(0)),
+            "{expr}"
+        );
     }
     assert!(Schedule::parse("not cron", Tz::UTC).is_err());
     assert!(matches!(
@@ -693,5 +703,35 @@ fn a_rare_schedule_answers_for_the_last_hour_without_parsing_again() {
     assert!(
         lock(&PARSED).get(expr).and_then(Weak::upgrade).is_none(),
         "answered from the hint, not parsed again (a parse keeps it among the recent ones)"
+    );
+}
+
+/// A load of many rare patterns leaves none of them among the recent
+/// forms: they were held by the load, and only patterns that fire after it
+/// belong there (a 10,000-job load left its last 256, 1.3 MB).
+#[test]
+fn a_load_keeps_none_of_its_patterns_among_the_recent_ones() {
+    let exprs: Vec<String> = (0..600)
+        .map(|i| format!("{} {} {} 9 {} *", i % 60, (i / 60) % 24, 23, i % 12 + 1))
+        .collect();
+    let warm = parse_in_parallel(exprs.iter().map(String::as_str));
+    assert_eq!(warm.len(), 600);
+    for expr in &exprs {
+        Schedule::parse(expr, Tz::UTC).expect("parses");
+    }
+    drop(warm);
+    // PARSED before RECENT, as `parsed` takes them.
+    let alive: Vec<Arc<Cron>> = exprs
+        .iter()
+        .filter_map(|expr| lock(&PARSED).get(expr.as_str()).and_then(Weak::upgrade))
+        .collect();
+    let recent = lock(&RECENT);
+    let kept = alive
+        .iter()
+        .filter(|form| recent.iter().any(|held| Arc::ptr_eq(held, form)))
+        .count();
+    assert_eq!(
+        kept, 0,
+        "{kept} of the load's 600 patterns among the recent ones"
     );
 }

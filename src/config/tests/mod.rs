@@ -74,7 +74,7 @@ fn minimal_job_gets_every_default() {
     assert_eq!(job.on_lock_lost, OnLockLost::Kill);
     assert_eq!(job.overlap, Overlap::Skip);
     assert!(matches!(&job.action, Action::Command(c) if c == "true"));
-    assert!(job.env.is_empty() && job.working_dir.is_none());
+    assert!(job.extras.env.is_empty() && job.extras.working_dir.is_none());
 }
 
 #[test]
@@ -110,9 +110,14 @@ env = { B = "from-job", C = "job-only" }
     assert_eq!(job.timeout, Some(Duration::from_secs(300)));
     assert_eq!(job.starting_deadline, Duration::from_secs(30));
     assert_eq!(job.on_lock_lost, OnLockLost::Continue);
-    let env: Vec<_> = job.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let env: Vec<_> = job
+        .extras
+        .env
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
     assert_eq!(env, ["A=from-defaults", "B=from-job", "C=job-only"]);
-    assert_eq!(job.working_dir.as_deref(), Some(Path::new("/srv")));
+    assert_eq!(job.extras.working_dir.as_deref(), Some(Path::new("/srv")));
 }
 
 #[test]
@@ -373,8 +378,11 @@ working_dir = "/srv/${HOST}"
         command,
         &format!("curl -H 'X: {SECRET}' ${{NOT_A_VAR}} $HOME")
     );
-    assert_eq!(job.env["TOKEN"], SECRET);
-    assert_eq!(job.working_dir.as_deref(), Some(Path::new("/srv/${HOST}")));
+    assert_eq!(job.extras.env["TOKEN"], SECRET);
+    assert_eq!(
+        job.extras.working_dir.as_deref(),
+        Some(Path::new("/srv/${HOST}"))
+    );
     let argv = self::job("[jobs.a]\nschedule = \"@daily\"\nargv = [\"echo\", \"${WARM_TOKEN}\"]\n");
     assert!(matches!(&argv.action, Action::Argv(a) if a[1] == "${WARM_TOKEN}"));
 }
@@ -508,11 +516,13 @@ fn max_silence_is_a_duration_from_the_job_or_the_defaults() {
         format!("[jobs.x]\nschedule = \"@daily\"\ncommand = \"x\"\nmax_silence = {value}\n")
     };
     assert_eq!(
-        job("[jobs.x]\nschedule = \"@daily\"\ncommand = \"x\"\n").max_silence,
+        job("[jobs.x]\nschedule = \"@daily\"\ncommand = \"x\"\n")
+            .extras
+            .max_silence,
         None
     );
     assert_eq!(
-        job(&with("\"3d\"")).max_silence,
+        job(&with("\"3d\"")).extras.max_silence,
         Some(Duration::from_secs(3 * 86_400))
     );
     assert_eq!(
@@ -524,7 +534,7 @@ fn max_silence_is_a_duration_from_the_job_or_the_defaults() {
     let silences: Vec<Option<Duration>> = config(text)
         .jobs
         .iter()
-        .map(|job| job.max_silence)
+        .map(|job| job.extras.max_silence)
         .collect();
     assert_eq!(
         silences,
@@ -537,3 +547,21 @@ fn max_silence_is_a_duration_from_the_job_or_the_defaults() {
 
 mod redis_section;
 mod whole_file;
+
+#[test]
+fn jobs_that_set_no_rare_setting_share_one_and_the_others_keep_theirs() {
+    let text = "[jobs.a]\nschedule = \"@daily\"\ncommand = \"x\"\n\
+                [jobs.b]\nschedule = \"@hourly\"\nargv = [\"y\"]\n\
+                [jobs.c]\nschedule = \"@daily\"\ncommand = \"x\"\nsplay = \"10s\"\n\
+                [jobs.d]\nschedule = \"@daily\"\ncommand = \"x\"\nretries = 1\nretry_backoff = \"5s\"\n";
+    let jobs = config(text).jobs;
+    assert!(
+        std::sync::Arc::ptr_eq(&jobs[0].extras, &jobs[1].extras),
+        "all defaults: one shared"
+    );
+    assert!(!std::sync::Arc::ptr_eq(&jobs[0].extras, &jobs[2].extras));
+    assert_eq!(jobs[2].extras.splay, Duration::from_secs(10));
+    assert_eq!(jobs[0].extras.splay, Duration::ZERO);
+    assert_eq!(jobs[3].extras.retry_backoff, Duration::from_secs(5));
+    assert_eq!(jobs[0].extras.retry_backoff, DEFAULT_RETRY_BACKOFF);
+}
