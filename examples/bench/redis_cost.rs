@@ -29,11 +29,27 @@ use serde_json::{Value, json};
 use crate::common::cluster::sleep_until;
 use crate::monitor::{self, CmdStat, MonLine, Monitor};
 
-/// The longest gap between two commands of one client that still counts
-/// them as one pipeline (one round trip): the commands of one read from a
-/// socket run back to back, a few µs apart, while the next request of the
-/// same client comes at least a loopback round trip later.
-const PIPELINE_GAP_S: f64 = 200e-6;
+/// The longest gap between two commands of one pipeline here (they run
+/// back to back, a few µs apart).
+const PIPELINE_GAP_S: f64 = 2e-3;
+
+/// Whether `line` is a command solocron sends in one pipeline with the
+/// same client's `before`: a peek's `PTTL` after its `HMGET`, and the
+/// controls read `HGET pauses, HGET drains, LRANGE requests, TIME`
+/// (`src/lock/server.rs` `peek`, `src/control/mod.rs` `snapshot`). Only
+/// these: a client library that happens to write several requests at once
+/// still counts one round trip per request, as before.
+fn rides_with(before: &MonLine, line: &MonLine) -> bool {
+    let key = |l: &MonLine| l.args.first().cloned().unwrap_or_default();
+    let pair = match (before.cmd.as_str(), line.cmd.as_str()) {
+        ("HMGET", "PTTL") => key(before).ends_with(":state") && key(line).ends_with(":lock"),
+        ("HGET", "HGET") => key(before).ends_with(":pauses") && key(line).ends_with(":drains"),
+        ("HGET", "LRANGE") => key(before).ends_with(":drains") && key(line).ends_with(":requests"),
+        ("LRANGE", "TIME") => key(before).ends_with(":requests"),
+        _ => false,
+    };
+    pair && line.ts - before.ts < PIPELINE_GAP_S
+}
 
 /// The figures of one measured stretch of traffic.
 #[derive(Debug, Clone, Default)]
@@ -55,11 +71,9 @@ pub struct Cost {
     pub top_level: BTreeMap<String, u64>,
     /// Every `MONITOR` line of its window (for callers' own breakdowns).
     pub lines: Vec<MonLine>,
-    /// Top-level commands of the `MONITOR` window that rode in one
-    /// pipeline with the same client's command before them (within
-    /// [`PIPELINE_GAP_S`]: a peek's `PTTL` after its `HMGET`, the controls
-    /// read's four commands, a redis client's pipelined requests): sent,
-    /// but no round trip of their own. The same rule for every system.
+    /// Top-level commands of the `MONITOR` window that rode in one of
+    /// solocron's pipelines with the same client's command before them
+    /// ([`rides_with`]): sent, but no round trip of their own.
     pub pipelined: u64,
 }
 
@@ -210,20 +224,20 @@ pub fn measure(
         .filter(|l| !matches!(l.cmd.as_str(), "INFO" | "MONITOR" | "CONFIG"))
         .collect();
     let mut pipelined = 0u64;
-    let mut last_at: BTreeMap<&str, f64> = BTreeMap::new();
+    let mut last: BTreeMap<&str, &MonLine> = BTreeMap::new();
     for line in &window {
         let name = line.cmd.to_ascii_lowercase();
         if line.is_lua() {
             *inner.entry(name).or_default() += 1;
         } else {
             *top_level.entry(name).or_default() += 1;
-            let previous = last_at.insert(line.client.as_str(), line.ts);
-            if previous.is_some_and(|at| line.ts - at < PIPELINE_GAP_S) {
+            let previous = last.insert(line.client.as_str(), line);
+            if previous.is_some_and(|before| rides_with(before, line)) {
                 pipelined += 1;
             }
         }
     }
-    drop(last_at);
+    drop(last);
     let mut top_share = BTreeMap::new();
     for name in top_level.keys().chain(inner.keys()) {
         let top = top_level.get(name).copied().unwrap_or(0) as f64;
