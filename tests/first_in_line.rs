@@ -160,8 +160,9 @@ fn one_claim_script_per_occurrence_the_others_read_and_log_who_won_and_a_stopped
     );
     // Without a first node every node sends a claim script: 3 per occurrence.
     assert!(
-        claims * 10 <= occurrences.len() * 14,
-        "{claims} claim scripts for {} occurrences (3 nodes: about 1 each expected)",
+        claims <= occurrences.len() * 2,
+        "{claims} claim scripts for {} occurrences (3 nodes: about 1 each expected; a node that \
+         finds its first node late claims too)",
         occurrences.len()
     );
     assert!(

@@ -29,10 +29,14 @@ use std::time::Duration;
 
 /// How long a node that is not first for an occurrence waits before it
 /// looks whether the first one took it: above the first node's claim
-/// round trip and the nodes' firing spread (Redis's clock, within a few
-/// ms), so that the peek usually finds the occurrence decided; also how
-/// late an occurrence runs when its first node is gone.
-pub const PEEK_DELAY: Duration = Duration::from_millis(50);
+/// round trip and the nodes' firing spread (Redis's clock, within a
+/// millisecond), so that the read usually finds the occurrence decided,
+/// and short, because it is also how late an occurrence runs when its
+/// first node is slow (descheduled, busy spawning) or gone. With 50 ms a
+/// 1,000-job splayed burst on a busy 2-core machine had a lag p99 of
+/// 44–46 ms (docs/PERFORMANCE.md, scenario s): the first node was late
+/// and nobody covered for it.
+pub const PEEK_DELAY: Duration = Duration::from_millis(5);
 
 /// The live nodes as the registry last listed them (sorted, deduplicated),
 /// each with the hash of its id.
