@@ -5,40 +5,11 @@ mod common;
 use std::time::Duration;
 
 use chrono::Utc;
-use common::{RedisServer, locker};
+use common::{RedisServer, entry, locker, scheduled};
 use redis::Commands as _;
-use solocron::exec::{Outcome, Report};
-use solocron::history::Entry;
 use solocron::lock::{Claim, Lease, Target, new_token};
 
 const TTL: Duration = Duration::from_secs(5);
-
-fn scheduled(at_ms: i64) -> Target {
-    Target::Scheduled {
-        at_ms,
-        name: format!("occ-{at_ms}"),
-        deadline_ms: i64::MAX,
-    }
-}
-
-fn entry(node: &str, lease: &Lease, occurrence: &str) -> Entry {
-    let now = Utc::now();
-    Entry::from_report(
-        occurrence,
-        node,
-        lease.fence,
-        &Report {
-            outcome: Outcome::Succeeded,
-            exit_code: Some(0),
-            http_status: None,
-            error: None,
-            started_at: now,
-            finished_at: now,
-            duration: Duration::from_millis(5),
-            output_tail: None,
-        },
-    )
-}
 
 fn won(claim: Claim) -> Lease {
     match claim {

@@ -10,11 +10,8 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use chrono::Utc;
-use common::{RedisServer, command_calls, locker, reset_stats};
-use solocron::exec::{Outcome, Report};
-use solocron::history::Entry;
-use solocron::lock::{Claim, Lease, Target, new_token};
+use common::{RedisServer, command_calls, entry, locker, reset_stats, scheduled};
+use solocron::lock::{Claim, Lease, new_token};
 
 const TTL: Duration = Duration::from_secs(5);
 
@@ -28,33 +25,6 @@ async fn won(locker: &solocron::lock::Locker, at_ms: i64) -> Lease {
         Claim::Won(lease) => lease,
         other => panic!("the claim of {at_ms} should win, got {other:?}"),
     }
-}
-
-fn scheduled(at_ms: i64) -> Target {
-    Target::Scheduled {
-        at_ms,
-        name: format!("occ-{at_ms}"),
-        deadline_ms: i64::MAX,
-    }
-}
-
-fn entry(node: &str, lease: &Lease, occurrence: &str) -> Entry {
-    let now = Utc::now();
-    Entry::from_report(
-        occurrence,
-        node,
-        lease.fence,
-        &Report {
-            outcome: Outcome::Succeeded,
-            exit_code: Some(0),
-            http_status: None,
-            error: None,
-            started_at: now,
-            finished_at: now,
-            duration: Duration::from_millis(5),
-            output_tail: None,
-        },
-    )
 }
 
 fn counts(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {

@@ -675,3 +675,36 @@ pub fn reset_stats(redis: &RedisServer) {
         .query(&mut redis.conn())
         .expect("CONFIG RESETSTAT");
 }
+
+/// A scheduled occurrence `at_ms`, named `occ-MS`, claimable at any time.
+pub fn scheduled(at_ms: i64) -> solocron::lock::Target {
+    solocron::lock::Target::Scheduled {
+        at_ms,
+        name: format!("occ-{at_ms}"),
+        deadline_ms: i64::MAX,
+    }
+}
+
+/// The history entry of `lease`'s succeeded 5 ms run of `occurrence` on `node`.
+pub fn entry(
+    node: &str,
+    lease: &solocron::lock::Lease,
+    occurrence: &str,
+) -> solocron::history::Entry {
+    let now = chrono::Utc::now();
+    solocron::history::Entry::from_report(
+        occurrence,
+        node,
+        lease.fence,
+        &solocron::exec::Report {
+            outcome: solocron::exec::Outcome::Succeeded,
+            exit_code: Some(0),
+            http_status: None,
+            error: None,
+            started_at: now,
+            finished_at: now,
+            duration: std::time::Duration::from_millis(5),
+            output_tail: None,
+        },
+    )
+}
