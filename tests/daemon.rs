@@ -21,10 +21,10 @@ fn sigterm_interrupts_a_long_run_after_the_grace_releases_the_lock_and_exits_0()
 shutdown_grace = "1s"
 
 [jobs.long]
-schedule = "* * * * *"
-starting_deadline = "1m"
+{}
 command = 'echo $$ > {}; exec sleep 60'
 "#,
+        common::caught_up_at_once(),
         toml_path(&work.path("pid"))
     ));
     let mut node = Node::start(&work, &redis, "n1", &[]);
@@ -58,10 +58,10 @@ fn sigterm_lets_a_run_finish_within_the_grace() {
 shutdown_grace = "20s"
 
 [jobs.short]
-schedule = "* * * * *"
-starting_deadline = "1m"
+{}
 command = 'echo $$ > {}; sleep 1'
 "#,
+        common::caught_up_at_once(),
         toml_path(&work.path("pid"))
     ));
     let mut node = Node::start(&work, &redis, "n1", &[]);

@@ -1,9 +1,10 @@
 //! The watchdog keeps a long run's lease, and stops the run before the lock
 //! could expire in Redis when renewals cannot be confirmed (Redis paused).
 //!
-//! Jobs here are due every minute with `starting_deadline = "1m"`, so a node
-//! catches up the latest occurrence as soon as it starts: the run begins
-//! at once instead of at the next minute.
+//! Jobs here are due once an hour at the minute the test starts, with
+//! `starting_deadline = "1h"` ([`common::caught_up_at_once`]): the node
+//! catches that occurrence up as soon as it starts, and no later occurrence
+//! (skipped while the run holds the lock) comes within the test.
 
 mod common;
 
@@ -18,12 +19,12 @@ fn config(work: &Workdir, lock_ttl: &str, on_lock_lost: &str, command: &str) {
     work.write_config(&format!(
         r#"
 [jobs.long]
-schedule = "* * * * *"
-starting_deadline = "1m"
+{schedule}
 lock_ttl = "{lock_ttl}"
 on_lock_lost = "{on_lock_lost}"
 command = '{command}'
-"#
+"#,
+        schedule = common::caught_up_at_once()
     ));
 }
 

@@ -521,6 +521,17 @@ pub fn records(lines: &[String]) -> Vec<RunRecord> {
 /// Shared handle type for tests spawning threads.
 pub type Shared<T> = Arc<std::sync::Mutex<T>>;
 
+/// A job's `schedule`, `timezone` and `starting_deadline` lines under which
+/// a node starting now catches up this minute's occurrence at once and meets
+/// no other for an hour. With `* * * * *` a test of one run's life (a few
+/// seconds) fails whenever it crosses a minute boundary: the next occurrence
+/// is recorded as skipped while the run still holds the lock.
+pub fn caught_up_at_once() -> String {
+    use chrono::Timelike as _;
+    let minute = chrono::Utc::now().minute();
+    format!("schedule = \"{minute} * * * *\"\ntimezone = \"UTC\"\nstarting_deadline = \"1h\"")
+}
+
 /// `path` as a string for TOML.
 pub fn toml_path(path: &Path) -> String {
     path.display().to_string()
