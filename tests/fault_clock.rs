@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use chrono::TimeDelta;
 use common::cluster::{Cluster, JobSpec, rfc3339, whole_second_after, window_secs};
+use common::proxy::{Mode, Proxy, SLOW};
 use common::{RedisServer, faketime_env, faketime_file_env, logged_clock_offset};
 
 #[test]
@@ -320,4 +321,61 @@ fn a_splayed_job_fires_its_own_offset_after_each_occurrence_named_by_the_instant
             "{at}: started {lag_ms} ms after the instant, the offset is {offset_ms} ms"
         );
     }
+}
+
+/// A node's first measurement of Redis's instant is often its slowest (the
+/// node busy starting 1,000 jobs, a slow link), and a node that fired by it
+/// until its next measurement a minute later started every run up to that
+/// round trip late. Here the node reaches Redis through a proxy that holds
+/// every answer 150 ms (Redis reads its clock 150 ms before the node hears
+/// it) until the node has measured once, then forwards at once: within seconds the node measures
+/// again and fires by the quickest round trip of the last 30 s, so runs
+/// start within milliseconds of their instant, and never before it.
+#[test]
+fn a_slow_first_measurement_stops_counting_once_a_quicker_one_comes() {
+    let quick = JobSpec::new("quick", "* * * * * *", 0.005).with("lock_ttl = \"2s\"");
+    let mut cluster = Cluster::new(
+        RedisServer::start(),
+        "shutdown_grace = \"1s\"",
+        std::slice::from_ref(&quick),
+    );
+    let proxy = Proxy::start(cluster.redis.port);
+    proxy.set(Mode::Slow);
+    cluster.start_node_with_url("n1", &proxy.url(), &[]);
+    cluster.node("n1").wait_for_log(
+        Duration::from_secs(15),
+        "firing occurrences by redis's clock",
+    );
+    proxy.set(Mode::Pass);
+    let from = whole_second_after(4, 1);
+    let to = from + TimeDelta::seconds(8);
+    cluster.wait_for_run(
+        Duration::from_secs(30),
+        "the window's last run ended",
+        |run| run.is("quick", to) && run.end_ns.is_some(),
+    );
+    cluster.wait_decided(Duration::from_secs(5), "quick", to);
+    let report = cluster.audit(&[quick.window(from, to)]);
+    assert!(report.is_clean(), "{report}\n{}", cluster.logs());
+    let mut lags_ms: Vec<f64> = cluster
+        .runs()
+        .iter()
+        .filter_map(|run| {
+            let at = run.at().filter(|at| *at >= from && *at <= to)?;
+            Some((run.start_ns - i128::from(at.timestamp()) * 1_000_000_000) as f64 / 1e6)
+        })
+        .collect();
+    lags_ms.sort_by(f64::total_cmp);
+    assert!(
+        lags_ms.first().is_some_and(|lag| *lag >= 0.0),
+        "a run started before its occurrence: {lags_ms:?}"
+    );
+    let median = lags_ms[lags_ms.len() / 2];
+    println!("after a slow first measurement: lags {lags_ms:?} ms");
+    // Firing by the first measurement alone starts them ~SLOW late.
+    assert!(
+        median < SLOW.as_millis() as f64 / 2.0,
+        "runs start soon after their instant once a quick round trip came, not a slow one's {} ms late: median {median:.1} ms of {lags_ms:?}",
+        SLOW.as_millis()
+    );
 }

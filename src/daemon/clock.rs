@@ -12,11 +12,11 @@
 //! or late. With `clock = "redis"` (the default) the timetable fires by
 //! this node's clock minus the offset measured here ([`super::Shared::now`]),
 //! so a node whose clock is off still starts each run at Redis's instant.
-//! The offset is measured at start, every minute and after each outage:
-//! of three round trips to `TIME`, the shortest, taken at its upper bound
-//! (this node's clock when the answer came, minus Redis's), so that the
-//! node fires at the instant or up to that round trip after it, never
-//! before it.
+//! Redis's instant is measured at start, then 1, 2, 4 and 8 s apart, then
+//! every [`PERIOD`], and after each outage: [`SAMPLES`] round trips to
+//! `TIME` each time, and the node fires by the tightest never-early bound
+//! of the last 30 s of round trips ([`super::redis_instant`]): at the
+//! instant or up to the quickest round trip after it, never before it.
 //! Between measurements Redis's instant is carried forward by the
 //! monotonic clock, not the wall clock, so a step of this node's clock
 //! (`date -s`, a VM resumed, NTP stepping) never makes it fire early or
@@ -35,23 +35,23 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
 use tracing::{debug, info, warn};
 
 use super::Shared;
 use super::health::{self, is_refusal};
-use crate::lock::Locker;
+use super::redis_instant::{Added, RedisInstant, RoundTrip};
 use crate::{metrics, notify};
 
 /// Offsets above this are logged as warnings.
 pub const WARN_ABOVE_MS: i64 = 500;
-/// Between checks once Redis has answered.
-const PERIOD: Duration = Duration::from_secs(60);
+/// Between checks once Redis has answered and the first few quick ones
+/// (1, 2, 4 and 8 s apart: the start-up round trips are the slowest) are
+/// done. Three `TIME` per node every 10 s.
+const PERIOD: Duration = Duration::from_secs(10);
 /// Between attempts until Redis first answers.
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 
-/// Round trips per measurement; the one with the shortest round trip is
-/// kept (its bound is the tightest).
+/// Round trips per measurement.
 const SAMPLES: usize = 3;
 /// A change of the offset between two checks larger than this is logged:
 /// this node's clock (or Redis's) was stepped.
@@ -60,86 +60,91 @@ const STEP_ABOVE_MS: i64 = 100;
 /// the monotonic clock, to notice a step between two measurements.
 const STEP_WATCH: Duration = Duration::from_secs(1);
 
-/// This node's clock minus Redis's, in ms (positive: this node is ahead):
-/// of [`SAMPLES`] round trips to `TIME`, the one that took the shortest,
-/// at its upper bound (see [`offset_us`]).
-pub async fn offset_ms(locker: &Locker) -> Result<i64, redis::RedisError> {
-    Ok(offset_us(locker).await?.div_euclid(1000))
-}
-
-/// [`offset_ms`] in µs.
+/// [`SAMPLES`] round trips to `TIME`, each with this node's monotonic
+/// clock when it was sent and answered; an error if none was answered.
 ///
-/// Redis read its clock somewhere within the round trip, so the true
-/// offset is at most this node's clock at the answer minus Redis's. That
-/// bound is used, not the midpoint: firing by it is never early, at most
-/// a round trip late. The midpoint assumes the request and the answer
-/// took as long; on a busy machine a request that waited longer for Redis
-/// to be scheduled than the answer waited for this node made the offset
-/// too small, and 924 of 1,000 splayed runs started ~4 ms before their
-/// instant (docs/PERFORMANCE.md, scenario s).
-pub async fn offset_us(locker: &Locker) -> Result<i64, redis::RedisError> {
-    let mut best: Option<(std::time::Duration, i64)> = None;
+/// The bound of each is used, not its midpoint: firing by it is never
+/// early, at most a round trip late. The midpoint assumes the request and
+/// the answer took as long; on a busy machine a request that waited longer
+/// for Redis to be scheduled than the answer waited for this node made the
+/// offset too small, and 924 of 1,000 splayed runs started ~4 ms before
+/// their instant (docs/PERFORMANCE.md, scenario s).
+async fn round_trips(shared: &Shared) -> Result<Vec<RoundTrip>, redis::RedisError> {
+    let mut trips = Vec::with_capacity(SAMPLES);
     let mut last_error = None;
     for _ in 0..SAMPLES {
-        match locker.redis_time_us().await {
-            Ok((redis_us, rtt)) => {
-                // After the answer: Redis read its clock before this.
-                let offset_us = Utc::now().timestamp_micros() - redis_us;
-                if best.is_none_or(|(shortest, _)| rtt < shortest) {
-                    best = Some((rtt, offset_us));
-                }
-            }
+        let sent_us = shared.micros_since_base();
+        match shared.locker.redis_time_us().await {
+            Ok((redis_us, _)) => trips.push(RoundTrip {
+                redis_us,
+                sent_us,
+                answered_us: shared.micros_since_base(),
+            }),
             Err(err) => last_error = Some(err),
         }
     }
-    match (best, last_error) {
-        (Some((_, offset_us)), _) => Ok(offset_us),
-        (None, Some(err)) => Err(err),
-        (None, None) => Err(redis::RedisError::from((
+    match (trips.is_empty(), last_error) {
+        (false, _) => Ok(trips),
+        (true, Some(err)) => Err(err),
+        (true, None) => Err(redis::RedisError::from((
             redis::ErrorKind::Io,
             "no TIME answer",
         ))),
     }
 }
 
-/// Returns, in ms, how far this node's wall clock moved against Redis's
-/// since the last measurement, once that is more than [`STEP_ABOVE_MS`]
-/// (looked at every [`STEP_WATCH`]; NTP slewing moves it 30 ms a minute at
-/// most).
-async fn local_clock_moved(shared: &Shared) -> i64 {
+/// Returns once this node's wall clock moved against Redis's by more than
+/// [`STEP_ABOVE_MS`] since the last measurement (looked at every
+/// [`STEP_WATCH`]; NTP slewing moves it 5 ms in a [`PERIOD`] at most).
+async fn local_clock_moved(shared: &Shared) {
     loop {
         tokio::time::sleep(STEP_WATCH).await;
-        if let Some(moved) = shared.clock_moved_us()
-            && moved.abs() > STEP_ABOVE_MS * 1000
+        if shared
+            .clock_moved_us()
+            .is_some_and(|moved| moved.abs() > STEP_ABOVE_MS * 1000)
         {
-            return moved.div_euclid(1000);
+            return;
         }
     }
 }
 
-/// Checks the offset now, every minute, after an outage and after a step
-/// of the local clock, until shutdown; READY=1 to systemd after the first
+/// Measures Redis's instant now, then 1, 2, 4 and 8 s apart, then every
+/// [`PERIOD`], after an outage and after a step of the local clock, until shutdown; READY=1 to systemd after the first
 /// answer.
 pub async fn check_loop(shared: Arc<Shared>) {
     let locker = &shared.locker;
     let mut answered = false;
+    let mut estimate = RedisInstant::default();
+    // Before the first answer, then the quick checks after it.
+    let mut pause = FIRST_RETRY;
     loop {
-        let checked = match offset_us(locker).await {
-            Ok(offset) if !answered => locker.load_scripts().await.map(|()| offset),
+        let checked = match round_trips(&shared).await {
+            Ok(trips) if !answered => locker.load_scripts().await.map(|()| trips),
             other => other,
         };
         match checked {
-            Ok(offset_us) => {
-                let offset = offset_us.div_euclid(1000);
+            Ok(trips) => {
+                let mut restarted = false;
+                for trip in trips {
+                    restarted |= estimate.add(trip) == Added::Restarted;
+                }
+                if restarted && answered {
+                    debug!(node = %locker.node(), "redis's clock disagrees with the last 30 s of measurements (stepped, or another server): measuring from these");
+                }
+                let before = shared.clock_offset();
+                // Never `None` here: at least one round trip was just added.
+                let offset = match estimate.base_us() {
+                    Some(base_us) => shared.set_redis_base_us(base_us).div_euclid(1000),
+                    None => before.unwrap_or(0),
+                };
                 shared.health.answered();
                 metrics::redis_up(true);
-                if let Some(before) = shared.clock_offset()
+                if let Some(before) = before
                     && (offset - before).abs() > STEP_ABOVE_MS
                 {
                     warn!(node = %locker.node(), offset_ms = offset, before_ms = before,
                         "clock offset against redis changed: a clock was stepped; firing by the new offset");
                 }
-                shared.set_clock_offset_us(offset_us);
                 metrics::clock_offset(offset);
                 if offset.abs() > WARN_ABOVE_MS {
                     warn!(node = %locker.node(), offset_ms = offset,
@@ -169,17 +174,25 @@ pub async fn check_loop(shared: Arc<Shared>) {
             }
             Err(err) => shared.health.failed("time", &err, health::trouble_of(&err)),
         }
-        let pause = if answered { PERIOD } else { FIRST_RETRY };
+        let wait = if answered { pause } else { FIRST_RETRY };
+        if answered {
+            pause = (pause * 2).min(PERIOD);
+        }
         tokio::select! {
             _ = shared.cancel.cancelled() => return,
-            _ = tokio::time::sleep(pause) => {}
+            _ = tokio::time::sleep(wait) => {}
             // Measured again once Redis is back after an outage (it may be
-            // another server now: a failover, a restart).
-            () = shared.health.recovered.notified() => {}
-            moved_ms = local_clock_moved(&shared), if answered => {
-                warn!(node = %locker.node(), moved_ms,
-                    "this node's wall clock moved against redis's since the last check (stepped?); measuring the offset again");
-            }
+            // another server now, with another clock: a failover, a restart).
+            () = shared.health.recovered.notified() => estimate.restart(),
+            () = local_clock_moved(&shared), if answered => {}
+        }
+        // Said here, whatever woke the loop: a step found by a scheduled
+        // measurement before the watch saw it is said too.
+        if let Some(moved) = shared.clock_moved_us()
+            && moved.abs() > STEP_ABOVE_MS * 1000
+        {
+            warn!(node = %locker.node(), moved_ms = moved.div_euclid(1000),
+                "this node's wall clock moved against redis's since the last check (stepped?); measuring the offset again");
         }
     }
 }

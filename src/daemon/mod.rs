@@ -23,6 +23,7 @@ mod notifications;
 mod occurrence;
 mod preference;
 mod recording;
+mod redis_instant;
 mod registry_loop;
 mod reload;
 mod retry;
@@ -46,7 +47,6 @@ use crate::lock::Locker;
 use crate::{metrics, notify, registry};
 
 pub use crate::coordinator::connect;
-pub use clock::offset_ms;
 pub use health::is_refusal;
 pub use occurrence::{Attempt, Runner, claim_deadline, run_lease};
 pub use recording::{GAP_LISTED, gap_entries};
@@ -91,10 +91,12 @@ pub(crate) struct Shared {
     pub claims_in_flight: tokio::sync::Semaphore,
     /// `[daemon] env_file` of the loaded config, for the jobs' environment.
     env_file: RwLock<Arc<BTreeMap<String, String>>>,
-    /// Last measured clock offset against Redis, µs; `i64::MIN` = unknown.
+    /// This node's wall clock minus Redis's instant at the last
+    /// measurement, µs; `i64::MIN` = unknown.
     clock_offset_us: AtomicI64,
-    /// Redis's clock at [`Shared::clock_base`], µs since the epoch, from
-    /// the last measurement; `i64::MIN` = unknown. Redis's instant is this
+    /// Redis's clock at [`Shared::clock_base`], µs since the epoch, as
+    /// estimated from the last 30 s of round trips
+    /// ([`redis_instant::RedisInstant`]); `i64::MIN` = unknown. Redis's instant is this
     /// plus the monotonic time elapsed since the base, so a step of this
     /// node's wall clock cannot move it (see [`Shared::now`]).
     redis_at_base_us: AtomicI64,
@@ -170,18 +172,20 @@ impl Shared {
         }
     }
 
-    /// Stores the offset (this node's clock minus Redis's) just measured,
-    /// and Redis's instant now against the monotonic clock.
-    pub fn set_clock_offset_us(&self, us: i64) {
-        self.clock_offset_us.store(us, Ordering::Relaxed);
-        let redis_now = Utc::now().timestamp_micros().saturating_sub(us);
-        self.redis_at_base_us.store(
-            redis_now.saturating_sub(self.micros_since_base()),
-            Ordering::Relaxed,
-        );
+    /// Fires by `base_us` from now on (Redis's instant at the monotonic
+    /// origin, [`redis_instant::RedisInstant::base_us`]) and stores this
+    /// node's wall clock minus Redis's instant now, µs, which it answers.
+    pub(super) fn set_redis_base_us(&self, base_us: i64) -> i64 {
+        self.redis_at_base_us.store(base_us, Ordering::Relaxed);
+        let redis_now = base_us.saturating_add(self.micros_since_base());
+        let offset = Utc::now().timestamp_micros().saturating_sub(redis_now);
+        self.clock_offset_us.store(offset, Ordering::Relaxed);
+        offset
     }
 
-    fn micros_since_base(&self) -> i64 {
+    /// µs of the monotonic clock since its origin (the base of Redis's
+    /// instant).
+    pub(super) fn micros_since_base(&self) -> i64 {
         i64::try_from(self.clock_base.elapsed().as_micros()).unwrap_or(i64::MAX)
     }
 

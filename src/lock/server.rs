@@ -668,11 +668,15 @@ impl Server {
     }
 
     pub(super) async fn load_scripts(&self) -> Result<(), redis::RedisError> {
-        for script in self.scripts.all() {
-            script
-                .prepare_invoke()
-                .load_async(&mut self.conn.clone())
-                .await?;
+        // All at once on the multiplexed connection: one round trip, not
+        // one per script (one after another, a 150 ms link to Redis took
+        // longer than the start-up check allows, and the node never started).
+        let loads = self.scripts.all().into_iter().map(|script| {
+            let mut conn = self.conn.clone();
+            async move { script.prepare_invoke().load_async(&mut conn).await }
+        });
+        for loaded in futures_util::future::join_all(loads).await {
+            loaded?;
         }
         Ok(())
     }

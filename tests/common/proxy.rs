@@ -2,7 +2,9 @@
 //! network: [`Mode::Pass`] forwards, [`Mode::Stall`] stops forwarding in
 //! both directions but keeps every socket open (a black-holed link),
 //! [`Mode::Drop`] closes all connections and refuses new ones (closed at
-//! once after accept). Plain threads, 50 ms read timeouts so a mode change
+//! once after accept), [`Mode::Slow`] forwards Redis's answers [`SLOW`]
+//! after they came (requests at once: Redis reads its clock for `TIME` as
+//! soon as asked, and the answer reaches the node [`SLOW`] later). Plain threads, 50 ms read timeouts so a mode change
 //! takes effect promptly; everything stops when the proxy is dropped.
 
 use std::io::{ErrorKind, Read, Write};
@@ -19,7 +21,12 @@ pub enum Mode {
     Pass = 0,
     Stall = 1,
     Drop = 2,
+    Slow = 3,
 }
+
+/// How long [`Mode::Slow`] holds each answer (a delay line: answers read
+/// one after another are not held one after another).
+pub const SLOW: Duration = Duration::from_millis(150);
 
 struct State {
     mode: AtomicU8,
@@ -32,7 +39,8 @@ impl State {
         match self.mode.load(Ordering::SeqCst) {
             0 => Mode::Pass,
             1 => Mode::Stall,
-            _ => Mode::Drop,
+            2 => Mode::Drop,
+            _ => Mode::Slow,
         }
     }
 
@@ -133,15 +141,70 @@ fn connect_pair(client: TcpStream, server: TcpStream, state: &Arc<State>) {
             }
         }
     }
-    for (from, to) in [(client, server2), (server, client2)] {
+    {
         let state = Arc::clone(state);
-        thread::spawn(move || pump(from, to, &state));
+        thread::spawn(move || pump(client, server2, &state));
     }
+    let (chunks, delayed) = std::sync::mpsc::channel::<(std::time::Instant, Vec<u8>)>();
+    let mut client2 = client2;
+    let writer_state = Arc::clone(state);
+    thread::spawn(move || {
+        for (due, chunk) in delayed {
+            thread::sleep(due.saturating_duration_since(std::time::Instant::now()));
+            if writer_state.closing() || client2.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+        let _ = client2.shutdown(Shutdown::Both);
+    });
+    let state = Arc::clone(state);
+    thread::spawn(move || pump(server, DelayLine(chunks, state.clone()), &state));
+}
+
+/// The answer side of a connection: chunks go to a writer thread that
+/// forwards each at its due time ([`SLOW`] after it came in
+/// [`Mode::Slow`], at once otherwise).
+struct DelayLine(
+    std::sync::mpsc::Sender<(std::time::Instant, Vec<u8>)>,
+    Arc<State>,
+);
+
+impl Write for DelayLine {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let delay = if self.1.mode() == Mode::Slow {
+            SLOW
+        } else {
+            Duration::ZERO
+        };
+        self.0
+            .send((std::time::Instant::now() + delay, buf.to_vec()))
+            .map_err(|_| std::io::Error::from(ErrorKind::BrokenPipe))?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+trait Closable: Write {
+    fn close(&mut self);
+}
+
+impl Closable for TcpStream {
+    fn close(&mut self) {
+        let _ = self.shutdown(Shutdown::Both);
+    }
+}
+
+impl Closable for DelayLine {
+    /// Dropping the sender ends the writer thread, which closes the socket.
+    fn close(&mut self) {}
 }
 
 /// Copies `from` to `to` until either closes or the proxy drops connections;
 /// holds everything (reads nothing) while stalled.
-fn pump(mut from: TcpStream, mut to: TcpStream, state: &State) {
+fn pump(mut from: TcpStream, mut to: impl Closable, state: &State) {
     let _ = from.set_read_timeout(Some(Duration::from_millis(50)));
     let mut buf = [0u8; 16 * 1024];
     loop {
@@ -167,5 +230,5 @@ fn pump(mut from: TcpStream, mut to: TcpStream, state: &State) {
         }
     }
     let _ = from.shutdown(Shutdown::Both);
-    let _ = to.shutdown(Shutdown::Both);
+    to.close();
 }
