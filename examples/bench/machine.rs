@@ -64,15 +64,11 @@ struct Burst {
 pub fn compare(env: &Env, report: &mut Report, count: usize) {
     let scenario = "c machine limit";
     let rounds = env.secs(2, 3) as i64;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime for the minimal spawner");
-    let threads = std::thread::available_parallelism().map_or(2, usize::from);
-    let spawner = {
-        let _entered = runtime.enter();
-        spawner::Spawner::start(threads.clamp(2, 4)).expect("start the spawning threads")
-    };
+    let Minimal {
+        runtime,
+        spawner,
+        threads,
+    } = Minimal::start();
     let names: Vec<String> = (0..count).map(|i| format!("j{i}")).collect();
     let jobs = fleet::uniform(count, "*/10 * * * * *", &Action::Probe);
     let mut fleet = Fleet::new(&fleet::config_text(env, &jobs));
@@ -92,14 +88,8 @@ pub fn compare(env: &Env, report: &mut Report, count: usize) {
         // The fleet fires by itself at `first + 10 s × round`.
         let at = first + TimeDelta::seconds(10 * round);
         for (offset, program) in [(4, Path::new("/bin/true")), (7, env.probe.as_path())] {
-            let burst = burst(
-                &runtime,
-                &spawner,
-                program,
-                at + TimeDelta::seconds(offset),
-                count,
-                &out,
-            );
+            let fire_at = at + TimeDelta::seconds(offset);
+            let burst = burst(&runtime, &spawner, program, fire_at, fire_at, count, &out);
             failed += burst.failed;
             first_error = first_error.or(burst.first_error);
             if offset == 4 {
@@ -221,7 +211,7 @@ pub fn compare(env: &Env, report: &mut Report, count: usize) {
     report.raw(
         "c_machine_limit",
         json!({
-            "count": count, "rounds": rounds, "spawning_threads": threads.clamp(2, 4),
+            "count": count, "rounds": rounds, "spawning_threads": threads,
             "solocron": solocron.json(), "true_execve_ms": truth.json(), "probe_ms": probe.json(),
             "failed": failed, "first_error": first_error, "scripts": scripts,
             "timeouts_logged": timeouts,
@@ -229,22 +219,82 @@ pub fn compare(env: &Env, report: &mut Report, count: usize) {
     );
 }
 
-/// One burst: at `at`, `count` runs of `program`, each as `process.rs`
-/// runs a job (environment and `Launch` built at fire time, the spawn on a
-/// spawning thread, both pipes read to EOF, the exit awaited by pidfd).
+/// The minimal spawner: a runtime and the daemon's spawning threads (as
+/// many as `Executor::new` starts).
+pub struct Minimal {
+    runtime: tokio::runtime::Runtime,
+    spawner: spawner::Spawner,
+    threads: usize,
+}
+
+impl Minimal {
+    pub fn start() -> Minimal {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime for the minimal spawner");
+        let threads = std::thread::available_parallelism()
+            .map_or(2, usize::from)
+            .clamp(2, 4);
+        let spawner = {
+            let _entered = runtime.enter();
+            spawner::Spawner::start(threads).expect("start the spawning threads")
+        };
+        Minimal {
+            runtime,
+            spawner,
+            threads,
+        }
+    }
+
+    /// At `fire_at`, `count` probes whose occurrence is named `named`
+    /// (whole seconds: the probe writes the name, and its lag from
+    /// `fire_at` is its start minus `named` minus the difference); answers
+    /// how many failed to spawn.
+    pub fn probes(
+        &self,
+        probe: &Path,
+        named: DateTime<Utc>,
+        fire_at: DateTime<Utc>,
+        count: usize,
+        out: &Path,
+    ) -> usize {
+        burst(
+            &self.runtime,
+            &self.spawner,
+            probe,
+            named,
+            fire_at,
+            count,
+            out,
+        )
+        .failed
+    }
+
+    pub fn stop(self) {
+        drop(self.spawner);
+        self.runtime.shutdown_timeout(Duration::from_secs(5));
+    }
+}
+
+/// One burst: at `fire_at`, `count` runs of `program` for the occurrence
+/// named `named`, each as `process.rs` runs a job (environment and
+/// `Launch` built at fire time, the spawn on a spawning thread, both pipes
+/// read to EOF, the exit awaited by pidfd).
 fn burst(
     runtime: &tokio::runtime::Runtime,
     spawner: &spawner::Spawner,
     program: &Path,
-    at: DateTime<Utc>,
+    named: DateTime<Utc>,
+    fire_at: DateTime<Utc>,
     count: usize,
     out: &Path,
 ) -> Burst {
-    let occurrence = fleet::rfc3339(at);
-    let at_ns = fleet::at_ns(at);
+    let occurrence = fleet::rfc3339(named);
+    let at_ns = fleet::at_ns(fire_at);
     let starts = Arc::new(Mutex::new(Vec::with_capacity(count)));
     let errors = Arc::new(Mutex::new(Vec::new()));
-    sleep_until(at);
+    sleep_until(fire_at);
     let tasks: Vec<_> = (0..count)
         .map(|i| {
             let spawner = spawner.clone();
