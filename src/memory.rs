@@ -17,14 +17,19 @@
 //!   pages and fragments: the loader's parsing threads, the runtime's
 //!   workers and the spawning threads held ~4 MB between them at idle.
 //!   [`limit_arenas`] caps them at [`ARENAS`] before any thread starts.
-//!   The daemon's threads allocate little and briefly, so they seldom wait
-//!   for each other's arena.
+//!   With 2 (the main arena and one more) an idle daemon with 10,000
+//!   distinct expressions kept 7–22 MiB of anonymous memory from one start
+//!   to the next (what the parse left in the second arena was not given
+//!   back); with 1, 7 MiB every time (docs/PERFORMANCE.md, item 2). The
+//!   daemon's threads allocate little and briefly, and glibc's per-thread
+//!   cache serves most small allocations without the arena's lock, so
+//!   they seldom wait for each other.
 //!
 //! Both are requests to the allocator; neither can fail in a way the
 //! daemon must handle (a refused `mallopt` leaves glibc's default).
 
 /// Arenas glibc may create in all (the main one included).
-pub const ARENAS: i32 = 2;
+pub const ARENAS: i32 = 1;
 
 /// Caps glibc's malloc arenas at [`ARENAS`], unless `MALLOC_ARENA_MAX` is
 /// set in the environment (the operator's choice wins). Call it first
