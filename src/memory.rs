@@ -16,8 +16,10 @@
 //!   arena of its own (up to 8 per core), and each keeps its own free
 //!   pages and fragments: the loader's parsing threads, the runtime's
 //!   workers and the spawning threads held ~4 MB between them at idle.
-//!   [`limit_arenas`] caps them at [`ARENAS`] before any thread starts.
-//!   With 2 (the main arena and one more) an idle daemon with 10,000
+//!   [`limit_arenas`] caps them before any thread starts: at
+//!   [`DAEMON_ARENAS`] for `run`, at [`COMMAND_ARENAS`] for the commands
+//!   that exit soon (`check` parses on every core and is ~25 % slower
+//!   with one arena). With 2 (the main arena and one more) an idle daemon with 10,000
 //!   distinct expressions kept 7–22 MiB of anonymous memory from one start
 //!   to the next (what the parse left in the second arena was not given
 //!   back); with 1, 7 MiB every time (docs/PERFORMANCE.md, item 2). The
@@ -28,15 +30,17 @@
 //! Both are requests to the allocator; neither can fail in a way the
 //! daemon must handle (a refused `mallopt` leaves glibc's default).
 
-/// Arenas glibc may create in all (the main one included).
-pub const ARENAS: i32 = 1;
+/// Arenas glibc may create in all (the main one included) in the daemon.
+pub const DAEMON_ARENAS: i32 = 1;
+/// The same for a command that exits soon (`check`, `status`, ...).
+pub const COMMAND_ARENAS: i32 = 2;
 
-/// Caps glibc's malloc arenas at [`ARENAS`], unless `MALLOC_ARENA_MAX` is
+/// Caps glibc's malloc arenas at `arenas`, unless `MALLOC_ARENA_MAX` is
 /// set in the environment (the operator's choice wins). Call it first
 /// thing in `main`: glibc fixes its arena limit when a second thread first
 /// allocates, so a later call changes nothing.
 #[allow(unsafe_code)]
-pub fn limit_arenas() {
+pub fn limit_arenas(arenas: i32) {
     if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
         return;
     }
@@ -44,7 +48,7 @@ pub fn limit_arenas() {
     // thread-safe and has no preconditions. Its result (0 = refused)
     // leaves the default in place, which is only a larger footprint.
     unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, ARENAS);
+        libc::mallopt(libc::M_ARENA_MAX, arenas);
     }
 }
 

@@ -1,5 +1,5 @@
 //! The daemon's allocator set-up as a process: glibc's malloc arenas are
-//! capped at `memory::ARENAS` unless the operator's `MALLOC_ARENA_MAX`
+//! capped at `memory::DAEMON_ARENAS` unless the operator's `MALLOC_ARENA_MAX`
 //! says otherwise (`src/memory.rs`).
 //!
 //! An arena other than the main one is a heap glibc maps on its own: an
@@ -106,9 +106,9 @@ argv = ["/bin/true"]
 fn the_daemon_caps_its_malloc_arenas() {
     let found = arenas_of_a_busy_daemon(None);
     assert!(
-        found < solocron::memory::ARENAS as usize,
+        found < solocron::memory::DAEMON_ARENAS as usize,
         "{found} arenas besides the main one, at most {} wanted",
-        solocron::memory::ARENAS - 1
+        solocron::memory::DAEMON_ARENAS - 1
     );
 }
 
@@ -118,7 +118,7 @@ fn malloc_arena_max_in_the_environment_wins() {
     // the count this test reads is not stuck at the cap.
     let found = arenas_of_a_busy_daemon(Some("8"));
     assert!(
-        found >= solocron::memory::ARENAS as usize,
+        found >= solocron::memory::DAEMON_ARENAS as usize,
         "only {found} arenas besides the main one with MALLOC_ARENA_MAX=8"
     );
 }
