@@ -145,14 +145,13 @@ fn with_clock_redis_nodes_450_ms_off_fire_at_the_true_instant_and_share_the_runs
     }
     let from = whole_second_after(2, 1);
     let to = from + TimeDelta::seconds(window_secs(20, 120));
-    cluster.wait_for_run(
+    every_occurrence_once(
+        &cluster,
+        &quick,
+        from,
+        to,
         Duration::from_secs(window_secs(20, 120) as u64 + 15),
-        "the window's last run ended",
-        |run| run.is("quick", to) && run.end_ns.is_some(),
     );
-    cluster.wait_decided(Duration::from_secs(5), "quick", to);
-    let report = cluster.audit(&[quick.window(from, to)]);
-    assert!(report.is_clean(), "{report}\n{}", cluster.logs());
     let runs: Vec<_> = cluster
         .runs()
         .into_iter()
@@ -226,14 +225,7 @@ fn a_stepped_wall_clock_is_noticed_within_seconds_and_moves_no_run() {
     node.wait_for_log(Duration::from_secs(5), "clock offset against redis changed");
     common::cluster::sleep_until(backward);
     std::fs::write(&offset_file, "-1\n").expect("step the clock back");
-    cluster.wait_for_run(
-        Duration::from_secs(30),
-        "the window's last run ended",
-        |run| run.is("quick", to) && run.end_ns.is_some(),
-    );
-    cluster.wait_decided(Duration::from_secs(5), "quick", to);
-    let report = cluster.audit(&[quick.window(from, to)]);
-    assert!(report.is_clean(), "{report}\n{}", cluster.logs());
+    every_occurrence_once(&cluster, &quick, from, to, Duration::from_secs(30));
     let log = cluster.node("stepped").log();
     let moves: Vec<&str> = log
         .lines()
@@ -349,14 +341,7 @@ fn a_slow_first_measurement_stops_counting_once_a_quicker_one_comes() {
     proxy.set(Mode::Pass);
     let from = whole_second_after(4, 1);
     let to = from + TimeDelta::seconds(8);
-    cluster.wait_for_run(
-        Duration::from_secs(30),
-        "the window's last run ended",
-        |run| run.is("quick", to) && run.end_ns.is_some(),
-    );
-    cluster.wait_decided(Duration::from_secs(5), "quick", to);
-    let report = cluster.audit(&[quick.window(from, to)]);
-    assert!(report.is_clean(), "{report}\n{}", cluster.logs());
+    every_occurrence_once(&cluster, &quick, from, to, Duration::from_secs(30));
     let mut lags_ms: Vec<f64> = cluster
         .runs()
         .iter()
@@ -378,4 +363,23 @@ fn a_slow_first_measurement_stops_counting_once_a_quicker_one_comes() {
         "runs start soon after their instant once a quick round trip came, not a slow one's {} ms late: median {median:.1} ms of {lags_ms:?}",
         SLOW.as_millis()
     );
+}
+
+/// Waits until the last run of `job`'s window `[from, to]` ended and its
+/// occurrence was decided (`limit` for the run), then asserts that the
+/// audit (`tests/common/audit.rs`) is clean: every occurrence of the
+/// window ran once.
+fn every_occurrence_once(
+    cluster: &Cluster,
+    job: &JobSpec,
+    from: chrono::DateTime<chrono::Utc>,
+    to: chrono::DateTime<chrono::Utc>,
+    limit: Duration,
+) {
+    cluster.wait_for_run(limit, "the window's last run ended", |run| {
+        run.is(&job.name, to) && run.end_ns.is_some()
+    });
+    cluster.wait_decided(Duration::from_secs(5), &job.name, to);
+    let report = cluster.audit(&[job.window(from, to)]);
+    assert!(report.is_clean(), "{report}\n{}", cluster.logs());
 }
