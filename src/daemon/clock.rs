@@ -75,7 +75,7 @@ async fn round_trips(shared: &Shared) -> Result<Vec<RoundTrip>, redis::RedisErro
     for _ in 0..SAMPLES {
         let sent_us = shared.micros_since_base();
         match shared.locker.redis_time_us().await {
-            Ok((redis_us, _)) => trips.push(RoundTrip {
+            Ok(redis_us) => trips.push(RoundTrip {
                 redis_us,
                 sent_us,
                 answered_us: shared.micros_since_base(),
@@ -109,7 +109,8 @@ async fn local_clock_moved(shared: &Shared) {
 }
 
 /// Measures Redis's instant now, then 1, 2, 4 and 8 s apart, then every
-/// [`PERIOD`], after an outage and after a step of the local clock, until shutdown; READY=1 to systemd after the first
+/// [`PERIOD`], after an outage and after a step of the local clock, until
+/// shutdown; READY=1 to systemd after the first
 /// answer.
 pub async fn check_loop(shared: Arc<Shared>) {
     let locker = &shared.locker;

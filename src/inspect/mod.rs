@@ -41,7 +41,7 @@ pub(crate) async fn open(config: &RedisConfig) -> anyhow::Result<(Coordinator, i
     let redacted = config.redacted_url();
     let coordinator = crate::daemon::connect(config)?;
     match tokio::time::timeout(REACH_LIMIT, coordinator_time_ms(&coordinator)).await {
-        Ok(Ok((now_ms, _))) => Ok((coordinator, now_ms)),
+        Ok(Ok(now_ms)) => Ok((coordinator, now_ms)),
         Ok(Err(err)) => Err(redis_failed("cannot reach", config, &err)),
         Err(_) => anyhow::bail!(
             "cannot reach redis at `{redacted}`: no answer within {}",

@@ -590,40 +590,28 @@ impl Locker {
         &self.prefix
     }
 
-    /// Redis `TIME` as UTC epoch ms, with the round trip it took; with
-    /// Redlock the median of the masters that answered (a majority must).
-    pub async fn redis_time_ms(&self) -> Result<(i64, Duration), redis::RedisError> {
-        coordinator_time_ms(&self.coordinator).await
-    }
-
-    /// [`Locker::redis_time_ms`] in µs.
-    pub async fn redis_time_us(&self) -> Result<(i64, Duration), redis::RedisError> {
+    /// Redis `TIME` in µs since the epoch; with Redlock the median of the
+    /// masters that answered (a majority must).
+    pub async fn redis_time_us(&self) -> Result<i64, redis::RedisError> {
         coordinator_time_us(&self.coordinator).await
     }
 }
 
-/// Redis `TIME` of `coordinator` as UTC epoch ms and the round trip: one
-/// member's, or the median of a majority of Redlock masters.
-pub async fn coordinator_time_ms(
-    coordinator: &Coordinator,
-) -> Result<(i64, Duration), redis::RedisError> {
-    let (us, rtt) = coordinator_time_us(coordinator).await?;
-    Ok((us.div_euclid(1000), rtt))
+/// Redis `TIME` of `coordinator` as UTC epoch ms: one member's, or the
+/// median of a majority of Redlock masters.
+pub async fn coordinator_time_ms(coordinator: &Coordinator) -> Result<i64, redis::RedisError> {
+    Ok(coordinator_time_us(coordinator).await?.div_euclid(1000))
 }
 
 /// [`coordinator_time_ms`] in µs.
-pub async fn coordinator_time_us(
-    coordinator: &Coordinator,
-) -> Result<(i64, Duration), redis::RedisError> {
+pub async fn coordinator_time_us(coordinator: &Coordinator) -> Result<i64, redis::RedisError> {
     let answers = join_all(coordinator.members().iter().map(|member| async move {
-        let sent = std::time::Instant::now();
-        let time = tokio::time::timeout(
+        tokio::time::timeout(
             quorum::ANSWER_TIMEOUT * 3,
             crate::coordinator::redis_time_us(&member.conn),
         )
         .await
-        .unwrap_or_else(|_| Err(timed_out("TIME")));
-        time.map(|ms| (ms, sent.elapsed()))
+        .unwrap_or_else(|_| Err(timed_out("TIME")))
     }))
     .await;
     let mut times = Vec::new();
@@ -639,7 +627,7 @@ pub async fn coordinator_time_us(
     if times.len() < coordinator.majority() {
         return Err(first_error.unwrap_or_else(|| timed_out("TIME")));
     }
-    times.sort();
+    times.sort_unstable();
     Ok(times[times.len() / 2])
 }
 
