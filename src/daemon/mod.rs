@@ -96,9 +96,9 @@ pub(crate) struct Shared {
     clock_offset_us: AtomicI64,
     /// Redis's clock at [`Shared::clock_base`], µs since the epoch, as
     /// estimated from the last 30 s of round trips
-    /// ([`redis_instant::RedisInstant`]); `i64::MIN` = unknown. Redis's instant is this
-    /// plus the monotonic time elapsed since the base, so a step of this
-    /// node's wall clock cannot move it (see [`Shared::now`]).
+    /// ([`redis_instant::RedisInstant`]); `i64::MIN` = unknown. Redis's
+    /// instant is this plus the monotonic time elapsed since the base, so a
+    /// step of this node's wall clock cannot move it (see [`Shared::now`]).
     redis_at_base_us: AtomicI64,
     clock_base: std::time::Instant,
     /// `[daemon] clock = "redis"`: fire by this node's clock minus the

@@ -6,8 +6,8 @@
 //! Redis's instant at the monotonic origin (the *base*) lies between
 //! `TIME − answered` (low) and `TIME − sent` (high). Firing by the low
 //! bound is never early and at most that round trip late. The estimate is
-//! the highest low bound among the round trips of the last [`WINDOW_US`]: the
-//! tightest of them, so one slow round trip (the node busy loading 1,000
+//! the highest low bound among the round trips of the last [`WINDOW_US`]:
+//! the tightest of them, so one slow round trip (the node busy loading 1,000
 //! jobs at start, a loaded machine) no longer makes the node fire late
 //! until the next measurement. On a 2-core machine a node whose only
 //! measurement was taken at start fired 4 ms late for its first minute

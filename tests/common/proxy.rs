@@ -4,8 +4,9 @@
 //! [`Mode::Drop`] closes all connections and refuses new ones (closed at
 //! once after accept), [`Mode::Slow`] forwards Redis's answers [`SLOW`]
 //! after they came (requests at once: Redis reads its clock for `TIME` as
-//! soon as asked, and the answer reaches the node [`SLOW`] later). Plain threads, 50 ms read timeouts so a mode change
-//! takes effect promptly; everything stops when the proxy is dropped.
+//! soon as asked, and the answer reaches the node [`SLOW`] later). Plain
+//! threads, 50 ms read timeouts so a mode change takes effect promptly;
+//! everything stops when the proxy is dropped.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
