@@ -110,8 +110,7 @@ async fn local_clock_moved(shared: &Shared) {
 
 /// Measures Redis's instant now, then 1, 2, 4 and 8 s apart, then every
 /// [`PERIOD`], after an outage and after a step of the local clock, until
-/// shutdown; READY=1 to systemd after the first
-/// answer.
+/// shutdown; READY=1 to systemd after the first answer.
 pub async fn check_loop(shared: Arc<Shared>) {
     let locker = &shared.locker;
     let mut answered = false;
