@@ -30,6 +30,8 @@
 //! Both are requests to the allocator; neither can fail in a way the
 //! daemon must handle (a refused `mallopt` leaves glibc's default).
 
+use std::sync::atomic::{AtomicI32, Ordering};
+
 /// Arenas glibc may create in all (the main one included) in the daemon.
 pub const DAEMON_ARENAS: i32 = 1;
 /// The same for a command that exits soon (`check`, `status`, ...).
@@ -41,15 +43,33 @@ pub const COMMAND_ARENAS: i32 = 2;
 /// allocates, so a later call changes nothing.
 #[allow(unsafe_code)]
 pub fn limit_arenas(arenas: i32) {
-    if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
+    if let Some(operators) = std::env::var_os("MALLOC_ARENA_MAX") {
+        // glibc reads it as a number; anything else leaves its default.
+        let parsed = operators
+            .to_str()
+            .and_then(|value| value.trim().parse().ok());
+        ARENAS.store(parsed.unwrap_or(0), Ordering::Relaxed);
         return;
     }
+    ARENAS.store(arenas, Ordering::Relaxed);
     // SAFETY: mallopt only sets a parameter of glibc's allocator; it is
     // thread-safe and has no preconditions. Its result (0 = refused)
     // leaves the default in place, which is only a larger footprint.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, arenas);
     }
+}
+
+/// The arena limit in force ([`limit_arenas`]); 0: glibc's default.
+static ARENAS: AtomicI32 = AtomicI32::new(0);
+
+/// How many threads may allocate at once without waiting for each other
+/// on an arena's lock: the arena limit, or `None` if there is none (or
+/// glibc's default, one arena per thread up to 8 per core).
+pub fn parallel_allocators() -> Option<usize> {
+    usize::try_from(ARENAS.load(Ordering::Relaxed))
+        .ok()
+        .filter(|arenas| *arenas > 0)
 }
 
 /// Returns the free pages of every malloc arena to the kernel.

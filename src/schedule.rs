@@ -30,12 +30,13 @@
 //! is computed: once per occurrence of a rarely firing job, which is
 //! nothing next to the run. The config loader parses every distinct
 //! pattern once, on all cores ([`parse_in_parallel`]), whose threads also
-//! find each one's first occurrence; it holds them while it builds the
-//! jobs, so neither start-up nor the timetable parses or searches anything
-//! twice. Whether a pattern can fire at all is that same search's answer
-//! ([`Schedule::parse`]). croner is
-//! given the years 1970–2199 ([`YEARS`]) rather than all of them, which
-//! makes parsing ~10× faster; no occurrence after 2199 is computed.
+//! find its first occurrence in each zone a job reads it in and drop the
+//! parsed form at once; the loader's jobs take those answers while it
+//! builds them, so neither start-up nor the timetable parses or searches
+//! anything twice. Whether a pattern can fire at all is that same
+//! search's answer ([`Schedule::parse`]). croner is given the years
+//! 1970–2199 ([`YEARS`]) rather than all of them, which makes parsing
+//! ~10× faster; no occurrence after 2199 is computed.
 //!
 //! croner's messages name neither the field nor its range ("Number out of
 //! bounds"); when it refuses a pattern, `fields` explains the first bad
@@ -92,22 +93,30 @@ fn hint_at(cron: &Cron, tz: Tz, now: DateTime<Utc>) -> Option<Hint> {
     next_in(cron, tz, now).map(|next| Hint { after: now, next })
 }
 
-/// Hints in UTC found by the loader's threads ([`parse_in_parallel`]), by
-/// pattern, while its [`Warm`] is alive: the loader parses every job in
-/// UTC first, and takes each one's hint from here instead of searching on
-/// its own thread (the search was a sixth of a 10,000-job load).
-static WARM_HINTS: LazyLock<Mutex<HashMap<String, Hint>>> = LazyLock::new(Mutex::default);
+/// What the loader's threads found ([`parse_in_parallel`]) while a
+/// [`Warm`] is alive: by pattern, for each zone a job reads it in, the
+/// [`Hint`] at load time, or `None` if it never fires. The loader's own
+/// parse of each job takes its answer from here and neither parses nor
+/// searches again (parsing was most of a 10,000-job load).
+static WARM_HINTS: LazyLock<Mutex<HashMap<String, Vec<ZoneHint>>>> = LazyLock::new(Mutex::default);
 
-/// The hint the loader's threads found for `pattern`, if `tz` is UTC and it
-/// answers for `now`.
-fn warm_hint(pattern: &str, tz: Tz, now: DateTime<Utc>) -> Option<Hint> {
-    if tz != Tz::UTC {
-        return None;
+/// A zone and the pattern's [`Hint`] in it (`None`: it never fires).
+type ZoneHint = (Tz, Option<Hint>);
+
+/// [`Warm`]s alive: the last one dropped forgets [`WARM_HINTS`].
+static WARMS: AtomicUsize = AtomicUsize::new(0);
+
+/// What the loader's threads found for `pattern` read in `tz`, if it
+/// still answers at `now`: `Some(Some(hint))`, or `Some(None)` for a
+/// pattern that never fires; `None` when they found nothing to say.
+fn warm_verdict(pattern: &str, tz: Tz, now: DateTime<Utc>) -> Option<Option<Hint>> {
+    let hints = lock(&WARM_HINTS);
+    let (_, verdict) = hints.get(pattern)?.iter().find(|(zone, _)| *zone == tz)?;
+    match verdict {
+        Some(hint) if hint.after <= now && now < hint.next => Some(Some(*hint)),
+        Some(_) => None,
+        None => Some(None),
     }
-    lock(&WARM_HINTS)
-        .get(pattern)
-        .copied()
-        .filter(|hint| hint.after <= now && now < hint.next)
 }
 
 /// How far back a [`Hint`] reaches when no occurrence fell in it.
@@ -137,13 +146,18 @@ impl Schedule {
             reason,
         };
         let pattern = expand_macro(trimmed).map_err(invalid)?;
-        let cron = parsed(pattern).map_err(|Invalid(reason)| invalid(reason))?;
         let mut schedule = Schedule {
             expr: Box::from(expr),
             tz,
             hint: None,
         };
-        schedule.hint = schedule.hint_now(&cron);
+        schedule.hint = match warm_verdict(pattern, tz, Utc::now().trunc_subsecs(0)) {
+            Some(verdict) => verdict,
+            None => {
+                let cron = parsed(pattern).map_err(|Invalid(reason)| invalid(reason))?;
+                schedule.hint_now(&cron)
+            }
+        };
         if schedule.hint.is_none() {
             return Err(ScheduleError::NeverFires {
                 expr: expr.to_string(),
@@ -164,7 +178,9 @@ impl Schedule {
             hint: None,
             ..self.clone()
         };
-        if let Ok(cron) = parsed(schedule.pattern()) {
+        if let Some(verdict) = warm_verdict(schedule.pattern(), tz, Utc::now().trunc_subsecs(0)) {
+            schedule.hint = verdict;
+        } else if let Ok(cron) = parsed(schedule.pattern()) {
             schedule.hint = schedule.hint_now(&cron);
         }
         schedule
@@ -238,8 +254,7 @@ impl Schedule {
     /// (`starting_deadline`, one minute by default) does not parse the
     /// pattern again for a job that rarely fires.
     fn hint_now(&self, cron: &Cron) -> Option<Hint> {
-        let now = Utc::now().trunc_subsecs(0);
-        warm_hint(self.pattern(), self.tz, now).or_else(|| hint_at(cron, self.tz, now))
+        hint_at(cron, self.tz, Utc::now().trunc_subsecs(0))
     }
 
     /// The last occurrence strictly before `before`, `None` if there is
@@ -380,13 +395,7 @@ fn parsed(pattern: &str) -> Result<Arc<Cron>, Invalid> {
     }
     // Parsed without the lock, so that threads warming the cache run in
     // parallel; a pattern parsed twice at once is shared by the first one in.
-    let parser = CronParser::builder()
-        .seconds(Seconds::Required)
-        .year(Year::Required)
-        .build();
-    let cron = parser
-        .parse(&spelled_out(pattern))
-        .map_err(|err| Invalid(fields::explain(pattern).unwrap_or_else(|| describe(&err))))?;
+    let cron = parse_form(pattern)?;
     let cron = {
         let mut cache = lock(&PARSED);
         match cache.get(pattern).and_then(Weak::upgrade) {
@@ -410,6 +419,25 @@ fn parsed(pattern: &str) -> Result<Arc<Cron>, Invalid> {
         keep_recent(&cron);
     }
     Ok(cron)
+}
+
+/// croner's parse of `pattern`, outside the cache.
+fn parse_form(pattern: &str) -> Result<Cron, Invalid> {
+    #[cfg(test)]
+    PARSES_HERE.with(|count| count.set(count.get() + 1));
+    CronParser::builder()
+        .seconds(Seconds::Required)
+        .year(Year::Required)
+        .build()
+        .parse(&spelled_out(pattern))
+        .map_err(|err| Invalid(fields::explain(pattern).unwrap_or_else(|| describe(&err))))
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Parses made on this thread: tests tell by it whether an answer
+    /// needed one.
+    static PARSES_HERE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Loads and holds in progress (a [`Warm`] or a [`Hold`] alive). While any
@@ -449,32 +477,38 @@ impl Drop for Hold {
     }
 }
 
-/// Parsed forms held by a config loader while it builds its jobs.
+/// What a config load found on every core ([`parse_in_parallel`]), alive
+/// while the loader builds its jobs: [`Schedule::parse`] and
+/// [`Schedule::with_timezone`] take their answers from it ([`WARM_HINTS`]).
 pub struct Warm {
-    forms: Vec<Arc<Cron>>,
-    /// Whether it counts in [`LOADING`] (it holds every form of the load).
+    /// How many (pattern, zone) answers it made.
+    found: usize,
+    /// Whether it counts in [`WARMS`] and [`LOADING`].
     counted: bool,
 }
 
 impl Drop for Warm {
-    /// Forgets the cache entries of the forms nobody holds any more. An
-    /// entry (its key and the `Weak`, which keeps its form's allocation)
-    /// outlives the form, and 10,000 entries left behind by a load, spread
-    /// among the freed forms' pages, kept 50 MB resident (measured).
+    /// The last load to end forgets what the loads found, and the cache
+    /// entries of the forms nobody holds (a [`Hold`]'s load parses into
+    /// the cache).
     fn drop(&mut self) {
-        if self.counted {
-            LOADING.fetch_sub(1, Ordering::Relaxed);
+        if !self.counted {
+            return;
         }
-        self.forms.clear();
-        let mut hints = lock(&WARM_HINTS);
-        hints.clear();
-        hints.shrink_to_fit();
-        drop(hints);
+        LOADING.fetch_sub(1, Ordering::Relaxed);
+        if WARMS.fetch_sub(1, Ordering::Relaxed) == 1 {
+            let mut hints = lock(&WARM_HINTS);
+            hints.clear();
+            hints.shrink_to_fit();
+        }
         forget_unheld();
     }
 }
 
 /// Drops the cache entries whose forms nobody holds, and their memory.
+/// An entry (its key and the `Weak`, which keeps its form's allocation)
+/// outlives the form: 10,000 entries left behind by a load, spread among
+/// the freed forms' pages, kept 50 MB resident (measured).
 fn forget_unheld() {
     let mut cache = lock(&PARSED);
     cache.retain(|_, cron| cron.strong_count() > 0);
@@ -482,83 +516,129 @@ fn forget_unheld() {
 }
 
 impl Warm {
-    /// Will hold every form of a load until dropped; a load is in progress
-    /// meanwhile ([`LOADING`]).
-    fn counted() -> Warm {
-        LOADING.fetch_add(1, Ordering::Relaxed);
-        Warm {
-            forms: Vec::new(),
-            counted: true,
-        }
-    }
-
-    /// How many patterns are held.
+    /// How many (pattern, zone) answers were found.
     pub fn len(&self) -> usize {
-        self.forms.len()
+        self.found
     }
 
-    /// Whether none is.
+    /// Whether none was.
     pub fn is_empty(&self) -> bool {
-        self.forms.is_empty()
+        self.found == 0
     }
 }
 
-/// Parses `exprs` on every core, so that a config loader that then parses
-/// them one by one finds them parsed: with many distinct expressions,
-/// parsing is most of a config load. Invalid expressions are skipped here,
-/// for the loader to report with their position. Hold the result until the
-/// loader is done: the cache keeps a parsed form only while it is held (or
-/// among the most recent ones).
-pub fn parse_in_parallel<'a>(exprs: impl Iterator<Item = &'a str>) -> Warm {
-    let mut exprs: Vec<&str> = exprs.collect();
-    exprs.sort_unstable();
-    exprs.dedup();
-    let threads = std::thread::available_parallelism().map_or(1, usize::from);
-    if threads < 2 || exprs.len() < 256 {
-        // Nothing held: the loader's patterns stay among the recent forms,
-        // which is what shares one parse between the jobs of a pattern.
+/// Parses the distinct expressions of `exprs` on every core (as many as
+/// there are malloc arenas: one in the daemon) and finds each
+/// one's next occurrence in each zone it is paired with (and in UTC, where
+/// the loader checks that it fires), so that the loader's own parse of
+/// each job finds the answer made: with many distinct expressions, parsing
+/// is most of a config load. Invalid expressions are skipped here, for the
+/// loader to report with their position. Hold the result until the loader
+/// is done.
+///
+/// Each thread drops a parsed form (~7 KB, most of it croner's year table)
+/// as soon as it has searched it, and reuses its memory for the next one;
+/// holding all 10,000 of a load made the threads fault in 70 MB of fresh
+/// pages and free them again (a quarter of a start-up, measured). Under a
+/// [`Hold`] (`check`, which lists more occurrences of
+/// every job) the forms are parsed into the cache and held by it instead.
+pub fn parse_in_parallel<'a>(exprs: impl Iterator<Item = (&'a str, Tz)>) -> Warm {
+    // No more threads than malloc arenas: the daemon's one arena made two
+    // parsing threads wait for each other on its lock (55,000 context
+    // switches a second; start-up 195–213 ms against 161–184 with one
+    // thread, docs/PERFORMANCE.md).
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(crate::memory::parallel_allocators().unwrap_or(usize::MAX));
+    parse_on(threads, exprs)
+}
+
+/// [`parse_in_parallel`] on `threads` threads (1: on this one).
+fn parse_on<'a>(threads: usize, exprs: impl Iterator<Item = (&'a str, Tz)>) -> Warm {
+    let mut pairs: Vec<(&str, Tz)> = exprs
+        .flat_map(|(expr, tz)| [(expr, Tz::UTC), (expr, tz)])
+        .collect();
+    pairs.sort_unstable_by(|a, b| a.0.cmp(b.0).then_with(|| a.1.name().cmp(b.1.name())));
+    pairs.dedup();
+    if pairs.len() < 256 {
+        // Nothing found: the loader parses each pattern itself, and the
+        // recent forms share one parse between the jobs of a pattern.
         return Warm {
-            forms: Vec::new(),
+            found: 0,
             counted: false,
         };
     }
     // Counted as a load from here, so that the threads keep nothing among
     // the recent forms.
-    let mut warm = Warm::counted();
-    let chunk = exprs.len().div_ceil(threads);
+    LOADING.fetch_add(1, Ordering::Relaxed);
+    WARMS.fetch_add(1, Ordering::Relaxed);
+    let mut warm = Warm {
+        found: 0,
+        counted: true,
+    };
+    let holding = lock(&HELD).is_some();
+    // A pattern whose zones fall on both sides of a chunk's end is parsed
+    // by both threads: no harm.
+    let chunk = pairs.len().div_ceil(threads.max(1));
     let now = Utc::now().trunc_subsecs(0);
-    let found: Vec<(&str, Arc<Cron>, Option<Hint>)> = std::thread::scope(|scope| {
-        let workers: Vec<_> = exprs
-            .chunks(chunk)
-            .map(|part| {
-                scope.spawn(move || {
-                    part.iter()
-                        .filter_map(|expr| expand_macro(expr.trim()).ok())
-                        .filter_map(|pattern| {
-                            let cron = parsed(pattern).ok()?;
-                            let hint = hint_at(&cron, Tz::UTC, now);
-                            Some((pattern, cron, hint))
-                        })
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|worker| worker.join().unwrap_or_default())
-            .collect()
-    });
+    let found: Vec<(&str, Tz, Option<Hint>)> = if threads < 2 {
+        search_each(&pairs, holding, now)
+    } else {
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = pairs
+                .chunks(chunk)
+                .map(|part| scope.spawn(move || search_each(part, holding, now)))
+                .collect();
+            workers
+                .into_iter()
+                .flat_map(|worker| worker.join().unwrap_or_default())
+                .collect()
+        })
+    };
+    warm.found = found.len();
     let mut hints = lock(&WARM_HINTS);
-    let mut forms = Vec::with_capacity(found.len());
-    for (pattern, cron, hint) in found {
-        if let Some(hint) = hint {
-            hints.insert(pattern.to_string(), hint);
-        }
-        forms.push(cron);
+    for (pattern, tz, hint) in found {
+        hints
+            .entry(pattern.to_string())
+            .or_default()
+            .push((tz, hint));
     }
-    drop(hints);
-    warm.forms = forms;
     warm
+}
+
+/// One thread of [`parse_in_parallel`]: each pair's pattern and its hint
+/// in the pair's zone at `now` (`None`: it never fires). `pairs` are sorted
+/// by expression, so a pattern's zones follow each other and share a parse.
+fn search_each<'a>(
+    pairs: &[(&'a str, Tz)],
+    holding: bool,
+    now: DateTime<Utc>,
+) -> Vec<(&'a str, Tz, Option<Hint>)> {
+    let mut found = Vec::with_capacity(pairs.len());
+    let mut current: Option<(&str, Option<Arc<Cron>>)> = None;
+    for &(expr, tz) in pairs {
+        let Ok(pattern) = expand_macro(expr.trim()) else {
+            continue;
+        };
+        if current
+            .as_ref()
+            .is_none_or(|(parsed_pattern, _)| *parsed_pattern != pattern)
+        {
+            // Dropping the form before parsing the next one lets the
+            // allocator hand its memory straight back.
+            drop(current.take());
+            let form = if holding {
+                parsed(pattern).ok()
+            } else {
+                parse_form(pattern).ok().map(Arc::new)
+            };
+            current = Some((pattern, form));
+        }
+        if let Some((_, Some(cron))) = &current {
+            found.push((pattern, tz, hint_at(cron, tz, now)));
+        }
+    }
+    found
 }
 
 /// The macros we accept, as the 6-field patterns they stand for (croner's

@@ -69,6 +69,11 @@ pub(super) struct JobFields {
 }
 
 impl JobFields {
+    /// The `timezone` key's zone, if it was set and valid.
+    pub(super) fn timezone(&self) -> Option<Tz> {
+        self.timezone
+    }
+
     /// Reads and checks every key of `table`, each on its own: an error
     /// goes to `ctx` and the next key is read all the same.
     pub fn read(table: &Table<'_, '_>, ctx: &Context<'_>) -> JobFields {

@@ -39,6 +39,7 @@ mod warnings;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use chrono_tz::Tz;
 use toml::de::{DeTable, DeValue};
 
 pub use error::{ConfigError, Position, locate};
@@ -229,14 +230,23 @@ fn jobs(root: &Table<'_, '_>, defaults: &JobFields, ctx: &Context<'_>) -> Vec<Ar
     let Some(all) = ctx.keep(section(root, "jobs")).flatten() else {
         return Vec::new();
     };
+    // Each job's expression with the zone it is read in (an unknown zone
+    // is the loader's to report; its job is not built).
+    let default_zone = defaults.timezone().unwrap_or(Tz::UTC);
     let schedules = all
         .entries
         .values()
         .filter_map(|value| match value.get_ref() {
-            DeValue::Table(job) => match job.get("schedule").map(|expr| expr.get_ref()) {
-                Some(DeValue::String(expr)) => Some(expr.as_ref()),
-                _ => None,
-            },
+            DeValue::Table(job) => {
+                let DeValue::String(expr) = job.get("schedule")?.get_ref() else {
+                    return None;
+                };
+                let zone = match job.get("timezone").map(|zone| zone.get_ref()) {
+                    Some(DeValue::String(name)) => name.parse::<Tz>().ok()?,
+                    _ => default_zone,
+                };
+                Some((expr.as_ref(), zone))
+            }
             _ => None,
         });
     let _warm = crate::schedule::parse_in_parallel(schedules);

@@ -430,39 +430,101 @@ fn schedules_of_one_pattern_share_its_parsed_form_in_any_zone() {
     assert_eq!(b.next_after(after), Some(utc_at("2026-06-01T01:17:00Z")));
 }
 
+/// Parses made on this test's thread so far.
+fn parses_here() -> usize {
+    super::PARSES_HERE.with(std::cell::Cell::get)
+}
+
 #[test]
 fn parsing_in_parallel_gives_what_parsing_one_by_one_gives() {
+    // Seconds 41 and days 1-28 of months 1-12 in a 6-field form no other
+    // test parses: the cache says whether this test parsed them.
     let exprs: Vec<String> = (0..600)
-        .map(|i| format!("{} {} {} * *", i % 60, (i / 60) % 24, i % 28 + 1))
-        .chain(["not cron".to_string(), "0 0 30 2 *".to_string()])
+        .map(|i| format!("41 {} {} {} * *", i % 60, (i / 60) % 24, i % 28 + 1))
+        .chain(["not cron".to_string(), "41 0 0 30 2 *".to_string()])
         .collect();
-    let warmed = parse_in_parallel(exprs.iter().map(String::as_str));
-    // The invalid one is left to the loader; the one that never fires
-    // parses (that it never fires is found by `Schedule::parse`'s search).
+    let warmed = parse_in_parallel(exprs.iter().map(|expr| (expr.as_str(), Tz::UTC)));
+    // The invalid one is left to the loader; the one that never fires has
+    // that for its answer.
     assert_eq!(warmed.len(), 601);
     let after = utc_at("2026-11-30T12:00:00Z");
     for expr in &exprs[..600] {
+        let before = parses_here();
         let one = Schedule::parse(expr, Tz::UTC).unwrap();
-        let form = parsed(one.pattern()).ok().expect("parses");
-        let warm = warmed
-            .forms
-            .iter()
-            .find(|warm| Arc::ptr_eq(warm, &form))
-            .unwrap_or_else(|| panic!("{expr}: the loader finds it parsed"));
-        assert_eq!(one.next_after(after), one.next_with(warm, after), "{expr}");
+        assert_eq!(
+            parses_here(),
+            before,
+            "{expr}: answered by the loader's threads, not parsed again"
+        );
+        let form = super::parse_form(one.pattern()).ok().expect("parses");
         // From now on, answered by the hint the loader's thread found.
         let now = Utc::now();
         assert_eq!(
             one.next_after(now),
-            one.next_with(warm, now.trunc_subsecs(0)),
+            one.next_with(&form, now.trunc_subsecs(0)),
+            "{expr}"
+        );
+        assert_eq!(one.next_after(after), one.next_with(&form, after), "{expr}");
+    }
+    let before = parses_here();
+    assert!(matches!(
+        Schedule::parse("41 0 0 30 2 *", Tz::UTC),
+        Err(ScheduleError::NeverFires { .. })
+    ));
+    assert_eq!(parses_here(), before, "never fires: the threads' answer");
+}
+
+/// With one thread (the daemon's one malloc arena) the answers are made
+/// on the loader's own thread, and are the same.
+#[test]
+fn parsing_on_one_thread_answers_the_same() {
+    let exprs: Vec<String> = (0..300)
+        .map(|i| format!("47 {} {} 5 * *", i % 60, (i / 60) % 24))
+        .collect();
+    let warm = super::parse_on(1, exprs.iter().map(|expr| (expr.as_str(), Tz::UTC)));
+    assert_eq!(warm.len(), 300);
+    let now = Utc::now();
+    for expr in &exprs {
+        let before = parses_here();
+        let one = Schedule::parse(expr, Tz::UTC).expect("parses");
+        assert_eq!(parses_here(), before, "{expr}: answered without a parse");
+        let form = super::parse_form(expr).ok().expect("parses");
+        assert_eq!(
+            one.next_after(now),
+            one.next_with(&form, now.trunc_subsecs(0)),
             "{expr}"
         );
     }
-    assert!(Schedule::parse("not cron", Tz::UTC).is_err());
-    assert!(matches!(
-        Schedule::parse("0 0 30 2 *", Tz::UTC),
-        Err(ScheduleError::NeverFires { .. })
-    ));
+    drop(warm);
+}
+
+/// A job read in its own zone gets its first occurrence from the loader's
+/// threads too: the same one a search of its own finds, without a parse.
+#[test]
+fn parsing_in_parallel_answers_in_each_jobs_zone() {
+    let tokyo = zone("Asia/Tokyo");
+    let exprs: Vec<String> = (0..300)
+        .map(|i| format!("43 {} {} * * *", i % 60, (i / 60) % 24))
+        .collect();
+    let warm = parse_in_parallel(exprs.iter().map(|expr| (expr.as_str(), tokyo)));
+    // Each in UTC (where the loader checks that it fires) and in Tokyo.
+    assert_eq!(warm.len(), 600);
+    for expr in &exprs {
+        let before = parses_here();
+        let utc = Schedule::parse(expr, Tz::UTC).expect("parses");
+        let local = utc.with_timezone(tokyo);
+        assert_eq!(parses_here(), before, "{expr}: answered without a parse");
+        let form = super::parse_form(expr).ok().expect("parses");
+        let now = Utc::now();
+        let expected = local.next_with(&form, now.trunc_subsecs(0));
+        assert_eq!(local.next_after(now), expected, "{expr}");
+        assert_ne!(
+            utc.next_after(now),
+            expected,
+            "{expr}: Tokyo's occurrence is not UTC's"
+        );
+    }
+    drop(warm);
 }
 
 /// A schedule keeps no parsed form: once nothing holds it and it fell out
@@ -663,7 +725,7 @@ fn a_load_leaves_no_cache_entry_behind_but_the_recent_ones() {
     let exprs: Vec<String> = (0..1_000)
         .map(|i| format!("{} {} {} 3 {} *", i % 60, (i / 60) % 24, 17, i % 12 + 1))
         .collect();
-    let warm = parse_in_parallel(exprs.iter().map(String::as_str));
+    let warm = parse_in_parallel(exprs.iter().map(|expr| (expr.as_str(), Tz::UTC)));
     for expr in &exprs {
         Schedule::parse(expr, Tz::UTC).expect("parses");
     }
@@ -714,7 +776,7 @@ fn a_load_keeps_none_of_its_patterns_among_the_recent_ones() {
     let exprs: Vec<String> = (0..600)
         .map(|i| format!("{} {} {} 9 {} *", i % 60, (i / 60) % 24, 23, i % 12 + 1))
         .collect();
-    let warm = parse_in_parallel(exprs.iter().map(String::as_str));
+    let warm = parse_in_parallel(exprs.iter().map(|expr| (expr.as_str(), Tz::UTC)));
     assert_eq!(warm.len(), 600);
     for expr in &exprs {
         Schedule::parse(expr, Tz::UTC).expect("parses");
