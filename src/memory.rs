@@ -25,7 +25,10 @@
 //!   back); with 1, 7 MiB every time (docs/PERFORMANCE.md, item 2). The
 //!   daemon's threads allocate little and briefly, and glibc's per-thread
 //!   cache serves most small allocations without the arena's lock, so
-//!   they seldom wait for each other.
+//!   they seldom wait for each other. The one that allocates a lot, the
+//!   config loader's parse, uses no more threads than there are arenas
+//!   ([`parallel_allocators`]): two parsing threads on one arena waited
+//!   for each other more than they gained.
 //!
 //! Both are requests to the allocator; neither can fail in a way the
 //! daemon must handle (a refused `mallopt` leaves glibc's default).
