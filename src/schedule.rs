@@ -492,14 +492,13 @@ impl Drop for Warm {
     /// entries of the forms nobody holds (a [`Hold`]'s load parses into
     /// the cache).
     fn drop(&mut self) {
-        if !self.counted {
-            return;
-        }
-        LOADING.fetch_sub(1, Ordering::Relaxed);
-        if WARMS.fetch_sub(1, Ordering::Relaxed) == 1 {
-            let mut hints = lock(&WARM_HINTS);
-            hints.clear();
-            hints.shrink_to_fit();
+        if self.counted {
+            LOADING.fetch_sub(1, Ordering::Relaxed);
+            if WARMS.fetch_sub(1, Ordering::Relaxed) == 1 {
+                let mut hints = lock(&WARM_HINTS);
+                hints.clear();
+                hints.shrink_to_fit();
+            }
         }
         forget_unheld();
     }
@@ -527,12 +526,12 @@ impl Warm {
     }
 }
 
-/// Parses the distinct expressions of `exprs` on every core (as many as
-/// there are malloc arenas: one in the daemon) and finds each
-/// one's next occurrence in each zone it is paired with (and in UTC, where
-/// the loader checks that it fires), so that the loader's own parse of
-/// each job finds the answer made: with many distinct expressions, parsing
-/// is most of a config load. Invalid expressions are skipped here, for the
+/// Parses the distinct expressions of `exprs` on every core (no more
+/// threads than malloc arenas: one in the daemon) and finds each one's
+/// next occurrence in each zone it is paired with (and in UTC, where the
+/// loader checks that it fires), so that the loader's own parse of each
+/// job finds the answer made: with many distinct expressions, parsing is
+/// most of a config load. Invalid expressions are skipped here, for the
 /// loader to report with their position. Hold the result until the loader
 /// is done.
 ///
@@ -540,8 +539,8 @@ impl Warm {
 /// as soon as it has searched it, and reuses its memory for the next one;
 /// holding all 10,000 of a load made the threads fault in 70 MB of fresh
 /// pages and free them again (a quarter of a start-up, measured). Under a
-/// [`Hold`] (`check`, which lists more occurrences of
-/// every job) the forms are parsed into the cache and held by it instead.
+/// [`Hold`] (`check`, which lists more occurrences of every job) the
+/// forms are parsed into the cache and held by it instead.
 pub fn parse_in_parallel<'a>(exprs: impl Iterator<Item = (&'a str, Tz)>) -> Warm {
     // No more threads than malloc arenas: the daemon's one arena made two
     // parsing threads wait for each other on its lock (55,000 context
