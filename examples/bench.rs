@@ -53,6 +53,8 @@ mod report;
 mod round_two;
 #[path = "bench/script_cost.rs"]
 mod script_cost;
+#[path = "bench/script_floor.rs"]
+mod script_floor;
 #[path = "bench/sink.rs"]
 mod sink;
 #[path = "bench/skew.rs"]

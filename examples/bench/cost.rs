@@ -32,7 +32,7 @@ use crate::fleet::{self, Action, Env, analyse, probe_arrivals};
 use crate::peers::{JOBS, PeerProc};
 use crate::redis_cost::{self, Cost};
 use crate::report::Report;
-use crate::script_cost;
+use crate::{script_cost, script_floor};
 
 /// Seconds from the start to the common window: every system's idle
 /// measurement, nodes started and the probe seen running.
@@ -116,6 +116,7 @@ pub fn run(env: &Env, report: &mut Report) {
         }
     }
     let calls = script_cost::measure();
+    let floor = script_floor::measure();
     let load_after = redis_cost::load_average();
     let solo = results["solocron"].clone().expect("solocron always runs");
 
@@ -227,8 +228,26 @@ pub fn run(env: &Env, report: &mut Report) {
         ),
         history_ok,
     );
+    report.info(
+        scenario,
+        "commandstats µs per occurrence on one idle server, 3 nodes, median of 3 turns: node-cron + redlock's scripts; the least that records an occurrence (a Lua claim with a decision and a counted fence, a read per other node, a Lua release with the history entry); solocron's calls",
+        floor.describe(),
+    );
     let (calls_text, calls_raw) = script_cost::table(&calls);
     side.push_str(&calls_text);
+    side.push_str(&format!(
+        "\nThe floor under the commandstats figure (one idle server, calls one at a time, `INFO commandstats` around each; µs per occurrence, median of the turns): {}. Turns: {}.\n",
+        floor.describe(),
+        floor
+            .turns
+            .iter()
+            .map(|(system, turns)| format!(
+                "{system} {}",
+                turns.iter().map(|t| format!("{t:.1}")).collect::<Vec<_>>().join(" / ")
+            ))
+            .collect::<Vec<_>>()
+            .join("; ")
+    ));
     side.push_str(&periodic(&solo.cost));
     report.extra.push(side);
     report.raw(
@@ -241,6 +260,7 @@ pub fn run(env: &Env, report: &mut Report) {
                 Err(e) => json!(e),
             })).collect::<serde_json::Map<_, _>>(),
             "solocron_calls": calls_raw,
+            "floor": floor.json(),
         }),
     );
 }

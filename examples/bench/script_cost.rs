@@ -73,21 +73,7 @@ pub fn measure() -> BTreeMap<&'static str, CallCost> {
     let port = topology.masters()[0];
     let mut conn = topology.conn(port);
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
-    let config = topology.redis_config("cost");
-    let lockers: Vec<Locker> = runtime.block_on(async {
-        let mut lockers = Vec::new();
-        for node in 1..=3 {
-            let coordinator = solocron::coordinator::connect(&config)
-                .unwrap_or_else(|err| panic!("connect to {}: {err:#}", config.redacted_url()));
-            let locker = Locker::new(coordinator, "cost", &format!("n{node}"), 1000);
-            locker
-                .load_scripts()
-                .await
-                .unwrap_or_else(|err| panic!("load the scripts: {err}"));
-            lockers.push(locker);
-        }
-        lockers
-    });
+    let lockers = three_lockers(&runtime, &topology, "cost");
     let ttl = Duration::from_secs(30);
     let mut costs: BTreeMap<&'static str, CallCost> = BTreeMap::new();
     for round in 0..WARM_UP + ROUNDS {
@@ -138,22 +124,7 @@ pub fn measure() -> BTreeMap<&'static str, CallCost> {
             },
         );
         timed(CALLS[3], &mut conn, &mut || {
-            let now = chrono::Utc::now();
-            let entry = Entry {
-                occurrence: target.name().to_string(),
-                node: "n1".to_string(),
-                fence: lease.fence,
-                outcome: "succeeded".to_string(),
-                exit_code: Some(0),
-                http_status: None,
-                started_at: now,
-                finished_at: now,
-                duration_ms: Some(1),
-                error: None,
-                output_tail: None,
-                attempt: Some(1),
-                retry_at: None,
-            };
+            let entry = succeeded_entry(target.name(), lease.fence);
             if let Err(err) = runtime.block_on(lockers[0].release(&lease, &entry)) {
                 panic!("n1's release of {job} failed: {err}");
             }
@@ -168,6 +139,50 @@ pub fn measure() -> BTreeMap<&'static str, CallCost> {
         );
     }
     costs
+}
+
+/// Three nodes' `Locker`s (`n1`, `n2`, `n3`) on `topology`, under key
+/// prefix `prefix`, their scripts loaded.
+pub fn three_lockers(
+    runtime: &tokio::runtime::Runtime,
+    topology: &Topology,
+    prefix: &str,
+) -> Vec<Locker> {
+    let config = topology.redis_config(prefix);
+    runtime.block_on(async {
+        let mut lockers = Vec::new();
+        for node in 1..=3 {
+            let coordinator = solocron::coordinator::connect(&config)
+                .unwrap_or_else(|err| panic!("connect to {}: {err:#}", config.redacted_url()));
+            let locker = Locker::new(coordinator, prefix, &format!("n{node}"), 1000);
+            locker
+                .load_scripts()
+                .await
+                .unwrap_or_else(|err| panic!("load the scripts: {err}"));
+            lockers.push(locker);
+        }
+        lockers
+    })
+}
+
+/// The history entry of a successful run of `occurrence` on `n1`.
+pub fn succeeded_entry(occurrence: &str, fence: u64) -> Entry {
+    let now = chrono::Utc::now();
+    Entry {
+        occurrence: occurrence.to_string(),
+        node: "n1".to_string(),
+        fence,
+        outcome: "succeeded".to_string(),
+        exit_code: Some(0),
+        http_status: None,
+        started_at: now,
+        finished_at: now,
+        duration_ms: Some(1),
+        error: None,
+        output_tail: None,
+        attempt: Some(1),
+        retry_at: None,
+    }
 }
 
 /// Adds one call's commandstats delta: `evalsha`/`eval` is the script, the
