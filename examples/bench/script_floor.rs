@@ -10,14 +10,14 @@
 //!   decided occurrence, takes the lock, counts a fence and writes the
 //!   decision (3 inner commands), one `HGET` from each other node, and a
 //!   token-checked Lua release that appends the history entry (3 inner
-//!   commands). It leaves out what solocron's scripts also do (Redis-time
-//!   fences and the late check, skips, the abandoned-run check, retries,
-//!   a release recorded once when retried, the status fields), so it is
-//!   a floor, not a design;
+//!   commands); and the same without the other nodes' reads. It leaves out
+//!   what solocron's scripts also do (Redis-time fences and the late
+//!   check, skips, the abandoned-run check, retries, a release recorded
+//!   once when retried, the status fields), so it is a floor, not a design;
 //! - solocron's calls: the daemon's own claim code (`Locker`): a won claim,
 //!   two reads from the nodes not first in line, the release.
 //!
-//! The three are measured in turns ([`TURNS`] of each, median kept), with
+//! They are measured in turns ([`TURNS`] of each, median kept), with
 //! `INFO commandstats` around each call, so each gets the same cold caches.
 //!
 //! Failure model: set-up panics (no server, scripts that do not load); a
@@ -83,7 +83,12 @@ return 1
 "#;
 
 /// The systems, in the order they are measured and shown.
-pub const SYSTEMS: [&str; 3] = ["node-cron + redlock", "least recording", "solocron"];
+pub const SYSTEMS: [&str; 4] = [
+    "node-cron + redlock",
+    "least recording",
+    "least recording, no reads",
+    "solocron",
+];
 
 /// Median µs per occurrence of each of [`SYSTEMS`], and every turn's.
 #[derive(Debug, Clone, Default)]
@@ -139,9 +144,15 @@ pub fn measure() -> Floor {
                     "node-cron + redlock" => {
                         redlock_occurrence(&mut stats, &mut nodes, acquire, release, &job, timed)
                     }
-                    "least recording" => {
-                        least_occurrence(&mut stats, &mut nodes, claim, record, &job, at_ms, timed)
-                    }
+                    "least recording" | "least recording, no reads" => least_occurrence(
+                        &mut stats,
+                        &mut nodes,
+                        (claim, record),
+                        &job,
+                        at_ms,
+                        system == "least recording",
+                        timed,
+                    ),
                     _ => solocron_occurrence(&mut stats, &runtime, &lockers, &job, at_ms, timed),
                 };
                 if n >= WARM_UP {
@@ -220,14 +231,13 @@ fn redlock_occurrence(
     spent
 }
 
-#[allow(clippy::too_many_arguments)]
 fn least_occurrence(
     stats: &mut redis::Connection,
     nodes: &mut [redis::Connection],
-    claim: &redis::Script,
-    record: &redis::Script,
+    (claim, record): (&redis::Script, &redis::Script),
     job: &str,
     at_ms: i64,
+    reads: bool,
     timed: impl Fn(&mut redis::Connection, &mut dyn FnMut()) -> u64,
 ) -> u64 {
     let (lock, state, history) = (
@@ -249,7 +259,8 @@ fn least_occurrence(
             .expect("least claim");
         assert!(fence > 0, "the least claim of {job} {at_ms} was not won");
     });
-    for node in &mut nodes[1..] {
+    let readers = if reads { &mut nodes[1..] } else { &mut [] };
+    for node in readers {
         spent += timed(stats, &mut || {
             let last: Option<i64> = redis::cmd("HGET")
                 .arg(&state)
