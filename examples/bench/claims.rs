@@ -39,6 +39,7 @@ use solocron::lock::{Claim, Locker, Target, new_token};
 use crate::monitor::{self, CmdStat};
 use crate::procfs::{self, CpuUse, CpuWindow};
 use crate::report::{Report, Stats};
+use crate::script_cost;
 use crate::topology::{Role, Topology};
 
 /// Occurrences in flight while the rate is measured.
@@ -193,25 +194,7 @@ impl ClaimResult {
 /// then the rate for `window`.
 pub fn measure(topology: &Topology, window: Duration) -> ClaimResult {
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime for the claim load");
-    let config = topology.redis_config("claims");
-    let lockers: Vec<Locker> = runtime.block_on(async {
-        let mut lockers = Vec::new();
-        for node in 1..=3 {
-            let coordinator = solocron::coordinator::connect(&config).unwrap_or_else(|err| {
-                panic!(
-                    "connect the claim load to {}: {err:#}",
-                    config.redacted_url()
-                )
-            });
-            let locker = Locker::new(coordinator, "claims", &format!("n{node}"), 100);
-            locker
-                .load_scripts()
-                .await
-                .unwrap_or_else(|err| panic!("load the scripts for the claim load: {err}"));
-            lockers.push(locker);
-        }
-        lockers
-    });
+    let lockers = script_cost::three_lockers(&runtime, topology, "claims", 100);
     let lockers = Arc::new(lockers);
     // One in flight.
     let serial = runtime.block_on(generate(&lockers, 1, 0, WARM_UP + SERIAL));

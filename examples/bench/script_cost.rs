@@ -73,7 +73,7 @@ pub fn measure() -> BTreeMap<&'static str, CallCost> {
     let port = topology.masters()[0];
     let mut conn = topology.conn(port);
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
-    let lockers = three_lockers(&runtime, &topology, "cost");
+    let lockers = three_lockers(&runtime, &topology, "cost", 1000);
     let ttl = Duration::from_secs(30);
     let mut costs: BTreeMap<&'static str, CallCost> = BTreeMap::new();
     for round in 0..WARM_UP + ROUNDS {
@@ -142,11 +142,12 @@ pub fn measure() -> BTreeMap<&'static str, CallCost> {
 }
 
 /// Three nodes' `Locker`s (`n1`, `n2`, `n3`) on `topology`, under key
-/// prefix `prefix`, their scripts loaded.
+/// prefix `prefix`, keeping `history_max` entries, their scripts loaded.
 pub fn three_lockers(
     runtime: &tokio::runtime::Runtime,
     topology: &Topology,
     prefix: &str,
+    history_max: u64,
 ) -> Vec<Locker> {
     let config = topology.redis_config(prefix);
     runtime.block_on(async {
@@ -154,7 +155,7 @@ pub fn three_lockers(
         for node in 1..=3 {
             let coordinator = solocron::coordinator::connect(&config)
                 .unwrap_or_else(|err| panic!("connect to {}: {err:#}", config.redacted_url()));
-            let locker = Locker::new(coordinator, prefix, &format!("n{node}"), 1000);
+            let locker = Locker::new(coordinator, prefix, &format!("n{node}"), history_max);
             locker
                 .load_scripts()
                 .await

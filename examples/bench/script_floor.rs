@@ -120,7 +120,7 @@ pub fn measure() -> Floor {
     let mut stats = topology.conn(port);
     let mut nodes: Vec<redis::Connection> = (0..3).map(|_| topology.conn(port)).collect();
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
-    let lockers = script_cost::three_lockers(&runtime, &topology, "floor");
+    let lockers = script_cost::three_lockers(&runtime, &topology, "floor", 1000);
     let scripts =
         [REDLOCK_ACQUIRE, REDLOCK_RELEASE, LEAST_CLAIM, LEAST_RELEASE].map(redis::Script::new);
     let [acquire, release, claim, record] = &scripts;
