@@ -46,9 +46,9 @@ pub const COMMAND_ARENAS: i32 = 2;
 /// allocates, so a later call changes nothing.
 #[allow(unsafe_code)]
 pub fn limit_arenas(arenas: i32) {
-    if let Some(operators) = std::env::var_os("MALLOC_ARENA_MAX") {
+    if let Some(requested) = std::env::var_os("MALLOC_ARENA_MAX") {
         // glibc reads it as a number; anything else leaves its default.
-        let parsed = operators
+        let parsed = requested
             .to_str()
             .and_then(|value| value.trim().parse().ok());
         ARENAS.store(parsed.unwrap_or(0), Ordering::Relaxed);
