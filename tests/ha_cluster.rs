@@ -135,11 +135,6 @@ fn a_killed_master_costs_only_its_own_shards_jobs_and_they_come_back() {
         Some(3),
         "{status:#}"
     );
-    let trigger = fleet.cli(&["trigger", &failed[0], "--node-id", "ops"]);
-    assert_eq!(
-        trigger.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&trigger.stderr)
-    );
+    let (trigger, printed) = fleet.trigger_when_free(&failed[0]);
+    assert_eq!(trigger.status.code(), Some(0), "{printed}");
 }

@@ -122,13 +122,8 @@ fn a_minority_down_costs_nothing_a_majority_down_runs_nothing_and_all_back_resum
         Some(3),
         "{status:#}"
     );
-    let trigger = fleet.cli(&["trigger", "tick", "--node-id", "ops"]);
-    assert_eq!(
-        trigger.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&trigger.stderr)
-    );
+    let (trigger, printed) = fleet.trigger_when_free("tick");
+    assert_eq!(trigger.status.code(), Some(0), "{printed}");
 }
 
 /// Three nodes claiming the same occurrence at the same instant split the

@@ -302,19 +302,9 @@ fn with_passwords_for_the_data_nodes_and_the_sentinels_every_command_works() {
         },
     );
     assert!(!fleet.decisions(&["tick"]).is_empty(), "history reads");
-    let trigger = fleet.cli(&["trigger", "tick", "--node-id", "ops"]);
-    assert_eq!(
-        trigger.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&trigger.stderr)
-    );
-    let everything = format!(
-        "{}{}{}",
-        fleet.logs(),
-        String::from_utf8_lossy(&trigger.stderr),
-        String::from_utf8_lossy(&trigger.stdout)
-    );
+    let (trigger, printed) = fleet.trigger_when_free("tick");
+    assert_eq!(trigger.status.code(), Some(0), "{printed}");
+    let everything = format!("{}{printed}", fleet.logs());
     assert!(
         !everything.contains("s3cret"),
         "a password shows:\n{everything}"

@@ -158,6 +158,25 @@ impl Fleet {
             .expect("run solocron")
     }
 
+    /// `solocron trigger JOB --node-id ops`, again while it answers exit 3
+    /// (the lock is held: a daemon's scheduled run of an every-second job
+    /// had it at that moment, which SPEC says is exit 3, not a fault), for
+    /// up to 30 s. Any other answer ends it. Returns the last answer and
+    /// what every attempt printed (for checks that nothing leaks).
+    pub fn trigger_when_free(&self, job: &str) -> (std::process::Output, String) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut printed = String::new();
+        loop {
+            let output = self.cli(&["trigger", job, "--node-id", "ops"]);
+            printed.push_str(&String::from_utf8_lossy(&output.stdout));
+            printed.push_str(&String::from_utf8_lossy(&output.stderr));
+            if output.status.code() != Some(3) || Instant::now() >= deadline {
+                return (output, printed);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// The history of `jobs` as decisions, read with `solocron history
     /// --json` (every mode; Redlock masters merged).
     pub fn decisions(&self, jobs: &[&str]) -> Vec<Decision> {
