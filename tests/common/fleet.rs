@@ -160,8 +160,8 @@ impl Fleet {
 
     /// `solocron trigger JOB --node-id ops`, again while it answers exit 3
     /// (the lock is held: a daemon's scheduled run of an every-second job
-    /// had it at that moment, which SPEC says is exit 3, not a fault), for
-    /// up to 30 s. Any other answer ends it. Returns the last answer and
+    /// had it at that moment, and `trigger` then starts nothing, as it
+    /// must), for up to 30 s. Any other answer ends it. Returns the last answer and
     /// what every attempt printed (for checks that nothing leaks).
     pub fn trigger_when_free(&self, job: &str) -> (std::process::Output, String) {
         let deadline = Instant::now() + Duration::from_secs(30);
