@@ -42,12 +42,27 @@ pub enum Persistence {
     AppendOnly,
 }
 
-/// A free loopback port (bound then released).
+/// A free loopback port (bound then released), never one this test process
+/// handed out before: the tests of one binary run at once, and the kernel
+/// may give a port just released to the next `bind(0)`. Two tests then got
+/// the same port: the second `redis-server` could not bind it, and that
+/// test's daemons ran against the first test's server (CI, 2026-12-02:
+/// `fault_redis`, "another daemon uses node id `n1`").
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .expect("bind a loopback port")
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .map(|addr| addr.port())
+            .expect("bind a loopback port");
+        let mut handed_out = HANDED_OUT
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if handed_out.insert(port) {
+            return port;
+        }
+    }
 }
 
 impl RedisServer {
@@ -80,7 +95,7 @@ impl RedisServer {
         let dir = tempfile::tempdir().expect("create temp dir");
         let extra: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
         let child = spawn_redis(port, dir.path(), persistence, &extra);
-        let server = RedisServer {
+        let mut server = RedisServer {
             child,
             port,
             dir,
@@ -112,13 +127,27 @@ impl RedisServer {
         self.wait_accepting();
     }
 
-    fn wait_accepting(&self) {
+    /// Waits until the port accepts connections; panics at once if our
+    /// `redis-server` exited meanwhile (it could not bind the port), rather
+    /// than let the test talk to whatever else listens there.
+    fn wait_accepting(&mut self) {
         let port = self.port;
+        let child = &mut self.child;
         wait_until(
             Duration::from_secs(10),
             "redis-server accepts connections",
-            || TcpStream::connect(("127.0.0.1", port)).is_ok(),
+            || {
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!(
+                        "redis-server on port {port} exited before accepting ({status}): the port was taken"
+                    );
+                }
+                TcpStream::connect(("127.0.0.1", port)).is_ok()
+            },
         );
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!("redis-server on port {port} exited ({status}): the port was taken");
+        }
     }
 
     pub fn url(&self) -> String {
