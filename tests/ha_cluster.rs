@@ -135,6 +135,7 @@ fn a_killed_master_costs_only_its_own_shards_jobs_and_they_come_back() {
         Some(3),
         "{status:#}"
     );
-    let (trigger, printed) = fleet.trigger_when_free(&failed[0]);
+    let (trigger, printed) =
+        fleet.trigger_when_free(&failed[0], std::time::Duration::from_secs(30));
     assert_eq!(trigger.status.code(), Some(0), "{printed}");
 }

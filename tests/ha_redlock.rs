@@ -122,7 +122,7 @@ fn a_minority_down_costs_nothing_a_majority_down_runs_nothing_and_all_back_resum
         Some(3),
         "{status:#}"
     );
-    let (trigger, printed) = fleet.trigger_when_free("tick");
+    let (trigger, printed) = fleet.trigger_when_free("tick", Duration::from_secs(30));
     assert_eq!(trigger.status.code(), Some(0), "{printed}");
 }
 

@@ -396,12 +396,8 @@ fn cluster_with_passwords_runs_jobs_and_a_wrong_password_exits_78_at_once() {
     ] {
         let fleet = runs_jobs_with_status_and_history(&redis, &jobs, &[], Once::Every);
         // Exit 3: the every-second job was running at that moment; again.
-        wait_until(LIMIT, "`trigger` starts a run", || {
-            let trigger = fleet.cli(&["trigger", jobs[1], "--node-id", "ops"]);
-            let code = trigger.status.code();
-            assert!(matches!(code, Some(0 | 3)), "{}", stderr(&trigger));
-            code == Some(0)
-        });
+        let (trigger, printed) = fleet.trigger_when_free(jobs[1], LIMIT);
+        assert_eq!(trigger.status.code(), Some(0), "{printed}");
         logs.push_str(&fleet.logs());
     }
     for port in cluster.ports() {
@@ -489,12 +485,8 @@ fn sentinel_with_the_readme_acl_user_runs_jobs_and_redis_refuses_nothing() {
         toml_path(&pass)
     );
     let fleet = runs_jobs_with_status_and_history(&redis, &["tick", "tock"], &[], Once::Every);
-    wait_until(LIMIT, "`trigger` starts a run", || {
-        let trigger = fleet.cli(&["trigger", "tock", "--node-id", "ops"]);
-        let code = trigger.status.code();
-        assert!(matches!(code, Some(0 | 3)), "{}", stderr(&trigger));
-        code == Some(0)
-    });
+    let (trigger, printed) = fleet.trigger_when_free("tock", LIMIT);
+    assert_eq!(trigger.status.code(), Some(0), "{printed}");
     for port in group.data_ports() {
         let refused: Vec<Vec<String>> = redis::cmd("ACL")
             .arg("LOG")

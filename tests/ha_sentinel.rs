@@ -302,7 +302,7 @@ fn with_passwords_for_the_data_nodes_and_the_sentinels_every_command_works() {
         },
     );
     assert!(!fleet.decisions(&["tick"]).is_empty(), "history reads");
-    let (trigger, printed) = fleet.trigger_when_free("tick");
+    let (trigger, printed) = fleet.trigger_when_free("tick", Duration::from_secs(30));
     assert_eq!(trigger.status.code(), Some(0), "{printed}");
     let everything = format!("{}{printed}", fleet.logs());
     assert!(

@@ -161,10 +161,10 @@ impl Fleet {
     /// `solocron trigger JOB --node-id ops`, again while it answers exit 3
     /// (the lock is held: a daemon's scheduled run of an every-second job
     /// had it at that moment, and `trigger` then starts nothing, as it
-    /// must), for up to 30 s. Any other answer ends it. Returns the last answer and
-    /// what every attempt printed (for checks that nothing leaks).
-    pub fn trigger_when_free(&self, job: &str) -> (std::process::Output, String) {
-        let deadline = Instant::now() + Duration::from_secs(30);
+    /// must), for up to `limit`. Any other answer ends it. Returns the last
+    /// answer and what every attempt printed (for checks that nothing leaks).
+    pub fn trigger_when_free(&self, job: &str, limit: Duration) -> (std::process::Output, String) {
+        let deadline = Instant::now() + limit;
         let mut printed = String::new();
         loop {
             let output = self.cli(&["trigger", job, "--node-id", "ops"]);
