@@ -529,23 +529,35 @@ fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// What `check` prints for `jobs`: each job's line and its next three
-/// occurrences after `now`, in local time and UTC.
+/// What `check` prints for `jobs`: each job's line and the next three
+/// occurrences that fire after `now`, in local time and UTC. A splayed
+/// job's line says how long after each occurrence it starts, and its list
+/// begins with the first occurrence still to start, which can be one
+/// whose instant has passed.
 fn occurrence_listing(jobs: &[std::sync::Arc<config::Job>], now: chrono::DateTime<Utc>) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     for job in jobs {
         let zone = job.schedule.timezone();
+        let splay = if job.splay_offset.is_zero() {
+            String::new()
+        } else {
+            format!(
+                "  splay {}: starts {} after each occurrence",
+                humantime::format_duration(job.extras.splay),
+                humantime::format_duration(job.splay_offset)
+            )
+        };
         // Writing to a String cannot fail.
         let _ = writeln!(
             out,
-            "\n{}  `{}` in {}  ({})",
+            "\n{}  `{}` in {}  ({}){splay}",
             job.name,
             job.schedule.expression(),
             zone,
             action_kind(&job.action)
         );
-        let occurrences = job.schedule.occurrences_after(now, 3);
+        let occurrences = job.schedule.occurrences_after(job.unsplayed(now), 3);
         for at in &occurrences {
             let local = at.with_timezone(&zone);
             let _ = writeln!(

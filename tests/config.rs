@@ -229,6 +229,42 @@ fn check_prints_warnings_and_exits_0() {
     );
 }
 
+/// A splayed job's line in `check` says when it starts after each
+/// occurrence, and its list begins with the first occurrence still to
+/// start: with a splay longer than the period, one whose instant passed.
+#[test]
+fn check_shows_a_splayed_jobs_offset_and_the_occurrences_still_to_start() {
+    let text = "[redis]\nurl = \"redis://127.0.0.1:6379\"\n\n\
+                [jobs.pulse]\nschedule = \"* * * * * *\"\ncommand = \"true\"\nsplay = \"30s\"\n\n\
+                [jobs.plain]\nschedule = \"@hourly\"\ncommand = \"true\"\n";
+    let (_dir, path) = write_text(text);
+    let before = Utc::now();
+    let output = solocron(&["check"], &path);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stdout}");
+    let offset = solocron::config::splay_offset("pulse", Duration::from_secs(30));
+    let header = format!(
+        "pulse  `* * * * * *` in UTC  (command)  splay 30s: starts {} after each occurrence",
+        humantime::format_duration(offset)
+    );
+    let mut lines = stdout.lines().skip_while(|line| *line != header);
+    assert!(lines.next().is_some(), "no line `{header}` in:\n{stdout}");
+    let first = lines
+        .next()
+        .and_then(|line| line.rsplit("  =  ").next())
+        .and_then(|at| DateTime::parse_from_rfc3339(at).ok())
+        .unwrap_or_else(|| panic!("no occurrence under `{header}`:\n{stdout}"));
+    let offset = chrono::TimeDelta::from_std(offset).expect("a small offset");
+    assert!(
+        first < before && first + offset > before - chrono::TimeDelta::seconds(1),
+        "{first}: the first occurrence listed is not the first still to start at {before}"
+    );
+    assert!(
+        stdout.contains("plain  `@hourly` in UTC  (command)\n"),
+        "a job without a splay says nothing of it:\n{stdout}"
+    );
+}
+
 /// SPEC §2.7: `check` reports every error of a file, then how many, exit 1.
 #[test]
 fn check_lists_every_error_and_exits_1() {

@@ -315,6 +315,66 @@ fn a_splayed_job_fires_its_own_offset_after_each_occurrence_named_by_the_instant
     }
 }
 
+/// A splay longer than the job's period (`splay = "30s"` in `[defaults]`
+/// reaches every-second jobs too): at any moment the occurrences of the
+/// last offset's worth of instants have passed but not fired yet. A node
+/// that starts, or reloads a changed job, must go on from the first of
+/// them; it went on from the first instant after "now" and so skipped
+/// every occurrence in between, at every start and every reload (they
+/// were recorded `missed` once the next claim came: up to 30 an
+/// every-second job with a 30 s splay).
+#[test]
+fn a_splay_longer_than_the_period_loses_no_occurrence_at_start_or_reload() {
+    let splay = Duration::from_secs(4);
+    // Two to three periods of offset: without the fix, two or three
+    // occurrences after each start and reload would have no run.
+    let name = (0..200)
+        .map(|i| format!("long-splay-{i}"))
+        .find(|name| {
+            let offset = solocron::config::splay_offset(name, splay);
+            offset >= Duration::from_millis(2200) && offset <= Duration::from_millis(3500)
+        })
+        .expect("a name with an offset of two to three periods");
+    let offset =
+        TimeDelta::from_std(solocron::config::splay_offset(&name, splay)).expect("a small offset");
+    let job = JobSpec::new(&name, "* * * * * *", 0.005)
+        .with("lock_ttl = \"2s\"")
+        .with("splay = \"4s\"");
+    let mut cluster = Cluster::new(RedisServer::start(), "", std::slice::from_ref(&job));
+    cluster.start_node("n1", &[]);
+    let first = cluster
+        .wait_for_run(Duration::from_secs(20), "the first run", |run| {
+            run.job == name
+        })
+        .at()
+        .expect("a run names its occurrence");
+    every_occurrence_once(
+        &cluster,
+        &job,
+        first,
+        first + TimeDelta::seconds(4),
+        Duration::from_secs(20),
+    );
+    // A change to the job, so the reload schedules it anew.
+    let changed = job.clone().with("timeout = \"10m\"");
+    cluster.write_jobs(std::slice::from_ref(&changed));
+    cluster.node("n1").signal("HUP");
+    cluster
+        .node("n1")
+        .wait_for_log(Duration::from_secs(10), "config reloaded");
+    // The occurrence that fires ~4 s after the reload, and all before it.
+    let reloaded = chrono::Utc::now();
+    let to = chrono::DateTime::from_timestamp((reloaded - offset).timestamp() + 4, 0)
+        .expect("a valid instant");
+    every_occurrence_once(&cluster, &job, first, to, Duration::from_secs(20));
+    let missed: Vec<_> = cluster
+        .decisions(&[&name])
+        .into_iter()
+        .filter(|decision| decision.outcome == "missed")
+        .collect();
+    assert!(missed.is_empty(), "{missed:?}\n{}", cluster.logs());
+}
+
 /// A node's first measurement of Redis's instant is often its slowest (the
 /// node busy starting 1,000 jobs, a slow link), and a node that fired by it
 /// until its next measurement a minute later started every run up to that

@@ -382,6 +382,27 @@ impl Job {
             .and_then(|offset| at.checked_add_signed(offset))
             .unwrap_or(at)
     }
+
+    /// `now` moved back by the job's splay offset: the occurrences at or
+    /// before it have fired by `now`, the later ones have not.
+    pub fn unsplayed(&self, now: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc> {
+        chrono::TimeDelta::from_std(self.splay_offset)
+            .ok()
+            .and_then(|offset| now.checked_sub_signed(offset))
+            .unwrap_or(now)
+    }
+
+    /// The first occurrence that fires after `now`. With a splay this can
+    /// be one whose instant has passed but whose start is still to come
+    /// (always so when the splay is longer than the job's period), so a
+    /// schedule started at `now` begins here, not at the first instant
+    /// after `now`, which would skip the occurrences in between.
+    pub fn next_to_fire(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Option<chrono::DateTime<chrono::Utc>> {
+        self.schedule.next_after(self.unsplayed(now))
+    }
 }
 
 /// The offset of job `name` within `[0, splay)`: the same on every node and

@@ -357,9 +357,8 @@ pub fn watch_lock(shared: &Arc<Shared>, job: &Arc<Job>, fence: u64, ttl_left: Op
     };
     let now = Utc::now();
     let next_claim = job
-        .schedule
-        .next_after(now)
-        .and_then(|next| (next - now).to_std().ok())
+        .next_to_fire(now)
+        .and_then(|next| (job.fires_at(next) - now).to_std().ok())
         .unwrap_or(Duration::MAX);
     if next_claim <= ttl_left + WATCH_IF_NEXT_BEYOND || !shared.watches.start(&job.name, fence) {
         return;

@@ -15,6 +15,11 @@
 //! A job that starts being scheduled (node start, or added or changed by a
 //! reload) first claims the latest occurrence within its `starting_deadline`
 //! (catch-up): the claim script refuses it if any node already had it.
+//! Both count from when an occurrence fires (its instant plus the job's
+//! splay offset): the catch-up takes the latest one fired by now, and the
+//! schedule goes on from the first one that has not, even if its instant
+//! has passed (a splay longer than the period), so no occurrence falls
+//! between the two.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -182,7 +187,7 @@ impl Timetable {
             self.next_slot += 1;
             let scheduled = Scheduled { slot, fingerprint };
             self.by_name.insert(ByName(Arc::clone(job)), scheduled);
-            self.schedule(slot, Arc::clone(job), job.schedule.next_after(now));
+            self.schedule(slot, Arc::clone(job), job.next_to_fire(now));
             shared.job_gauges.scheduled(job);
         }
         super::job_gauges::read_last_successes(shared, diff.added.clone());
@@ -329,7 +334,7 @@ fn spawn_attempt(shared: &Arc<Shared>, job: &Arc<Job>, at: DateTime<Utc>, catch_
 /// The latest occurrence within `starting_deadline` before `now`, if any
 /// (both counted from when it fires: its instant plus the job's splay).
 fn catch_up(job: &Job, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
-    let now = unsplayed(job, now);
+    let now = job.unsplayed(now);
     // Checked: a deadline reaching before year 1 just means "all of the past".
     let after = now
         .checked_sub_signed(chrono_duration(job.starting_deadline))
@@ -346,7 +351,7 @@ fn catch_up(job: &Job, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
 /// From a due occurrence `at`, the latest one due by `now`, and how many
 /// were passed over to get there.
 fn latest_due(job: &Job, at: DateTime<Utc>, now: DateTime<Utc>) -> (DateTime<Utc>, u64) {
-    let now = unsplayed(job, now);
+    let now = job.unsplayed(now);
     let mut due = at;
     let mut passed = 0;
     while let Some(later) = job.schedule.next_after(due).filter(|later| *later <= now) {
@@ -354,12 +359,6 @@ fn latest_due(job: &Job, at: DateTime<Utc>, now: DateTime<Utc>) -> (DateTime<Utc
         passed += 1;
     }
     (due, passed)
-}
-
-/// `now` moved back by `job`'s splay: occurrences at or before it have fired.
-fn unsplayed(job: &Job, now: DateTime<Utc>) -> DateTime<Utc> {
-    now.checked_sub_signed(chrono_duration(job.splay_offset))
-        .unwrap_or(now)
 }
 
 /// RFC 3339 UTC with whole seconds and `Z`: the name of an occurrence.

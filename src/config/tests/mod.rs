@@ -565,3 +565,38 @@ fn jobs_that_set_no_rare_setting_share_one_and_the_others_keep_theirs() {
     assert_eq!(jobs[3].extras.retry_backoff, Duration::from_secs(5));
     assert_eq!(jobs[0].extras.retry_backoff, DEFAULT_RETRY_BACKOFF);
 }
+
+/// A splayed job's schedule goes on from the first occurrence that has not
+/// fired yet, which can be one whose instant has passed: starting at the
+/// first instant after "now" instead skipped the occurrences between the
+/// catch-up and it (every start and reload of an every-second job with
+/// `splay = "30s"` lost up to 30 of them).
+#[test]
+fn a_splayed_job_goes_on_from_the_first_occurrence_not_yet_fired() {
+    use chrono::{DateTime, TimeDelta, Utc};
+    let splayed = job("[jobs.a]\nschedule = \"* * * * * *\"\ncommand = \"x\"\nsplay = \"30s\"\n");
+    let offset = TimeDelta::from_std(splayed.splay_offset).expect("a small offset");
+    assert!(
+        offset > TimeDelta::seconds(1),
+        "{offset}: this test needs more than a period"
+    );
+    let now = DateTime::parse_from_rfc3339("2026-12-04T15:23:23.388Z")
+        .expect("an instant")
+        .with_timezone(&Utc);
+    let next = splayed
+        .next_to_fire(now)
+        .expect("an every-second job fires");
+    assert!(splayed.fires_at(next) > now, "{next} fired already");
+    let before = next - TimeDelta::seconds(1);
+    assert!(
+        splayed.fires_at(before) <= now,
+        "{before} has not fired by {now} either: {next} is not the first"
+    );
+    assert!(
+        next < now,
+        "the instant of {next} has passed: it is still to fire"
+    );
+    assert_eq!(splayed.unsplayed(now), now - offset);
+    let plain = job("[jobs.b]\nschedule = \"* * * * * *\"\ncommand = \"x\"\n");
+    assert_eq!(plain.next_to_fire(now), plain.schedule.next_after(now));
+}
