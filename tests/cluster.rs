@@ -39,13 +39,19 @@ fn clocks_300_ms_apart_still_run_a_5_ms_job_exactly_once() {
         (-400..=-200).contains(&behind),
         "n3 must really be ~300 ms behind: {behind}"
     );
+    // Whether the late node lost each occurrence it did not run to the
+    // right winner is checked above; here, that it lost some at all. With
+    // `clock = "redis"` each node is first in line for about a third of the
+    // 16 occurrences, so the late node loses about 11 (this asked for 10
+    // and failed CI once with 7: 7 or fewer is a 5 % draw); fewer than 3
+    // is about one in 100,000.
     let late_refusals = logs[2]
         .lines()
         .filter(|line| line.contains("claim lost"))
         .count();
     assert!(
-        late_refusals >= 10,
-        "the late node must have been refused, not raced: {late_refusals}"
+        late_refusals >= 3,
+        "the late node must have lost some occurrences: {late_refusals}"
     );
 }
 
