@@ -279,7 +279,7 @@ fn a_splayed_job_fires_its_own_offset_after_each_occurrence_named_by_the_instant
     let splay = Duration::from_secs(3);
     // A name whose offset is well inside (0, splay): the check below then
     // tells a splayed run from an unsplayed one.
-    let name = name_with_offset("splayed", splay, 800..=2200);
+    let name = common::name_with_offset("splayed", splay, 800..=2200);
     let offset = solocron::config::splay_offset(&name, splay);
     let job = JobSpec::new(&name, "*/4 * * * * *", 0.005)
         .with("lock_ttl = \"2s\"")
@@ -322,7 +322,7 @@ fn a_splay_longer_than_the_period_loses_no_occurrence_at_start_or_reload() {
     let splay = Duration::from_secs(4);
     // Two to three periods of offset: without the fix, two or three
     // occurrences after each start and reload would have no run.
-    let name = name_with_offset("long-splay", splay, 2200..=3500);
+    let name = common::name_with_offset("long-splay", splay, 2200..=3500);
     let offset =
         TimeDelta::from_std(solocron::config::splay_offset(&name, splay)).expect("a small offset");
     let job = JobSpec::new(&name, "* * * * * *", 0.005)
@@ -361,22 +361,6 @@ fn a_splay_longer_than_the_period_loses_no_occurrence_at_start_or_reload() {
         .filter(|decision| decision.outcome == "missed")
         .collect();
     assert!(missed.is_empty(), "{missed:?}\n{}", cluster.logs());
-}
-
-/// The first job name `PREFIX-N` whose offset within `splay` lies in
-/// `millis`.
-fn name_with_offset(
-    prefix: &str,
-    splay: Duration,
-    millis: std::ops::RangeInclusive<u64>,
-) -> String {
-    (0..1000)
-        .map(|i| format!("{prefix}-{i}"))
-        .find(|name| {
-            let offset = solocron::config::splay_offset(name, splay).as_millis();
-            millis.contains(&(offset as u64))
-        })
-        .unwrap_or_else(|| panic!("no name `{prefix}-N` with an offset in {millis:?} ms"))
 }
 
 /// A node's first measurement of Redis's instant is often its slowest (the

@@ -735,10 +735,19 @@ command = "true"
 fn status_and_history_without_a_config_list_the_jobs_the_live_nodes_run() {
     let redis = RedisServer::start();
     let (one, two) = (Workdir::new(), Workdir::new());
+    // A splayed job, published with its offset: `status` without a config
+    // names the occurrence still to start and when, as with the config.
+    let splay = Duration::from_secs(600);
+    let spread = common::name_with_offset("spread", splay, 150_000..=590_000);
+    let offset = chrono::TimeDelta::from_std(solocron::config::splay_offset(&spread, splay))
+        .expect("an offset");
     node_config(&one, "");
     node_config(
         &two,
-        "\n[jobs.yearly]\nschedule = \"0 0 1 1 *\"\ncommand = \"true\"\n",
+        &format!(
+            "\n[jobs.yearly]\nschedule = \"0 0 1 1 *\"\ncommand = \"true\"\n\
+             [jobs.{spread}]\nschedule = \"* * * * *\"\nsplay = \"10m\"\ncommand = \"true\"\n"
+        ),
     );
     let mut nodes = vec![
         Node::start(&one, &redis, "n1", &[]),
@@ -774,7 +783,15 @@ fn status_and_history_without_a_config_list_the_jobs_the_live_nodes_run() {
         let status = parsed(&output);
         let jobs = status["jobs"].as_array().expect("jobs");
         let names: Vec<&str> = jobs.iter().filter_map(|j| j["job"].as_str()).collect();
-        assert_eq!(names, ["report", "tick", "yearly"], "{status}");
+        assert_eq!(
+            names,
+            ["report", spread.as_str(), "tick", "yearly"],
+            "{status}"
+        );
+        let splayed = &jobs[1];
+        let (next, start) = (time(&splayed["next"]), time(&splayed["next_start"]));
+        assert_eq!(start, next + offset, "{splayed}");
+        assert!(next < Utc::now() && start > next, "{splayed}");
         let report = &jobs[0];
         assert_eq!(report["schedule"], "0 2 * * *", "{report}");
         assert_eq!(report["timezone"], "Asia/Tashkent", "{report}");
@@ -790,7 +807,7 @@ fn status_and_history_without_a_config_list_the_jobs_the_live_nodes_run() {
                 .is_some_and(|local| local.ends_with("T02:00:00+05:00")),
             "{report}"
         );
-        let tick = &jobs[1];
+        let tick = &jobs[2];
         assert!(
             ["n1", "n2"].contains(&tick["last"]["node"].as_str().unwrap_or("")),
             "{tick}"
@@ -1170,4 +1187,62 @@ fn history_json_has_exactly_the_spec_keys_in_order_and_the_table_the_whole_error
             .is_some_and(|row| row.ends_with(flat.trim_end())),
         "{table}"
     );
+}
+
+/// An every-minute job with a 10-minute splay starts each occurrence
+/// minutes after its instant, so the occurrence it starts next is one whose
+/// instant has passed: `status` names that one (the same that the run will
+/// see in `SOLOCRON_OCCURRENCE`) and when it starts, not the first instant
+/// after now, which would hide the occurrences still to start. A job
+/// without a splay starts at its instant.
+#[test]
+fn status_names_a_splayed_jobs_next_occurrence_and_when_it_starts() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let splay = Duration::from_secs(600);
+    let name = common::name_with_offset("spread", splay, 150_000..=590_000);
+    work.write_config(&format!(
+        "[jobs.{name}]\nschedule = \"* * * * *\"\nsplay = \"10m\"\ncommand = \"true\"\n\
+         [jobs.plain]\nschedule = \"* * * * *\"\ncommand = \"true\"\n"
+    ));
+    let offset = chrono::TimeDelta::from_std(solocron::config::splay_offset(&name, splay))
+        .expect("an offset");
+    let every_minute =
+        solocron::schedule::Schedule::parse("* * * * *", chrono_tz::UTC).expect("valid");
+    let before = Utc::now();
+    let status = json(&work, &redis, &["status", "--json"]);
+    let after = Utc::now();
+    let jobs = status["jobs"].as_array().expect("jobs");
+    let (splayed, plain) = (&jobs[0], &jobs[1]);
+    assert_eq!(splayed["job"], name.as_str(), "{status}");
+    let next = time(&splayed["next"]);
+    let start = time(&splayed["next_start"]);
+    assert_eq!(start, next + offset, "{splayed}");
+    // The first occurrence not yet started at some instant of the call.
+    let expected: Vec<_> = [before, after]
+        .iter()
+        .filter_map(|now| every_minute.next_after(*now - offset))
+        .collect();
+    assert!(
+        expected.contains(&next),
+        "{splayed}, expected one of {expected:?}"
+    );
+    assert!(next < before, "its instant has passed: {splayed}");
+    assert!(start > before, "its start is still to come: {splayed}");
+    let next_plain = time(&plain["next"]);
+    assert_eq!(time(&plain["next_start"]), next_plain, "{plain}");
+    assert!(next_plain > before, "{plain}");
+    let output = solocron(&work, &redis.url(), &["status"]);
+    assert!(output.status.success(), "{output:?}");
+    let text = stdout(&output);
+    let row = text
+        .lines()
+        .find(|line| line.starts_with(name.as_str()))
+        .unwrap_or_else(|| panic!("no row for {name}: {text}"));
+    assert!(row.contains("(starts +"), "{row}");
+    let row = text
+        .lines()
+        .find(|line| line.starts_with("plain"))
+        .unwrap_or_else(|| panic!("no row for plain: {text}"));
+    assert!(!row.contains("starts"), "{row}");
 }

@@ -377,19 +377,13 @@ impl JobExtras {
 impl Job {
     /// When occurrence `at` fires: `at` plus the job's splay offset.
     pub fn fires_at(&self, at: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc> {
-        chrono::TimeDelta::from_std(self.splay_offset)
-            .ok()
-            .and_then(|offset| at.checked_add_signed(offset))
-            .unwrap_or(at)
+        splayed(at, self.splay_offset)
     }
 
     /// `now` moved back by the job's splay offset: the occurrences at or
     /// before it have fired by `now`, the later ones have not.
     pub fn unsplayed(&self, now: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc> {
-        chrono::TimeDelta::from_std(self.splay_offset)
-            .ok()
-            .and_then(|offset| now.checked_sub_signed(offset))
-            .unwrap_or(now)
+        unsplayed(now, self.splay_offset)
     }
 
     /// The first occurrence that fires after `now`. With a splay this can
@@ -403,6 +397,29 @@ impl Job {
     ) -> Option<chrono::DateTime<chrono::Utc>> {
         self.schedule.next_after(self.unsplayed(now))
     }
+}
+
+/// `at` moved on by a splay `offset` (unchanged if that would overflow).
+pub fn splayed(
+    at: chrono::DateTime<chrono::Utc>,
+    offset: Duration,
+) -> chrono::DateTime<chrono::Utc> {
+    chrono::TimeDelta::from_std(offset)
+        .ok()
+        .and_then(|offset| at.checked_add_signed(offset))
+        .unwrap_or(at)
+}
+
+/// `now` moved back by a splay `offset`: the occurrences at or before it
+/// have started by `now` (unchanged if that would overflow).
+pub fn unsplayed(
+    now: chrono::DateTime<chrono::Utc>,
+    offset: Duration,
+) -> chrono::DateTime<chrono::Utc> {
+    chrono::TimeDelta::from_std(offset)
+        .ok()
+        .and_then(|offset| now.checked_sub_signed(offset))
+        .unwrap_or(now)
 }
 
 /// The offset of job `name` within `[0, splay)`: the same on every node and

@@ -220,6 +220,7 @@ fn node_info(
             let schedule = JobSchedule {
                 expression: job.schedule.expression().to_string(),
                 timezone: job.schedule.timezone().name().to_string(),
+                splay_ms: u64::try_from(job.splay_offset.as_millis()).unwrap_or(u64::MAX),
             };
             (job.name.clone(), schedule)
         })

@@ -18,7 +18,9 @@
 //! Hash fields: `node`, `version`, `started_at`, `updated_at` (Redis ms),
 //! `config_path`, `config_hash`, `clock_offset_ms`, `instance`, `jobs` (JSON
 //! object: job -> fingerprint), `schedules` (JSON object: job ->
-//! `[expression, time zone]`), and while two daemons share the node id
+//! `[expression, time zone]`), `splays` (JSON object: job -> its splay
+//! offset in ms, only the jobs that have one; a field of its own, so that
+//! an older `status` still reads `schedules`), and while two daemons share the node id
 //! `collision_at` (Redis ms), `collision_by` and `collision_with` (the
 //! instance that noticed and the one it found; emptied when one of the two
 //! stops cleanly).
@@ -98,7 +100,8 @@ pub struct NodeInfo {
     pub redis_warning: Option<String>,
 }
 
-/// A job's schedule as a node published it; stored as `[expression, zone]`.
+/// A job's schedule as a node published it; stored as `[expression, zone]`
+/// in `schedules`, the splay offset apart in `splays`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(from = "(String, String)", into = "(String, String)")]
 pub struct JobSchedule {
@@ -106,6 +109,9 @@ pub struct JobSchedule {
     pub expression: String,
     /// Its IANA time zone.
     pub timezone: String,
+    /// Its splay offset (SPEC §4 `splay`), ms; 0 without a splay, and for
+    /// a node too old to publish one.
+    pub splay_ms: u64,
 }
 
 impl From<(String, String)> for JobSchedule {
@@ -113,6 +119,7 @@ impl From<(String, String)> for JobSchedule {
         JobSchedule {
             expression,
             timezone,
+            splay_ms: 0,
         }
     }
 }
@@ -160,6 +167,12 @@ pub async fn publish(
     after_own_write: bool,
 ) -> redis::RedisResult<Refresh> {
     let jobs = serde_json::to_string(&info.jobs).unwrap_or_else(|_| "{}".to_string());
+    let splays: BTreeMap<&str, u64> = schedules
+        .iter()
+        .filter(|(_, schedule)| schedule.splay_ms > 0)
+        .map(|(job, schedule)| (job.as_str(), schedule.splay_ms))
+        .collect();
+    let splays = serde_json::to_string(&splays).unwrap_or_else(|_| "{}".to_string());
     let schedules = serde_json::to_string(schedules).unwrap_or_else(|_| "{}".to_string());
     let mut invocation = PUBLISH_SCRIPT.prepare_invoke();
     invocation
@@ -182,7 +195,9 @@ pub async fn publish(
         .arg("jobs")
         .arg(jobs)
         .arg("schedules")
-        .arg(schedules);
+        .arg(schedules)
+        .arg("splays")
+        .arg(splays);
     if let Some(offset) = info.clock_offset_ms {
         invocation.arg("clock_offset_ms").arg(offset);
     }
@@ -302,9 +317,9 @@ pub async fn live_nodes(conn: &Conn, prefix: &str) -> redis::RedisResult<Vec<Nod
         .collect())
 }
 
-/// The schedules each of `nodes` published (job -> schedule), in the same
-/// order; empty for a node that published none (an older version) or
-/// whose entry expired meanwhile.
+/// The schedules each of `nodes` published (job -> schedule, with its
+/// splay offset), in the same order; empty for a node that published none
+/// (an older version) or whose entry expired meanwhile.
 pub async fn schedules(
     conn: &Conn,
     prefix: &str,
@@ -315,14 +330,28 @@ pub async fn schedules(
     }
     let mut pipe = redis::pipe();
     for node in nodes {
-        pipe.hget(node_key(prefix, node), "schedules");
+        pipe.hget(node_key(prefix, node), "schedules")
+            .hget(node_key(prefix, node), "splays");
     }
     let texts: Vec<Option<String>> = pipe.query_async(&mut conn.clone()).await?;
     Ok(texts
-        .into_iter()
-        .map(|text| {
-            text.and_then(|text| serde_json::from_str(&text).ok())
-                .unwrap_or_default()
+        .chunks(2)
+        .map(|pair| {
+            let mut schedules: BTreeMap<String, JobSchedule> = pair[0]
+                .as_deref()
+                .and_then(|text| serde_json::from_str(text).ok())
+                .unwrap_or_default();
+            let splays: BTreeMap<String, u64> = pair
+                .get(1)
+                .and_then(|text| text.as_deref())
+                .and_then(|text| serde_json::from_str(text).ok())
+                .unwrap_or_default();
+            for (job, splay_ms) in splays {
+                if let Some(schedule) = schedules.get_mut(&job) {
+                    schedule.splay_ms = splay_ms;
+                }
+            }
+            schedules
         })
         .collect())
 }
@@ -509,6 +538,7 @@ mod tests {
             JobSchedule {
                 expression: "0 2 * * *".into(),
                 timezone: "Asia/Tashkent".into(),
+                splay_ms: 0,
             },
         )]);
         let text = serde_json::to_string(&schedules).expect("serializes");

@@ -748,3 +748,19 @@ pub fn entry(
         },
     )
 }
+
+/// The first job name `PREFIX-N` whose offset within `splay` lies in
+/// `millis`.
+pub fn name_with_offset(
+    prefix: &str,
+    splay: Duration,
+    millis: std::ops::RangeInclusive<u64>,
+) -> String {
+    (0..1000)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|name| {
+            let offset = solocron::config::splay_offset(name, splay).as_millis();
+            millis.contains(&(offset as u64))
+        })
+        .unwrap_or_else(|| panic!("no name `{prefix}-N` with an offset in {millis:?} ms"))
+}

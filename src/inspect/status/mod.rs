@@ -61,6 +61,9 @@ pub struct Listed {
     /// `None`: unknown (no live node published a schedule for it that
     /// this version can read).
     pub schedule: Option<Schedule>,
+    /// The job's splay offset: from the config, or as the live nodes
+    /// published it with the schedule (zero from a node too old to).
+    pub splay_offset: std::time::Duration,
 }
 
 /// What `status` knows about one job.
@@ -71,11 +74,21 @@ pub struct JobStatus {
     pub held: Option<Held>,
     /// `None`: no scheduled occurrence decided yet (or the state was lost).
     pub last: Option<Last>,
-    /// Computed locally from the schedule; `None` if it never fires again
-    /// or the schedule is unknown.
+    /// The first occurrence not yet started, computed locally from the
+    /// schedule (with a splay it can be one whose instant has passed and
+    /// whose start is still to come); `None` if it never fires again or
+    /// the schedule is unknown.
     pub next: Option<DateTime<Utc>>,
     /// The pause in effect now (`true`: `pause --all`), if any.
     pub paused: Option<(crate::control::Mark, bool)>,
+}
+
+impl JobStatus {
+    /// When the next occurrence starts: its instant plus the splay offset.
+    pub fn next_start(&self) -> Option<DateTime<Utc>> {
+        self.next
+            .map(|at| crate::config::splayed(at, self.job.splay_offset))
+    }
 }
 
 /// Where the job list came from, for the text form.
@@ -109,6 +122,7 @@ pub async fn status(source: &Source, json: bool) -> anyhow::Result<()> {
                 .map(|job| Listed {
                     name: job.name.clone(),
                     schedule: Some(job.schedule.clone()),
+                    splay_offset: job.splay_offset,
                 })
                 .collect();
             (jobs, Listing::Config)
@@ -227,13 +241,20 @@ async fn jobs_of_nodes(
     Ok(node_jobs(nodes)
         .into_iter()
         .map(|name| {
-            let schedule = most_published(&published, &name).and_then(|chosen| {
+            let chosen = most_published(&published, &name);
+            let schedule = chosen.and_then(|chosen| {
                 parsed
                     .entry(chosen.clone())
                     .or_insert_with(|| parse_schedule(chosen))
                     .clone()
             });
-            Listed { name, schedule }
+            Listed {
+                name,
+                schedule,
+                splay_offset: std::time::Duration::from_millis(
+                    chosen.map_or(0, |chosen| chosen.splay_ms),
+                ),
+            }
         })
         .collect())
 }
@@ -265,7 +286,8 @@ fn parse_schedule(published: &JobSchedule) -> Option<Schedule> {
 }
 
 /// Reads the lock and state of every job under `prefix` in one pipeline;
-/// `next` is computed from `now` (this machine's clock, like the daemons do).
+/// `next` is computed from `now` (this machine's clock, like the daemons do):
+/// the first occurrence that starts after `now`, splay included.
 pub async fn read_jobs(
     conn: &Conn,
     prefix: &str,
@@ -296,10 +318,9 @@ pub async fn read_jobs(
         let lock: Option<String> = redis::from_redis_value(lock)?;
         let pttl: i64 = redis::from_redis_value(pttl)?;
         let state: HashMap<String, String> = redis::from_redis_value(state)?;
-        let next = job
-            .schedule
-            .as_ref()
-            .and_then(|schedule| schedule.next_after(now));
+        let next = job.schedule.as_ref().and_then(|schedule| {
+            schedule.next_after(crate::config::unsplayed(now, job.splay_offset))
+        });
         statuses.push(JobStatus {
             job,
             held: lock.map(|value| held(&value, pttl, &state)),
@@ -407,6 +428,7 @@ mod tests {
         let schedule = |expression: &str| JobSchedule {
             expression: expression.into(),
             timezone: "UTC".into(),
+            splay_ms: 0,
         };
         let node = |expression: &str| BTreeMap::from([("x".to_string(), schedule(expression))]);
         let published = [
@@ -424,6 +446,7 @@ mod tests {
         let bad_zone = JobSchedule {
             expression: "@daily".into(),
             timezone: "Mars/Olympus".into(),
+            splay_ms: 0,
         };
         assert!(parse_schedule(&bad_zone).is_none());
     }

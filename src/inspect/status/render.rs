@@ -71,6 +71,7 @@ fn job_json(status: &JobStatus, now_ms: i64) -> Value {
         })),
         "next": status.next.map(format::secs),
         "next_local": status.next.zip(zone).map(|(at, zone)| at.with_timezone(&zone).to_rfc3339()),
+        "next_start": status.next_start().map(format::millis),
         "paused": controls::pause_json(status.paused.as_ref()),
     })
 }
@@ -248,7 +249,7 @@ fn jobs_table(jobs: &[JobStatus], now_ms: i64) -> Table {
                 at.with_timezone(&zone)
                     .format("%Y-%m-%d %H:%M:%S %Z")
                     .to_string(),
-                format::secs(at),
+                next_utc(status, at),
             ]),
             (_, None) => row.extend(["unknown".to_string(), dash()]),
             (None, Some(_)) => row.extend(["never".to_string(), dash()]),
@@ -256,6 +257,21 @@ fn jobs_table(jobs: &[JobStatus], now_ms: i64) -> Table {
         table.row(row);
     }
     table
+}
+
+/// The next occurrence in UTC and, for a splayed job, when it starts:
+/// `2026-12-04T21:01:00Z (starts +14.0s)`.
+fn next_utc(status: &JobStatus, at: chrono::DateTime<chrono::Utc>) -> String {
+    let offset = status.job.splay_offset;
+    if offset.is_zero() {
+        return format::secs(at);
+    }
+    let millis = i64::try_from(offset.as_millis()).unwrap_or(i64::MAX);
+    format!(
+        "{} (starts +{})",
+        format::secs(at),
+        format::duration_ms(millis)
+    )
 }
 
 fn nodes_table(nodes: &[NodeInfo], now_ms: i64) -> Table {
