@@ -165,3 +165,170 @@ fn json_logs_carry_numbers_and_a_fatal_error_is_json_too() {
         "{fatal}"
     );
 }
+
+/// Every command of the README's ACL line that a daemon needs to run jobs
+/// is checked at start: a user without any one of them stops the daemon
+/// with exit 78 naming it. Before, a user without `HSET` passed the start,
+/// failed inside the claim script after the script had taken the lock,
+/// and every node ran every occurrence with fence 0. The commands only the
+/// fleet controls and the command line send are not needed to run jobs:
+/// without one of them the daemon starts and runs.
+#[test]
+fn a_user_without_any_one_command_the_daemon_needs_is_stopped_at_start_naming_it() {
+    let redis = RedisServer::start();
+    let line = common::readme_acl(PASSWORD);
+    // Run by the start-up itself (the other tests), or only with a
+    // database number in the URL.
+    let started_with = ["+evalsha", "+script|load", "+select"];
+    let not_needed_to_run = [
+        "+hgetall",
+        "+lrange",
+        "+lrem",
+        "+hdel",
+        "+lpush",
+        "+xrevrange",
+    ];
+    let url = format!("redis://solocron:{PASSWORD}@127.0.0.1:{}/", redis.port);
+    let commands: Vec<&String> = line
+        .iter()
+        .filter(|word| word.starts_with('+') && !started_with.contains(&word.as_str()))
+        .collect();
+    assert!(commands.len() >= 20, "{line:?}");
+    for command in commands {
+        let name = command.trim_start_matches('+');
+        let without: Vec<&String> = line.iter().filter(|word| *word != command).collect();
+        redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(&without)
+            .exec(&mut redis.conn())
+            .expect("ACL SETUSER");
+        let work = Workdir::new();
+        work.write_config(&format!(
+            "[jobs.tick]\nschedule = \"* * * * * *\"\ncommand = 'echo ran >> {}'\n",
+            common::toml_path(&work.path("runs"))
+        ));
+        let mut node = Node::spawn_with_args(
+            &work,
+            "n1",
+            &[
+                "--config",
+                &common::toml_path(&work.path("jobs.toml")),
+                "--redis",
+                &url,
+            ],
+            &[],
+        );
+        if not_needed_to_run.contains(&command.as_str()) {
+            common::wait_until(Duration::from_secs(15), "a run without it", || {
+                !work.lines("runs").is_empty()
+            });
+            node.signal("TERM");
+            assert!(node.wait_exit(Duration::from_secs(20)).success(), "{name}");
+            continue;
+        }
+        let status = node.wait_exit(Duration::from_secs(10));
+        let log = node.log();
+        assert_eq!(status.code(), Some(78), "without {name}:\n{log}");
+        assert!(
+            log.contains(&format!("`{name}`")) || log.contains(&format!("'{name}'")),
+            "names {name}:\n{log}"
+        );
+        assert_eq!(log.matches("refused node").count(), 1, "{log}");
+        assert!(work.lines("runs").is_empty(), "nothing ran without {name}");
+        assert!(!log.contains(PASSWORD), "never the password:\n{log}");
+    }
+}
+
+/// An ACL user that loses a command while the daemons run (`ACL SETUSER
+/// solocron -hset`): claims fail inside the script, and nothing may run
+/// then: no occurrence twice, no run without its recorded decision. The
+/// failures are Redis refusing the node, not an outage. Once the command
+/// is given back, the occurrences of the window are recorded `missed`,
+/// each once. Before, the claim script took the lock before its `HSET`
+/// failed, the retried claim found its own lock and ran the job, and the
+/// other node, finding no decision, ran it too.
+#[test]
+fn a_command_taken_from_the_user_while_daemons_run_stops_runs_without_running_any_twice() {
+    let redis = RedisServer::start();
+    let line = common::readme_acl(PASSWORD);
+    let setuser = |extra: &[&str]| {
+        redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(&line)
+            .arg(extra)
+            .exec(&mut redis.conn())
+            .expect("ACL SETUSER");
+    };
+    setuser(&[]);
+    let url = format!("redis://solocron:{PASSWORD}@127.0.0.1:{}/", redis.port);
+    let work = Workdir::new();
+    work.write_config(&format!(
+        "[defaults]\nstarting_deadline = \"2s\"\n\
+         [jobs.tick]\nschedule = \"* * * * * *\"\n\
+         command = 'echo $SOLOCRON_OCCURRENCE $SOLOCRON_NODE >> {}'\n",
+        common::toml_path(&work.path("runs"))
+    ));
+    let mut nodes: Vec<Node> = ["n1", "n2"]
+        .iter()
+        .map(|id| Node::start_with_url(&work, &url, id, &[]))
+        .collect();
+    common::wait_until(Duration::from_secs(20), "runs", || {
+        work.lines("runs").len() >= 3
+    });
+    setuser(&["-hset"]);
+    common::wait_until(Duration::from_secs(20), "both nodes refused", || {
+        nodes
+            .iter()
+            .all(|node| node.log().contains("redis refuses this node"))
+    });
+    let runs_then = work.lines("runs").len();
+    // Four occurrences of the window end past their deadline on both.
+    common::wait_until(Duration::from_secs(30), "misses while refused", || {
+        nodes
+            .iter()
+            .all(|node| node.log().matches("occurrence missed").count() >= 4)
+    });
+    let refused_runs = work.lines("runs").len() - runs_then;
+    // A run whose claim was decided before the change may still start.
+    assert!(refused_runs <= 1, "{:?}", work.lines("runs"));
+    setuser(&["+hset"]);
+    common::wait_until(Duration::from_secs(30), "runs again", || {
+        work.lines("runs").len() >= runs_then + refused_runs + 3
+    });
+    for node in &mut nodes {
+        node.signal("TERM");
+        assert!(node.wait_exit(Duration::from_secs(20)).success());
+    }
+    let runs = work.lines("runs");
+    let mut seen = std::collections::BTreeSet::new();
+    for run in &runs {
+        let occurrence = run.split(' ').next().unwrap_or_default();
+        assert!(
+            seen.insert(occurrence.to_string()),
+            "twice: {run}\n{runs:?}"
+        );
+    }
+    let history = common::history(&redis, "tick");
+    let mut recorded = std::collections::BTreeMap::new();
+    for entry in &history {
+        *recorded
+            .entry(entry.get("occurrence").cloned().unwrap_or_default())
+            .or_insert(0) += 1;
+    }
+    assert!(recorded.values().all(|n| *n == 1), "{history:?}");
+    let missed = history
+        .iter()
+        .filter(|entry| entry.get("outcome").map(String::as_str) == Some("missed"))
+        .count();
+    assert!(
+        missed >= 4,
+        "the window's occurrences recorded missed: {history:?}"
+    );
+    for node in &nodes {
+        let log = node.log();
+        assert!(
+            !log.contains("redis unreachable"),
+            "a refusal, not an outage:\n{log}"
+        );
+    }
+}

@@ -178,10 +178,21 @@ impl Health {
 
 /// Whether Redis refused us (wrong password, no such user, a command the
 /// ACL user may not run) rather than being away.
+///
+/// A command refused inside a script comes without a code on Redis 7.0
+/// (`ERR The user executing the script can't run this command or
+/// subcommand`, `… can't access at least one of the keys …`): it is a
+/// refusal too, not an outage.
 pub fn is_refusal(err: &redis::RedisError) -> bool {
-    err.kind() == redis::ErrorKind::AuthenticationFailed
+    if err.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(err.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"))
-        || err.to_string().contains("NOPERM")
+    {
+        return true;
+    }
+    let text = err.to_string();
+    text.contains("NOPERM")
+        || text.contains("can't run this command")
+        || text.contains("can't access at least one of the keys")
 }
 
 /// The kind of trouble a plain Redis error is.

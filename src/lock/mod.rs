@@ -31,6 +31,7 @@
 //! asks for it, see `server.rs`), or on the N masters of Redlock combined
 //! by majority (`quorum.rs`). The rest of the daemon only sees [`Locker`].
 
+pub mod access;
 mod quorum;
 mod scripts;
 mod server;
@@ -556,16 +557,19 @@ impl Locker {
         }
     }
 
-    /// Loads every script into every member now: at start, so that a user
-    /// without the right to run them (ACL) is refused before the first
-    /// occurrence. With Redlock a refusing master is an error; one that
+    /// Loads every script into every member now and probes every command
+    /// the daemon sends ([`access`]): at start, so that a user without the
+    /// right to run them (ACL) is refused before the first occurrence. With Redlock a refusing master is an error; one that
     /// does not answer is not (a minority may be down), as long as a
     /// majority took the scripts.
     pub async fn load_scripts(&self) -> Result<(), redis::RedisError> {
         let results = join_all(self.servers.iter().map(|server| async move {
-            tokio::time::timeout(quorum::ANSWER_TIMEOUT * 3, server.load_scripts())
-                .await
-                .unwrap_or_else(|_| Err(timed_out("SCRIPT LOAD")))
+            tokio::time::timeout(
+                quorum::ANSWER_TIMEOUT * 3,
+                server.load_scripts(&self.prefix),
+            )
+            .await
+            .unwrap_or_else(|_| Err(timed_out("SCRIPT LOAD")))
         }))
         .await;
         let mut loaded = 0;

@@ -125,8 +125,8 @@ local last = tonumber(st[1])
 if mode == 'scheduled' and last and occ == last and st[4] == token and st[5] == 'claimed' and not current then
   -- A retry of our own won claim whose lock went away meanwhile. Not of
   -- our own skip (it stores our token too): that occurrence is decided.
-  redis.call('SET', KEYS[1], value, 'PX', ttl)
   redis.call('HSET', KEYS[2], 'run_token', token)
+  redis.call('SET', KEYS[1], value, 'PX', ttl)
   return {'won', st[3], st[6] or '', '', '', ''}
 end
 local running = st[7] and st[7] ~= ''
@@ -169,11 +169,11 @@ if mode == 'retry' then
   local fence = (tonumber(redis.call('HGET', KEYS[2], 'fence')) or 0) + 1
   if now_us > fence then fence = now_us end
   fence = string.format('%.0f', fence)
-  redis.call('SET', KEYS[1], value, 'PX', ttl)
   redis.call('HSET', KEYS[2], 'fence', fence, 'holder_node', node, 'holder_fence', fence,
     'holder_since', ms_str(now), 'holder_occ', occ_str, 'last_outcome', 'running', 'last_outcome_occ', occ_str,
     'run_token', token, 'run_occ', occ_str, 'run_node', node, 'run_fence', fence, 'run_since', ms_str(now),
     'retry_state', 'claimed', 'retry_node', node, 'retry_fence', fence, 'retry_token', token)
+  redis.call('SET', KEYS[1], value, 'PX', ttl)
   return {'won', fence, '', ab[1], ab[2], ab[3]}
 end
 if mode == 'scheduled' and last and occ <= last then
@@ -205,7 +205,10 @@ local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local fence = (tonumber(st[9]) or 0) + 1
 if now_us > fence then fence = now_us end
 fence = string.format('%.0f', fence)
-redis.call('SET', KEYS[1], value, 'PX', ttl)
+-- The decision is written before the lock is taken: Redis does not undo a
+-- script's writes when a later command of it fails (a command the ACL user
+-- may not run), and a lock without its decision would let a retry of this
+-- claim answer `won` from the lock alone.
 if mode == 'scheduled' then
   redis.call('HSET', KEYS[2], 'fence', fence, 'holder_node', node, 'holder_fence', fence,
     'holder_since', ms_str(now), 'holder_occ', occ_str,
@@ -218,6 +221,7 @@ else
     'holder_since', ms_str(now), 'holder_occ', occ_str)
   prev = ''
 end
+redis.call('SET', KEYS[1], value, 'PX', ttl)
 return {'won', fence, prev, ab[1], ab[2], ab[3]}
 "#;
 
@@ -250,16 +254,17 @@ return 0
 /// this one. Reply `{released, replaced}`: 1 if the lock was ours and is now
 /// deleted; 1 if an `abandoned` entry was replaced.
 pub const RELEASE: &str = r#"
-local released = 0
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  released = 1
-end
--- Everything the release reads of the state, in one read: nothing below
--- writes these fields before they are used.
+-- Everything the release reads, first. It writes nothing until the history
+-- entry is appended, and deletes the lock last: Redis does not undo a
+-- script's writes when a later command of it fails (a command the ACL user
+-- may not run), so a release that fails midway must leave the lock held and
+-- the entry unrecorded, for its retry to do both.
+local ours = redis.call('GET', KEYS[1]) == ARGV[1]
+local released = ours and 1 or 0
 local st = redis.call('HMGET', KEYS[2], 'recorded', 'abandoned', 'last_token', 'run_token', 'retry_token',
   'last_occ', 'retry_occ')
 if in_recorded(st[1], ARGV[2]) or not redis.call('SET', KEYS[4], '1', 'PX', ARGV[4], 'NX') then
+  if ours then redis.call('DEL', KEYS[1]) end
   return {released, 0}
 end
 local fields = {}
@@ -270,6 +275,12 @@ for i = 6, #ARGV, 2 do
   if ARGV[i] == 'outcome' then outcome = ARGV[i + 1] end
   if ARGV[i] == 'attempt' then attempt = ARGV[i + 1] end
   if ARGV[i] == 'retry_at' then retry_at = ARGV[i + 1] end
+end
+local added = redis.pcall('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', unpack(fields))
+if type(added) == 'table' and added.err then
+  -- Not recorded: forget the token, so that the retry records it.
+  redis.call('DEL', KEYS[4])
+  return added
 end
 -- The state's writes, made by one HSET at the end.
 local set = {}
@@ -290,7 +301,6 @@ end
 if replaced == 1 then
   put('abandoned', table.concat(kept, ' '))
 end
-redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', unpack(fields))
 if st[3] == ARGV[2] or st[5] == ARGV[2] then
   put('last_outcome', outcome)
   -- The occurrence this run was an attempt of: a retry's is `retry_occ`
@@ -314,6 +324,7 @@ end
 if #set > 0 then
   redis.call('HSET', KEYS[2], unpack(set))
 end
+if ours then redis.call('DEL', KEYS[1]) end
 return {released, replaced}
 "#;
 

@@ -667,7 +667,10 @@ impl Server {
         Ok(peeked(&fields, pttl, at_ms))
     }
 
-    pub(super) async fn load_scripts(&self) -> Result<(), redis::RedisError> {
+    /// Loads the scripts, then probes what the user may run on the keys
+    /// under `prefix` ([`super::access`]): a refused command is an error
+    /// that [`crate::daemon::is_refusal`] recognises.
+    pub(super) async fn load_scripts(&self, prefix: &str) -> Result<(), redis::RedisError> {
         // All at once on the multiplexed connection: one round trip, not
         // one per script (one after another, a 150 ms link to Redis took
         // longer than the start-up check allows, and the node never started).
@@ -678,7 +681,12 @@ impl Server {
         for loaded in futures_util::future::join_all(loads).await {
             loaded?;
         }
-        Ok(())
+        let refused = super::access::refused_commands(&self.conn, prefix).await?;
+        if refused.is_empty() {
+            Ok(())
+        } else {
+            Err(super::access::refusal(&self.shown, &refused))
+        }
     }
 }
 
