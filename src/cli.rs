@@ -496,7 +496,11 @@ fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
                 humantime::format_duration(redis.wait_timeout)
             ),
         };
-        writeln!(out, "redis: {servers} ({acknowledged})")?;
+        writeln!(
+            out,
+            "redis: {servers} ({acknowledged}), key_prefix {}",
+            redis.key_prefix
+        )?;
     }
     let now = Utc::now();
     let listed = if args.quiet {

@@ -370,20 +370,21 @@ fn check_prints_the_redis_mode_and_never_a_password() {
     let cases = [
         (
             format!("url = \"redis://solocron:{PLANTED}@127.0.0.1:6379/0\"\n{files}"),
-            "redis: url redis://solocron:***@127.0.0.1:6379/0 (wait_replicas 0)",
+            "redis: url redis://solocron:***@127.0.0.1:6379/0 (wait_replicas 0), key_prefix solocron",
         ),
         (
             format!("url = \"redis+unix:///run/redis.sock?db=0&pass={PLANTED}\""),
-            "redis: url redis+unix:///run/redis.sock?db=0&pass=*** (wait_replicas 0)",
+            "redis: url redis+unix:///run/redis.sock?db=0&pass=*** (wait_replicas 0), key_prefix solocron",
         ),
         (
             format!(
                 "sentinel = {{ master = \"solocron\", urls = [\"redis://:{PLANTED}@10.0.0.1:26379\", \
                  \"redis://u:p%2F{PLANTED}@10.0.0.2:26379\", \"redis://10.0.0.3:26379\"], \
-                 password_file = \"sentinel.pass\" }}\nusername = \"solocron\"\n{files}"
+                 password_file = \"sentinel.pass\" }}\nusername = \"solocron\"\n{files}\n\
+             key_prefix = \"payroll\""
             ),
             "redis: sentinel `solocron` via redis://:***@10.0.0.1:26379, redis://u:***@10.0.0.2:26379, \
-             redis://10.0.0.3:26379 (wait_replicas 1, wait_timeout 250ms)",
+             redis://10.0.0.3:26379 (wait_replicas 1, wait_timeout 250ms), key_prefix payroll",
         ),
         (
             format!(
@@ -391,7 +392,7 @@ fn check_prints_the_redis_mode_and_never_a_password() {
                  wait_replicas = 2\nwait_timeout = \"1s\"\n{files}"
             ),
             "redis: cluster rediss://u:***@10.0.0.1:6380, rediss://10.0.0.2:6380/?password=*** \
-             (wait_replicas 2, wait_timeout 1s)",
+             (wait_replicas 2, wait_timeout 1s), key_prefix solocron",
         ),
         (
             format!(
@@ -399,7 +400,7 @@ fn check_prints_the_redis_mode_and_never_a_password() {
                  \"redis://10.0.0.3:6379\"]\n{files}"
             ),
             "redis: redlock redis://u:***@10.0.0.1:6379, redis://10.0.0.2:6379, redis://10.0.0.3:6379 \
-             (majority 2 of 3)",
+             (majority 2 of 3), key_prefix solocron",
         ),
     ];
     for (redis, expected) in &cases {

@@ -187,6 +187,7 @@ fn a_user_without_any_one_command_the_daemon_needs_is_stopped_at_start_naming_it
         "+hdel",
         "+lpush",
         "+xrevrange",
+        "+info",
     ];
     let url = format!("redis://solocron:{PASSWORD}@127.0.0.1:{}/", redis.port);
     let commands: Vec<&String> = line
@@ -330,5 +331,57 @@ fn a_command_taken_from_the_user_while_daemons_run_stops_runs_without_running_an
             !log.contains("redis unreachable"),
             "a refusal, not an outage:\n{log}"
         );
+    }
+}
+
+/// A Redis that evicts keys when full (`maxmemory` with a policy other
+/// than `noeviction`) can delete a held lock or a job's decided
+/// occurrence: runs overlap, occurrences run twice. The daemon says so at
+/// start, naming the policy and what to set, and `status` shows it on the
+/// node; with `noeviction` it says nothing.
+#[test]
+fn a_redis_that_evicts_keys_is_named_in_the_log_and_in_status() {
+    let evicting = RedisServer::start_with_args(&[
+        "--maxmemory",
+        "64mb",
+        "--maxmemory-policy",
+        "volatile-lru",
+    ]);
+    let safe =
+        RedisServer::start_with_args(&["--maxmemory", "64mb", "--maxmemory-policy", "noeviction"]);
+    let work = Workdir::new();
+    work.write_config(&format!(
+        "[jobs.tick]\nschedule = \"* * * * * *\"\ncommand = 'echo ran >> {}'\n",
+        common::toml_path(&work.path("runs"))
+    ));
+    let mut warned = Node::start_with_url(&work, &evicting.url(), "n1", &[]);
+    let mut quiet = Node::start_with_url(&work, &safe.url(), "n2", &[]);
+    warned.wait_for_log(Duration::from_secs(15), "evicts keys when full");
+    let log = warned.log();
+    assert!(
+        log.contains("volatile-lru") && log.contains("noeviction"),
+        "{log}"
+    );
+    let status = || {
+        let output = Command::new(common::solocron_bin())
+            .args(["status", "--json", "--redis", &evicting.url()])
+            .args(["--config", &common::toml_path(&work.path("jobs.toml"))])
+            .output()
+            .expect("status");
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).unwrap_or_default()
+    };
+    common::wait_until(Duration::from_secs(30), "status names the policy", || {
+        status()["nodes"][0]["redis_warning"]
+            .as_str()
+            .is_some_and(|warning| warning.contains("maxmemory-policy volatile-lru"))
+    });
+    // The other node ran jobs on its server meanwhile, and said nothing.
+    common::wait_until(Duration::from_secs(15), "runs on the safe server", || {
+        common::history(&safe, "tick").len() >= 2
+    });
+    assert!(!quiet.log().contains("evicts keys"), "{}", quiet.log());
+    for node in [&mut warned, &mut quiet] {
+        node.signal("TERM");
+        assert!(node.wait_exit(Duration::from_secs(20)).success());
     }
 }

@@ -15,6 +15,7 @@
 
 mod clock;
 mod controls;
+mod eviction;
 mod fleet_run;
 mod gate;
 pub(crate) mod health;
@@ -110,6 +111,8 @@ pub(crate) struct Shared {
     /// with the reason in `fatal_reason`.
     pub fatal: CancellationToken,
     fatal_reason: Mutex<Option<String>>,
+    /// Redis evicts keys when full ([`eviction`]): the warning, if so.
+    eviction_warning: Mutex<Option<String>>,
     /// This daemon process's id in the node registry ([`registry::new_instance`]).
     pub instance: String,
     /// The per-job gauges of the alerting rules.
@@ -212,6 +215,28 @@ impl Shared {
         Some(local_minus_redis.saturating_sub(offset))
     }
 
+    /// What is wrong with Redis as this node sees it, for `status`: an
+    /// outage or refusal ([`health::Health::warning`]) and an evicting
+    /// policy ([`eviction`]), in one line.
+    pub fn redis_warning(&self) -> Option<String> {
+        let eviction = self
+            .eviction_warning
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        match (self.health.warning(), eviction) {
+            (Some(health), Some(eviction)) => Some(format!("{health}; {eviction}")),
+            (health, eviction) => health.or(eviction),
+        }
+    }
+
+    fn set_eviction_warning(&self, warning: Option<String>) {
+        *self
+            .eviction_warning
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = warning;
+    }
+
     /// The last measured offset in ms, if any.
     pub fn clock_offset(&self) -> Option<i64> {
         self.clock_offset_us().map(|us| us.div_euclid(1000))
@@ -295,6 +320,7 @@ pub async fn run(
         clock_measured: tokio::sync::Notify::new(),
         fatal: CancellationToken::new(),
         fatal_reason: Mutex::new(None),
+        eviction_warning: Mutex::new(None),
         instance: registry::new_instance(),
         job_gauges,
         controls: controls::Controls::default(),
@@ -304,6 +330,7 @@ pub async fn run(
         node = %options.node,
         jobs = config.jobs.len(),
         redis = %config.redis.redacted_url(),
+        key_prefix = %config.redis.key_prefix,
         config = %config.path.display(),
         version = env!("CARGO_PKG_VERSION"),
         "solocron started"
@@ -314,6 +341,7 @@ pub async fn run(
     let (config_tx, config_rx) = watch::channel(Arc::clone(&config));
     let tracker = &shared.tracker;
     tracker.spawn(clock::check_loop(Arc::clone(&shared)));
+    tracker.spawn(eviction::check_loop(Arc::clone(&shared)));
     tracker.spawn(controls::run(Arc::clone(&shared), config_rx.clone()));
     tracker.spawn(registry_loop::run(Arc::clone(&shared), config_rx));
     tracker.spawn(job_gauges::periods_loop(Arc::clone(&shared), gauge_changes));

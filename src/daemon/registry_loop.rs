@@ -47,7 +47,7 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
         let coordinator = shared.locker.coordinator();
         let prefix = shared.locker.prefix();
         let offset = shared.clock_offset();
-        let warning = shared.health.warning();
+        let warning = shared.redis_warning();
         let beat = if published {
             coordinator
                 .on_members(|conn| {
@@ -233,7 +233,7 @@ fn node_info(
         config_path: config.path.display().to_string(),
         config_hash: config_hash.to_string(),
         clock_offset_ms: shared.clock_offset(),
-        redis_warning: shared.health.warning(),
+        redis_warning: shared.redis_warning(),
         jobs,
         instance: shared.instance.clone(),
         collision: None,

@@ -104,9 +104,9 @@ pub(super) fn read(table: &Table<'_, '_>, config_path: &Path, ctx: &Context<'_>)
     }
     if let Some(prefix) = ctx.keep(table.string("key_prefix")).flatten() {
         let value = *prefix.get_ref();
-        if value.is_empty() || value.contains(['{', '}']) {
+        if value.is_empty() || value.contains(['{', '}']) || value.contains(char::is_whitespace) {
             let message = format!(
-                "`{value}` is not a key prefix: it must be non-empty and without `{{` or `}}`"
+                "`{value}` is not a key prefix: it must be non-empty, without spaces and without `{{` or `}}`"
             );
             ctx.error(table.error(prefix.span(), "key_prefix", message));
         } else {

@@ -666,7 +666,7 @@ fn redis_key_prefix_and_url_scheme() {
     assert_eq!(redis.redacted_url(), "rediss://u:***@db.internal:6380/2");
     assert_eq!(
         error(&with("key_prefix = \"\"")),
-        "/etc/solocron/jobs.toml:3:14: [redis] `key_prefix`: `` is not a key prefix: it must be non-empty and without `{` or `}`"
+        "/etc/solocron/jobs.toml:3:14: [redis] `key_prefix`: `` is not a key prefix: it must be non-empty, without spaces and without `{` or `}`"
     );
     assert!(error(&with("key_prefix = \"a{b}\"")).contains("`a{b}` is not a key prefix"));
     assert_eq!(
