@@ -844,3 +844,96 @@ fn the_commands_refuse_unknown_jobs_with_a_suggestion_and_fail_clearly_without_r
         );
     }
 }
+
+/// A paused job while every node is stopped (a maintenance routine: pause,
+/// then stop the fleet): the occurrences nobody decided meanwhile are
+/// recorded `paused`, not `missed`, once each, and no `on_failure` runs
+/// for them. Before, the first decision after the restart recorded them
+/// `missed` ("every node was down") and paged for each one.
+#[test]
+fn occurrences_of_a_paused_job_while_every_node_is_down_are_recorded_paused_not_missed() {
+    let alerts = Workdir::new();
+    let alerted = toml_path(&alerts.path("alerts"));
+    let jobs = [JobSpec::new("tick", "* * * * * *", 0.05).with(&format!(
+        "on_failure = {{ command = 'echo $SOLOCRON_OUTCOME $SOLOCRON_OCCURRENCE >> {alerted}' }}"
+    ))];
+    let mut cluster = Cluster::new(RedisServer::start(), "", &jobs);
+    let url = cluster.redis.url();
+    cluster.start_node("n1", &[]);
+    cluster.start_node("n2", &[]);
+    cluster.wait_for_run(Duration::from_secs(20), "tick runs", |run| {
+        run.job == "tick"
+    });
+    ok(&cli(
+        &cluster.work,
+        &url,
+        &["pause", "tick", "--reason", "upgrade"],
+    ));
+    // A `paused` record shows that the nodes see the pause.
+    wait_until(Duration::from_secs(10), "a paused record", || {
+        cluster
+            .decisions(&["tick"])
+            .iter()
+            .any(|d| d.outcome == "paused")
+    });
+    for id in ["n1", "n2"] {
+        let node = cluster.node_mut(id);
+        node.signal("TERM");
+        assert!(node.wait_exit(Duration::from_secs(20)).success());
+    }
+    let stopped = Utc::now();
+    // Three occurrences pass with no node up.
+    wait_until(Duration::from_secs(10), "occurrences pass", || {
+        Utc::now() > stopped + chrono::TimeDelta::milliseconds(3500)
+    });
+    cluster.start_node("n1", &[]);
+    cluster.start_node("n2", &[]);
+    let restarted = Utc::now();
+    wait_until(
+        Duration::from_secs(20),
+        "decisions after the restart",
+        || {
+            cluster.decisions(&["tick"]).iter().any(|d| {
+                d.outcome == "paused"
+                    && DateTime::parse_from_rfc3339(&d.occurrence)
+                        .is_ok_and(|at| at > restarted + chrono::TimeDelta::seconds(1))
+            })
+        },
+    );
+    let decisions = cluster.decisions(&["tick"]);
+    let window = Window::new(
+        "tick",
+        "* * * * * *",
+        stopped - chrono::TimeDelta::seconds(1),
+        restarted,
+    );
+    let report = history_exactly_once(&decisions, &[window]);
+    assert!(report.is_exact(), "{report:?}\n{decisions:?}");
+    let while_down: Vec<&Decision> = decisions
+        .iter()
+        .filter(|d| {
+            DateTime::parse_from_rfc3339(&d.occurrence)
+                .is_ok_and(|at| at > stopped && at < restarted)
+        })
+        .collect();
+    assert!(while_down.len() >= 3, "{decisions:?}");
+    assert!(
+        while_down.iter().all(|d| d.outcome == "paused"),
+        "{while_down:?}"
+    );
+    assert!(
+        alerts.lines("alerts").is_empty(),
+        "no alert for a paused job: {:?}",
+        alerts.lines("alerts")
+    );
+    let entries = history(&cluster.redis, "tick");
+    assert!(
+        entries.iter().all(
+            |entry| entry.get("outcome").map(String::as_str) != Some("paused")
+                || entry
+                    .get("error")
+                    .is_some_and(|error| error.contains("upgrade"))
+        ),
+        "each paused entry says who paused it and why: {entries:?}"
+    );
+}

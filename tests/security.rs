@@ -937,7 +937,11 @@ fn the_readme_acl_user_can_record_abandoned_runs_gaps_and_late_releases() {
             .record_gap(
                 "job",
                 "gap:test",
-                &[("occ-500".to_string(), "test".to_string())],
+                &[solocron::lock::GapEntry {
+                    occurrence: "occ-500".to_string(),
+                    outcome: "missed",
+                    error: "test".to_string(),
+                }],
             )
             .await
             .expect("gap");

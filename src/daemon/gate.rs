@@ -67,7 +67,7 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
 }
 
 /// The history's error text of a paused occurrence.
-fn why(mark: &Mark, all: bool) -> String {
+pub(super) fn why(mark: &Mark, all: bool) -> String {
     let scope = if all { " (pause --all)" } else { "" };
     format!("job paused{scope} {}", mark.describe())
 }

@@ -28,7 +28,7 @@ use super::notifications::{self, Subject};
 use super::timetable::rfc3339;
 use crate::config::Job;
 use crate::history::Entry;
-use crate::lock::{AbandonCheck, Abandoned, Lease, LockError, Locker, Missed};
+use crate::lock::{AbandonCheck, Abandoned, GapEntry, Lease, LockError, Locker, Missed};
 
 /// First and longest pause between retries while Redis fails.
 const RETRY_FIRST: Duration = Duration::from_millis(50);
@@ -229,25 +229,63 @@ pub fn spawn_record_missed(
     });
 }
 
+/// Why an occurrence of a gap was not run, for its history entry.
+const NOBODY_CLAIMED: &str =
+    "no node claimed it: redis was unreachable or every node was down or drained";
+
+/// The occurrences of one outcome beyond the listed ones of a gap.
+struct Unlisted {
+    outcome: &'static str,
+    first: DateTime<Utc>,
+    last: DateTime<Utc>,
+    count: usize,
+    /// The reason of the first of them.
+    error: String,
+}
+
 /// The occurrences of `job` after `previous_ms` and before `at`, as history
-/// entries (name, reason): the first [`GAP_LISTED`] one by one, the rest in
-/// one entry. Empty when there is no gap (one schedule step, the usual case).
-pub fn gap_entries(job: &Job, previous_ms: i64, at: DateTime<Utc>) -> Vec<(String, String)> {
+/// entries: `paused` where `paused_by` names the pause in effect that
+/// covers it (the error text), else `missed`; the first [`GAP_LISTED`] one
+/// by one, the rest summed up in one entry per outcome. Empty when there is
+/// no gap (one schedule step, the usual case).
+pub fn gap_entries(
+    job: &Job,
+    previous_ms: i64,
+    at: DateTime<Utc>,
+    paused_by: impl Fn(i64) -> Option<String>,
+) -> Vec<GapEntry> {
     let Some(previous) = DateTime::from_timestamp_millis(previous_ms) else {
         return Vec::new();
     };
-    let reason = "no node claimed it: redis was unreachable or every node was down or drained";
     let mut entries = Vec::new();
-    let mut cursor = job.schedule.next_after(previous);
+    let mut unlisted: Vec<Unlisted> = Vec::new();
     let mut counted = 0usize;
-    let mut first_unlisted = None;
-    let mut last_unlisted = None;
+    let mut cursor = job.schedule.next_after(previous);
     while let Some(occurrence) = cursor.filter(|occurrence| *occurrence < at) {
+        let (outcome, error) = match paused_by(occurrence.timestamp_millis()) {
+            Some(why) => ("paused", why),
+            None => ("missed", NOBODY_CLAIMED.to_string()),
+        };
         if entries.len() < GAP_LISTED {
-            entries.push((rfc3339(occurrence), reason.to_string()));
+            entries.push(GapEntry {
+                occurrence: rfc3339(occurrence),
+                outcome,
+                error,
+            });
         } else {
-            first_unlisted.get_or_insert(occurrence);
-            last_unlisted = Some(occurrence);
+            match unlisted.iter_mut().find(|kind| kind.outcome == outcome) {
+                Some(kind) => {
+                    kind.last = occurrence;
+                    kind.count += 1;
+                }
+                None => unlisted.push(Unlisted {
+                    outcome,
+                    first: occurrence,
+                    last: occurrence,
+                    count: 1,
+                    error,
+                }),
+            }
             counted += 1;
             if counted >= GAP_COUNTED {
                 break;
@@ -255,27 +293,38 @@ pub fn gap_entries(job: &Job, previous_ms: i64, at: DateTime<Utc>) -> Vec<(Strin
         }
         cursor = job.schedule.next_after(occurrence);
     }
-    if let (Some(first), Some(last)) = (first_unlisted, last_unlisted) {
+    for Unlisted {
+        outcome,
+        first,
+        last,
+        count,
+        error,
+    } in unlisted
+    {
         let more = if counted >= GAP_COUNTED {
-            format!("at least {counted}")
+            format!("at least {count}")
         } else {
-            counted.to_string()
+            count.to_string()
         };
-        entries.push((
-            rfc3339(first),
-            format!(
-                "{more} occurrences from {} to {} were missed too ({reason}); \
+        entries.push(GapEntry {
+            occurrence: rfc3339(first),
+            outcome,
+            error: format!(
+                "{more} occurrences from {} to {} were {outcome} too ({error}); \
                  not listed one by one: at most {GAP_LISTED} per gap",
                 rfc3339(first),
                 rfc3339(last)
             ),
-        ));
+        });
     }
     entries
 }
 
 /// Records the occurrences of `job` nobody decided between `previous_ms`
-/// (decided before `at`) and `at`, retrying while Redis is away.
+/// (decided before `at`) and `at`, retrying while Redis is away: `paused`
+/// those that a pause still in effect covers (it began at or before them:
+/// the fleet was stopped or drained while the job was paused), `missed`
+/// the others, which are notified ([`notifications`]).
 pub async fn record_gap_before(
     shared: &Shared,
     job: &Arc<Job>,
@@ -285,7 +334,13 @@ pub async fn record_gap_before(
     let Some(previous_ms) = previous_ms else {
         return;
     };
-    let entries = gap_entries(job, previous_ms, at);
+    let entries = gap_entries(job, previous_ms, at, |occurrence_ms| {
+        shared
+            .controls
+            .pause_for(&job.name, occurrence_ms)
+            .filter(|(mark, _)| mark.since_ms <= occurrence_ms)
+            .map(|(mark, all)| super::gate::why(&mark, all))
+    });
     if entries.is_empty() {
         return;
     }
@@ -297,13 +352,29 @@ pub async fn record_gap_before(
             Ok(recorded) => {
                 shared.health.answered();
                 if recorded {
-                    crate::metrics::missed_by(&job.name, entries.len() as u64);
-                    warn!(job = %job.name, node = %shared.locker.node(), count = entries.len(),
-                        from = %entries[0].0, until = %rfc3339(at),
-                        "occurrences nobody claimed (redis away or every node down) recorded as missed");
-                    let notices = entries
+                    let missed: Vec<&GapEntry> = entries
+                        .iter()
+                        .filter(|entry| entry.outcome == "missed")
+                        .collect();
+                    if let Some(first) = missed.first() {
+                        crate::metrics::missed_by(&job.name, missed.len() as u64);
+                        warn!(job = %job.name, node = %shared.locker.node(), count = missed.len(),
+                            from = %first.occurrence, until = %rfc3339(at),
+                            "occurrences nobody claimed (redis away or every node down) recorded as missed");
+                    }
+                    let paused = entries.len() - missed.len();
+                    if paused > 0 {
+                        info!(job = %job.name, node = %shared.locker.node(), count = paused, until = %rfc3339(at),
+                            "occurrences nobody decided while the job was paused recorded as paused");
+                    }
+                    let notices = missed
                         .into_iter()
-                        .map(|(name, reason)| (name, notifications::decided("missed", reason)))
+                        .map(|entry| {
+                            (
+                                entry.occurrence.clone(),
+                                notifications::decided("missed", entry.error.clone()),
+                            )
+                        })
                         .collect();
                     notifications::send_each(shared, job, notices);
                 }

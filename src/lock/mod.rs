@@ -124,6 +124,17 @@ impl LockError {
     }
 }
 
+/// One history entry of a gap: an occurrence nobody decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GapEntry {
+    /// The occurrence's name (RFC 3339).
+    pub occurrence: String,
+    /// `missed`, or `paused` when a pause in effect covered it.
+    pub outcome: &'static str,
+    /// The entry's error text: why nobody ran it.
+    pub error: String,
+}
+
 /// The Redis keys of one job; all share the hash tag `{PREFIX:JOB}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobKeys {
@@ -502,15 +513,16 @@ impl Locker {
         }
     }
 
-    /// Records `entries` (occurrence name, reason) of `job` as missed, once
-    /// per `gap_id` (a retry records nothing twice). Only for occurrences a
-    /// [`ClaimReply::previous_ms`] or [`Missed::previous_ms`] showed nobody
-    /// decided. `Ok(false)`: already recorded.
+    /// Records `entries` of `job` (each `missed`, or `paused` when a pause
+    /// covered it), once per `gap_id` (a retry records nothing twice). Only
+    /// for occurrences a [`ClaimReply::previous_ms`] or
+    /// [`Missed::previous_ms`] showed nobody decided. `Ok(false)`: already
+    /// recorded.
     pub async fn record_gap(
         &self,
         job: &str,
         gap_id: &str,
-        entries: &[(String, String)],
+        entries: &[GapEntry],
     ) -> Result<bool, LockError> {
         let keys = self.keys(job);
         match self.single() {

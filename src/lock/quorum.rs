@@ -230,7 +230,7 @@ pub(super) async fn record_gap(
     keys: &JobKeys,
     job: &str,
     gap_id: &str,
-    entries: &[(String, String)],
+    entries: &[super::GapEntry],
 ) -> Result<bool, LockError> {
     let answers = on_all(servers, job, "record missed", |server| {
         server.record_gap(keys, job, gap_id, entries)

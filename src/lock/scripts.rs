@@ -364,8 +364,8 @@ return {'1', prev}
 "#;
 
 /// KEYS: state, history. ARGV: gap id, history max, remember ms, node, then
-/// occurrence/error pairs. Records each occurrence as `missed`, once per gap
-/// id. The caller passes only occurrences older than the last decided one
+/// occurrence/outcome/error triples (`missed`, or `paused` for one a pause
+/// covered). Records each occurrence, once per gap id. The caller passes only occurrences older than the last decided one
 /// and newer than the one decided before it, which no claim or miss record
 /// can decide any more, so nothing else writes them. Reply 1 if recorded.
 pub const GAP: &str = r#"
@@ -373,9 +373,9 @@ if was_recorded(KEYS[1], ARGV[1]) then
   return 0
 end
 local now = now_ms()
-for i = 5, #ARGV, 2 do
+for i = 5, #ARGV, 3 do
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'occurrence', ARGV[i], 'node', ARGV[4],
-    'fence', '0', 'outcome', 'missed', 'started_at', ms_str(now), 'finished_at', ms_str(now), 'error', ARGV[i + 1])
+    'fence', '0', 'outcome', ARGV[i + 1], 'started_at', ms_str(now), 'finished_at', ms_str(now), 'error', ARGV[i + 2])
 end
 remember(KEYS[1], ARGV[1], ARGV[3], now)
 return 1

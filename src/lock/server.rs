@@ -473,7 +473,7 @@ impl Server {
         keys: &super::JobKeys,
         job: &str,
         gap_id: &str,
-        entries: &[(String, String)],
+        entries: &[super::GapEntry],
     ) -> Result<bool, LockError> {
         let mut invocation = self.scripts.gap.prepare_invoke();
         invocation
@@ -483,8 +483,11 @@ impl Server {
             .arg(self.history_max)
             .arg(ttl_ms(RECORD_REMEMBERED))
             .arg(&self.node);
-        for (occurrence, reason) in entries {
-            invocation.arg(occurrence).arg(reason);
+        for entry in entries {
+            invocation
+                .arg(&entry.occurrence)
+                .arg(entry.outcome)
+                .arg(&entry.error);
         }
         let recorded: i64 = invocation
             .invoke_async(&mut self.conn.clone())
