@@ -24,7 +24,7 @@ shutdown_grace = "1s"
 {}
 command = 'echo $$ > {}; exec sleep 60'
 "#,
-        common::caught_up_at_once(),
+        common::caught_up_at_once(&redis, "long"),
         toml_path(&work.path("pid"))
     ));
     let mut node = Node::start(&work, &redis, "n1", &[]);
@@ -61,7 +61,7 @@ shutdown_grace = "20s"
 {}
 command = 'echo $$ > {}; sleep 1'
 "#,
-        common::caught_up_at_once(),
+        common::caught_up_at_once(&redis, "short"),
         toml_path(&work.path("pid"))
     ));
     let mut node = Node::start(&work, &redis, "n1", &[]);
@@ -312,6 +312,16 @@ command = 'echo "$SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE" >> {runs}'
         || chrono::Utc::now().timestamp() % 60 < 55,
     );
     let started = chrono::Utc::now();
+    // The job ran before (its state names a decided occurrence, the one
+    // before): a catch-up is for a job the fleet already had, not a new one.
+    let _: () = redis::cmd("HSET")
+        .arg("{solocron:minutely}:state")
+        .arg("last_occ")
+        .arg((started.timestamp() / 60 * 60 - 60) * 1000)
+        .arg("last_node")
+        .arg("seed")
+        .query(&mut redis.conn())
+        .expect("HSET");
     let _first = Node::start(&work, &redis, "n1", &[]);
     wait_until(Duration::from_secs(10), "the catch-up run", || {
         !work.lines("runs").is_empty()

@@ -220,3 +220,50 @@ fn a_reload_reads_the_env_file_again_so_a_new_secret_needs_no_restart() {
         "the secret's value is never logged"
     );
 }
+
+/// A job renamed in `jobs.toml` (`[jobs.slow]` -> `[jobs.slow2]`) while its
+/// run goes on: the new name has no decision in Redis yet, so the reload
+/// takes no catch-up occurrence of it, and the occurrence the old name is
+/// running is not started a second time beside it. The new name first
+/// runs at its next occurrence. Before, the reload claimed the current
+/// occurrence under the new name ("catch-up") and ran it again, overlapping.
+#[test]
+fn a_job_renamed_during_its_run_does_not_run_that_occurrence_again() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let runs = toml_path(&work.path("runs"));
+    let slow = |name: &str| {
+        format!(
+            "[jobs.{name}]\nschedule = \"*/5 * * * * *\"\nstarting_deadline = \"5s\"\n\
+             command = 'echo \"$SOLOCRON_OCCURRENCE $SOLOCRON_JOB\" >> {runs}; sleep 2'\n"
+        )
+    };
+    work.write_config(&slow("slow"));
+    let node = Node::start(&work, &redis, "n1", &[]);
+    // Renamed while a run of `slow` is going on (it runs 2 s).
+    wait_until(Duration::from_secs(15), "slow runs", || {
+        !work.lines("runs").is_empty()
+    });
+    let first = work.lines("runs")[0].clone();
+    work.write_config(&slow("slow2"));
+    node.signal("HUP");
+    node.wait_for_log(Duration::from_secs(5), "config reloaded");
+    wait_until(Duration::from_secs(15), "slow2 runs", || {
+        work.lines("runs")
+            .iter()
+            .any(|line| line.ends_with(" slow2"))
+    });
+    let lines = work.lines("runs");
+    let occurrence = |line: &str| line.split(' ').next().unwrap_or_default().to_string();
+    let renamed: Vec<String> = lines
+        .iter()
+        .filter(|line| line.ends_with(" slow2"))
+        .map(|line| occurrence(line))
+        .collect();
+    assert!(
+        !renamed.contains(&occurrence(&first)),
+        "the occurrence `slow` ran was run again as `slow2`: {lines:?}"
+    );
+    assert!(node.log().contains("no catch-up run"), "{}", node.log());
+    assert!(history(&redis, "slow2").len() <= renamed.len() + 1);
+}

@@ -2,8 +2,9 @@
 //! could expire in Redis when renewals cannot be confirmed (Redis paused).
 //!
 //! Jobs here are due once an hour at the minute the test starts, with
-//! `starting_deadline = "1h"` ([`common::caught_up_at_once`]): the node
-//! catches that occurrence up as soon as it starts, and no later occurrence
+//! `starting_deadline = "1h"` ([`common::caught_up_at_once`], which also
+//! marks the job as decided before): the node catches that occurrence up
+//! as soon as it starts, and no later occurrence
 //! (skipped while the run holds the lock) comes within the test.
 
 mod common;
@@ -15,7 +16,7 @@ use redis::Commands as _;
 
 const LOCK: &str = "{solocron:long}:lock";
 
-fn config(work: &Workdir, lock_ttl: &str, on_lock_lost: &str, command: &str) {
+fn config(work: &Workdir, redis: &RedisServer, lock_ttl: &str, on_lock_lost: &str, command: &str) {
     work.write_config(&format!(
         r#"
 [jobs.long]
@@ -24,7 +25,7 @@ lock_ttl = "{lock_ttl}"
 on_lock_lost = "{on_lock_lost}"
 command = '{command}'
 "#,
-        schedule = common::caught_up_at_once()
+        schedule = common::caught_up_at_once(redis, "long")
     ));
 }
 
@@ -35,6 +36,7 @@ fn a_run_three_times_longer_than_lock_ttl_keeps_the_lock() {
     let pid_file = toml_path(&work.path("pid"));
     config(
         &work,
+        &redis,
         "1s",
         "kill",
         &format!("echo $$ > {pid_file}; sleep 3.5"),
@@ -72,6 +74,7 @@ fn redis_paused_longer_than_lock_ttl_kills_the_run_before_the_lock_expires() {
     let pid_file = toml_path(&work.path("pid"));
     config(
         &work,
+        &redis,
         "2s",
         "kill",
         &format!("echo $$ > {pid_file}; exec sleep 30"),
@@ -112,6 +115,7 @@ fn with_on_lock_lost_continue_the_run_goes_on_and_the_loss_is_logged() {
     let pid_file = toml_path(&work.path("pid"));
     config(
         &work,
+        &redis,
         "1s",
         "continue",
         &format!("echo $$ > {pid_file}; exec sleep 4"),

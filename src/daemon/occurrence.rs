@@ -97,6 +97,9 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
     // in no record at all. An older one gives up at the newer one's time.
     let turn = shared.claim_turn(&job.name);
     let _turn = turn.lock().await;
+    if catch_up && !decided_before(&shared, &job, &name).await {
+        return;
+    }
     if !catch_up {
         match shared
             .preference
@@ -216,6 +219,29 @@ async fn peek_after_first(shared: &Shared, job: &Job, target: &Target, name: &st
             debug!(job = %job.name, occurrence = %name, node = %shared.locker.node(), error = %err,
                 "reading whether the occurrence is decided failed; claiming it");
             Peeked::Undecided
+        }
+    }
+}
+
+/// Whether a catch-up occurrence of `job` may be claimed: only if the job
+/// was ever decided before. A job nobody ever decided is new to the fleet,
+/// or renamed (a new name has no state): its occurrence before this start
+/// or reload was not due for it, and a renamed job whose old name ran that
+/// occurrence (maybe still running) would run it twice, overlapping. Its
+/// first run is its next occurrence, as for a job added between two of
+/// its occurrences. If Redis cannot say, the claim decides (as before).
+async fn decided_before(shared: &Shared, job: &Job, name: &str) -> bool {
+    match shared.locker.ever_decided(&job.name).await {
+        Ok(true) => true,
+        Ok(false) => {
+            info!(job = %job.name, occurrence = %name, node = %shared.locker.node(),
+                "no catch-up run: the job was never decided (a new or renamed job); it first runs at its next occurrence");
+            false
+        }
+        Err(err) => {
+            debug!(job = %job.name, occurrence = %name, node = %shared.locker.node(), error = %err,
+                "reading whether the job was ever decided failed; claiming the catch-up occurrence");
+            true
         }
     }
 }

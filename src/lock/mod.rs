@@ -465,6 +465,44 @@ impl Locker {
         server.peek(&self.keys(job), job, *at_ms).await
     }
 
+    /// Whether any scheduled occurrence of `job` was ever decided (run,
+    /// skipped, paused, missed): its state names a last decided occurrence
+    /// on any member. A job that has none is new to the fleet (or renamed,
+    /// or its Redis lost its data), and a node starting takes no catch-up
+    /// occurrence of it (`daemon::occurrence`). One `HGET` per member.
+    pub async fn ever_decided(&self, job: &str) -> Result<bool, LockError> {
+        let state = self.keys(job).state;
+        let answers = join_all(self.servers.iter().map(|server| {
+            let state = &state;
+            async move {
+                let mut conn = server.conn.clone();
+                let mut read = redis::cmd("HGET");
+                read.arg(state).arg("last_occ");
+                tokio::time::timeout(
+                    quorum::ANSWER_TIMEOUT * 3,
+                    read.query_async::<Option<String>>(&mut conn),
+                )
+                .await
+                .unwrap_or_else(|_| Err(timed_out("HGET")))
+            }
+        }))
+        .await;
+        let (mut first_error, mut answered) = (None, 0);
+        for answer in answers {
+            match answer {
+                Ok(Some(last)) if !last.is_empty() => return Ok(true),
+                Ok(_) => answered += 1,
+                Err(err) => {
+                    first_error.get_or_insert(err);
+                }
+            }
+        }
+        match first_error {
+            Some(err) if answered == 0 => Err(redis_error("read state", job, err)),
+            _ => Ok(false),
+        }
+    }
+
     /// Extends the lease by its TTL. `Ok(false)`: the lock is no longer ours.
     pub async fn extend(&self, lease: &Lease) -> Result<bool, LockError> {
         match self.single() {

@@ -554,10 +554,22 @@ pub type Shared<T> = Arc<std::sync::Mutex<T>>;
 /// a node starting now catches up this minute's occurrence at once and meets
 /// no other for an hour. With `* * * * *` a test of one run's life (a few
 /// seconds) fails whenever it crosses a minute boundary: the next occurrence
-/// is recorded as skipped while the run still holds the lock.
-pub fn caught_up_at_once() -> String {
+/// is recorded as skipped while the run still holds the lock. `job`'s state
+/// on `redis` names the occurrence an hour before as decided: a node takes
+/// a catch-up occurrence only of a job the fleet decided before (a new or
+/// renamed job first runs at its next occurrence).
+pub fn caught_up_at_once(redis: &RedisServer, job: &str) -> String {
     use chrono::Timelike as _;
-    let minute = chrono::Utc::now().minute();
+    let now = chrono::Utc::now();
+    let minute = now.minute();
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{{solocron:{job}}}:state"))
+        .arg("last_occ")
+        .arg((now.timestamp() / 60 * 60 - 3600) * 1000)
+        .arg("last_node")
+        .arg("seed")
+        .query(&mut redis.conn())
+        .expect("HSET");
     format!("schedule = \"{minute} * * * *\"\ntimezone = \"UTC\"\nstarting_deadline = \"1h\"")
 }
 
