@@ -6,17 +6,30 @@
 //! `@hourly @daily @weekly @monthly @yearly` (`@annually`, `@midnight` too);
 //! a 7th (year) field is refused.
 //!
-//! croner 4.0.3 does the calendar walk. It implements the Open Cron Pattern
-//! Specification DST rules, which we rely on and test on real tzdata dates:
-//! a *fixed-time* pattern (second, minute and hour each one plain value, like
-//! `30 2 * * *`) whose wall time falls into a spring-forward gap runs once at
-//! the first instant after the gap, and in a fall-back repeated hour runs once,
-//! in the first pass. Every other pattern (a wildcard, step, range or list in
-//! the second, minute or hour field, like `*/15 * * * *`) follows real
-//! elapsed time: nothing is invented in the gap, and the repeated hour fires
-//! in both passes. Day of month and day of week follow Vixie cron: when both
-//! are restricted a day matches if *either* does (croner's default,
-//! `dom_and_dow = false`).
+//! croner 4.0.3 does the calendar walk. Time zones follow Vixie cron's DST
+//! rule (a step counts as a wildcard), tested on real tzdata dates. A
+//! pattern is *fixed-time* when its second, minute and hour fields hold
+//! only values, lists and ranges (`30 2 * * *`, `0 2,14 * * *`,
+//! `30 1-3 * * *`, `0 0,30 2 * * *`, `@daily`): every wall time it
+//! schedules that falls into a spring-forward gap runs at the first instant
+//! after the gap (all those of one gap, and the wall time just after it if
+//! scheduled too, make one run), and a wall time in a fall-back repeated
+//! range runs once, in the first pass. A wildcard or a step in any of those
+//! three fields (`*`, `*/15`, `0-30/10`; `@hourly` is `0 * * * *`) makes an
+//! *interval* pattern, which follows real elapsed time: nothing runs for
+//! the gap's wall times, and the repeated range runs in both passes
+//! (`*/30 2 * * *` runs at 02:00 and 02:30 twice on Berlin's fall-back
+//! night, and not at all on its spring-forward night).
+//!
+//! croner reads only one value in each of the three fields as fixed-time
+//! (also one value stepped by 1, `2-2/1`, which therefore stays fixed-time)
+//! and places those occurrences itself; lists and ranges it reads as
+//! interval patterns. For those ([`Form`]) croner walks the wall clock
+//! alone, where nothing is missing or repeated, and we place each wall time
+//! it finds ([`next_fixed`], [`previous_fixed`]), at the cost of croner's
+//! own walk in the zone. Day of month and day of week follow Vixie cron:
+//! when both are restricted a day matches if *either* does (croner's
+//! default, `dom_and_dow = false`).
 //!
 //! croner's parsed form keeps a byte per year up to 5000 (about 7 KB per
 //! expression): 10,000 jobs with as many distinct expressions held 70 MB.
@@ -48,10 +61,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Duration;
 
-use chrono::{DateTime, SubsecRound, TimeDelta, Utc};
+use chrono::{DateTime, LocalResult, NaiveDateTime, SubsecRound, TimeDelta, TimeZone, Utc};
 use chrono_tz::Tz;
-use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
+use croner::{Cron, JobType};
 
 /// Why an expression was refused. Messages are lowercase and name the
 /// expression, so the config loader can prefix file, line and key.
@@ -76,21 +89,233 @@ pub struct Schedule {
     hint: Option<Hint>,
 }
 
-/// The first occurrence after `start` (whole seconds) of `cron` read in `tz`.
-fn next_in(cron: &Cron, tz: Tz, start: DateTime<Utc>) -> Option<DateTime<Utc>> {
-    cron.find_next_occurrence(&start.with_timezone(&tz), false)
+/// A parsed pattern: croner's form, and whether we place its occurrences
+/// ourselves ([`next_fixed`], [`previous_fixed`]).
+struct Form {
+    cron: Cron,
+    /// Fixed-time by our rule (no `*` and no step in the second, minute or
+    /// hour field) but not by croner's (one value in each): a list or a
+    /// range, like `0 2,14 * * *`. croner would read it as an interval
+    /// pattern, so it only walks its wall clock ([`wall_after`]) and we
+    /// place each wall time found on the time line ([`fixed_instant`]).
+    fixed_by_us: bool,
+}
+
+impl Form {
+    fn new(cron: Cron) -> Form {
+        let fixed_by_us =
+            is_fixed_time(cron.pattern.as_str()) && cron.determine_job_type() != JobType::FixedTime;
+        Form { cron, fixed_by_us }
+    }
+}
+
+/// Whether `pattern` (croner's 7-field text) is fixed-time: its second,
+/// minute and hour fields have no wildcard (`*`, `*/n`; `?`, which croner
+/// refuses there) and no step (`a-b/n`), only values, lists and ranges.
+fn is_fixed_time(pattern: &str) -> bool {
+    pattern
+        .split_whitespace()
+        .take(3)
+        .all(|field| !field.contains(['*', '?', '/']))
+}
+
+/// The first occurrence after `start` (whole seconds) of `form` read in `tz`.
+fn next_in(form: &Form, tz: Tz, start: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    if form.fixed_by_us
+        && let Ok(found) = next_fixed(&form.cron, tz, start)
+    {
+        return found;
+    }
+    form.cron
+        .find_next_occurrence(&start.with_timezone(&tz), false)
         .ok()
         .map(|at| at.with_timezone(&Utc))
 }
 
-/// The [`Hint`] of `cron` in `tz` at `now` (whole seconds): the next
+/// The last occurrence of `form` read in `tz` before `before` (whole
+/// seconds), or at it if `inclusive`.
+fn previous_in(
+    form: &Form,
+    tz: Tz,
+    before: DateTime<Utc>,
+    inclusive: bool,
+) -> Option<DateTime<Utc>> {
+    if form.fixed_by_us
+        && let Ok(found) = previous_fixed(&form.cron, tz, before, inclusive)
+    {
+        return found;
+    }
+    form.cron
+        .find_previous_occurrence(&before.with_timezone(&tz), inclusive)
+        .ok()
+        .map(|at| at.with_timezone(&Utc))
+}
+
+/// A zone whose transitions are not what tzdata has ever had (a gap of
+/// more than a day, a repeated range that does not end): the search falls
+/// back to croner's reading of the pattern.
+struct Irregular;
+
+/// [`next_in`] for a pattern that is fixed-time by our rule only: the
+/// first wall time the pattern schedules after `start`'s, placed by the
+/// fixed-time rule ([`fixed_instant`]). So placed, a later wall time never
+/// comes at an earlier instant (a gap's wall times all come at its end, a
+/// repeated range's at its first pass), so the first wall time placed
+/// after `start` is the answer: in the common case one search of the wall
+/// clock and two offset lookups, as cheap as croner's own walk in `tz`.
+fn next_fixed(
+    cron: &Cron,
+    tz: Tz,
+    start: DateTime<Utc>,
+) -> Result<Option<DateTime<Utc>>, Irregular> {
+    let wall = start.with_timezone(&tz).naive_local();
+    let Some(first) = wall_after(cron, wall, false) else {
+        return Ok(None);
+    };
+    let at = fixed_instant(tz, first)?;
+    if at > start {
+        return Ok(Some(at));
+    }
+    // `start` is in the second pass of a repeated range, and so is `first`:
+    // its run, in the first pass, is behind. The next run is the first
+    // wall time the pattern schedules from the end of the range on.
+    let end = repeated_range_end(tz, first)?;
+    let Some(next) = wall_after(cron, end, true) else {
+        return Ok(None);
+    };
+    match fixed_instant(tz, next)? {
+        at if at > start => Ok(Some(at)),
+        _ => Err(Irregular),
+    }
+}
+
+/// [`previous_in`] for a pattern that is fixed-time by our rule only: the
+/// last wall time the pattern schedules whose placed instant
+/// ([`fixed_instant`]) is before `before` (or at it if `inclusive`).
+fn previous_fixed(
+    cron: &Cron,
+    tz: Tz,
+    before: DateTime<Utc>,
+    inclusive: bool,
+) -> Result<Option<DateTime<Utc>>, Irregular> {
+    let bound = if inclusive {
+        before
+            .checked_add_signed(TimeDelta::seconds(1))
+            .ok_or(Irregular)?
+    } else {
+        before
+    };
+    let wall = bound.with_timezone(&tz).naive_local();
+    // From the second pass of a repeated range, every wall time of the range
+    // is behind (its run was in the first pass): search from its end.
+    let mut from = match tz.from_local_datetime(&wall) {
+        LocalResult::Ambiguous(_, later) if later == bound => repeated_range_end(tz, wall)?,
+        _ => wall,
+    };
+    // Twice at most: once more when `bound` ends a gap the pattern
+    // schedules a wall time in (that run is at `bound`, not before it).
+    for _ in 0..2 {
+        let Some(last) = wall_before(cron, from) else {
+            return Ok(None);
+        };
+        let at = fixed_instant(tz, last)?;
+        if at < bound {
+            return Ok(Some(at));
+        }
+        // The gap starts at the wall time just after the last second before it.
+        let last_before_gap = at
+            .checked_sub_signed(TimeDelta::seconds(1))
+            .ok_or(Irregular)?;
+        from = last_before_gap
+            .with_timezone(&tz)
+            .naive_local()
+            .checked_add_signed(TimeDelta::seconds(1))
+            .ok_or(Irregular)?;
+    }
+    Err(Irregular)
+}
+
+/// The first wall time after `wall` (or at it, if `inclusive`) that `cron`
+/// schedules: croner's walk on the wall clock alone, where no time is
+/// missing or repeated. `None` if there is none up to the end of [`YEARS`].
+fn wall_after(cron: &Cron, wall: NaiveDateTime, inclusive: bool) -> Option<NaiveDateTime> {
+    cron.find_next_occurrence(&wall, inclusive).ok()
+}
+
+/// The last wall time before `wall` that `cron` schedules.
+fn wall_before(cron: &Cron, wall: NaiveDateTime) -> Option<NaiveDateTime> {
+    cron.find_previous_occurrence(&wall, false).ok()
+}
+
+/// Where a fixed-time pattern runs for the wall time `wall` in `tz`: at
+/// its instant; at the first of its two instants in a repeated range; at
+/// the first instant after the gap if the clock skips it.
+fn fixed_instant(tz: Tz, wall: NaiveDateTime) -> Result<DateTime<Utc>, Irregular> {
+    let resolve = |wall: NaiveDateTime| {
+        tz.from_local_datetime(&wall)
+            .earliest()
+            .map(|at| at.with_timezone(&Utc))
+    };
+    if let Some(at) = resolve(wall) {
+        return Ok(at);
+    }
+    // Gaps last two hours at most (Antarctica/Troll), but once a whole day
+    // (Pacific/Apia, 30 December 2011).
+    let after = wall
+        .checked_add_signed(TimeDelta::days(1))
+        .ok_or(Irregular)?;
+    first_wall(wall, after, resolve).ok_or(Irregular)
+}
+
+/// The first wall time after the repeated range `wall` is in: the range
+/// repeats as long as its two instants are apart.
+fn repeated_range_end(tz: Tz, wall: NaiveDateTime) -> Result<NaiveDateTime, Irregular> {
+    let LocalResult::Ambiguous(earlier, later) = tz.from_local_datetime(&wall) else {
+        return Err(Irregular);
+    };
+    let after = wall.checked_add_signed(later - earlier).ok_or(Irregular)?;
+    first_wall(wall, after, |wall| {
+        match tz.offset_from_local_datetime(&wall) {
+            LocalResult::Ambiguous(..) => None,
+            _ => Some(wall),
+        }
+    })
+    .ok_or(Irregular)
+}
+
+/// What `found` answers for the first wall time in `(after, until]` it
+/// answers for, found by halving to the second: it must answer nothing
+/// from `after` up to some wall time and something from there to `until`
+/// (the end of a gap, or of a repeated range). `None` if it answers
+/// nothing at `until`.
+fn first_wall<T>(
+    after: NaiveDateTime,
+    until: NaiveDateTime,
+    found: impl Fn(NaiveDateTime) -> Option<T>,
+) -> Option<T> {
+    let mut answer = found(until)?;
+    let (mut low, mut high) = (after, until);
+    loop {
+        let half = (high - low).num_seconds() / 2;
+        if half == 0 {
+            return Some(answer);
+        }
+        let middle = low.checked_add_signed(TimeDelta::seconds(half))?;
+        match found(middle) {
+            Some(at) => (high, answer) = (middle, at),
+            None => low = middle,
+        }
+    }
+}
+
+/// The [`Hint`] of `form` in `tz` at `now` (whole seconds): the next
 /// occurrence, reaching [`HINT_LOOKBACK`] back when none fell in that time.
-fn hint_at(cron: &Cron, tz: Tz, now: DateTime<Utc>) -> Option<Hint> {
+fn hint_at(form: &Form, tz: Tz, now: DateTime<Utc>) -> Option<Hint> {
     let early = now - HINT_LOOKBACK;
-    if let Some(next) = next_in(cron, tz, early).filter(|next| *next > now) {
+    if let Some(next) = next_in(form, tz, early).filter(|next| *next > now) {
         return Some(Hint { after: early, next });
     }
-    next_in(cron, tz, now).map(|next| Hint { after: now, next })
+    next_in(form, tz, now).map(|next| Hint { after: now, next })
 }
 
 /// What the loader's threads found ([`parse_in_parallel`]) while a
@@ -154,8 +379,8 @@ impl Schedule {
         schedule.hint = match warm_verdict(pattern, tz, Utc::now().trunc_subsecs(0)) {
             Some(verdict) => verdict,
             None => {
-                let cron = parsed(pattern).map_err(|Invalid(reason)| invalid(reason))?;
-                schedule.hint_now(&cron)
+                let form = parsed(pattern).map_err(|Invalid(reason)| invalid(reason))?;
+                schedule.hint_now(&form)
             }
         };
         if schedule.hint.is_none() {
@@ -180,8 +405,8 @@ impl Schedule {
         };
         if let Some(verdict) = warm_verdict(schedule.pattern(), tz, Utc::now().trunc_subsecs(0)) {
             schedule.hint = verdict;
-        } else if let Ok(cron) = parsed(schedule.pattern()) {
-            schedule.hint = schedule.hint_now(&cron);
+        } else if let Ok(form) = parsed(schedule.pattern()) {
+            schedule.hint = schedule.hint_now(&form);
         }
         schedule
     }
@@ -217,8 +442,8 @@ impl Schedule {
         }
         // The pattern was valid when the schedule was made; parsing it
         // again cannot fail (and if it did, there is no occurrence).
-        let cron = parsed(self.pattern()).ok()?;
-        self.next_with(&cron, start)
+        let form = parsed(self.pattern()).ok()?;
+        self.next_with(&form, start)
     }
 
     /// The first `count` occurrences strictly after `after` (fewer when
@@ -232,11 +457,11 @@ impl Schedule {
         if count < 2 {
             return found;
         }
-        let Ok(cron) = parsed(self.pattern()) else {
+        let Ok(form) = parsed(self.pattern()) else {
             return found;
         };
         while found.len() < count {
-            match found.last().and_then(|last| self.next_with(&cron, *last)) {
+            match found.last().and_then(|last| self.next_with(&form, *last)) {
                 Some(next) => found.push(next),
                 None => break,
             }
@@ -244,8 +469,8 @@ impl Schedule {
         found
     }
 
-    fn next_with(&self, cron: &Cron, start: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        next_in(cron, self.tz, start)
+    fn next_with(&self, form: &Form, start: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        next_in(form, self.tz, start)
     }
 
     /// The next occurrence from now, while the parsed form is at hand;
@@ -253,8 +478,8 @@ impl Schedule {
     /// too, so that a daemon looking for occurrences it missed at start
     /// (`starting_deadline`, one minute by default) does not parse the
     /// pattern again for a job that rarely fires.
-    fn hint_now(&self, cron: &Cron) -> Option<Hint> {
-        hint_at(cron, self.tz, Utc::now().trunc_subsecs(0))
+    fn hint_now(&self, form: &Form) -> Option<Hint> {
+        hint_at(form, self.tz, Utc::now().trunc_subsecs(0))
     }
 
     /// The last occurrence strictly before `before`, `None` if there is
@@ -263,12 +488,8 @@ impl Schedule {
         // An occurrence on the truncated second is before `before` itself
         // when `before` has a fraction of a second.
         let inclusive = before.timestamp_subsec_nanos() > 0;
-        let start = before.trunc_subsecs(0).with_timezone(&self.tz);
-        parsed(self.pattern())
-            .ok()?
-            .find_previous_occurrence(&start, inclusive)
-            .ok()
-            .map(|at| at.with_timezone(&Utc))
+        let form = parsed(self.pattern()).ok()?;
+        previous_in(&form, self.tz, before.trunc_subsecs(0), inclusive)
     }
 
     /// The longest interval between two consecutive occurrences from the
@@ -288,8 +509,8 @@ impl Schedule {
             .and_then(|horizon| from.checked_add_signed(horizon))
             .unwrap_or(DateTime::<Utc>::MAX_UTC);
         // Parsed once for the whole walk, not looked up at every step.
-        let cron = parsed(self.pattern()).ok()?;
-        let next_after = |after: DateTime<Utc>| self.next_with(&cron, after.trunc_subsecs(0));
+        let form = parsed(self.pattern()).ok()?;
+        let next_after = |after: DateTime<Utc>| self.next_with(&form, after.trunc_subsecs(0));
         let mut at = next_after(from)?;
         let mut longest = TimeDelta::zero();
         let mut intervals = 0u32;
@@ -355,12 +576,12 @@ impl fmt::Debug for Schedule {
 struct Invalid(String);
 
 /// Parsed patterns by text, shared while anything holds them.
-static PARSED: LazyLock<Mutex<HashMap<String, Weak<Cron>>>> = LazyLock::new(Mutex::default);
+static PARSED: LazyLock<Mutex<HashMap<String, Weak<Form>>>> = LazyLock::new(Mutex::default);
 
 /// How many recently used parsed forms are held besides (about 7 KB each).
 const RECENT_MAX: usize = 256;
 /// The [`RECENT_MAX`] most recently parsed or used forms, newest last.
-static RECENT: LazyLock<Mutex<VecDeque<Arc<Cron>>>> = LazyLock::new(Mutex::default);
+static RECENT: LazyLock<Mutex<VecDeque<Arc<Form>>>> = LazyLock::new(Mutex::default);
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
@@ -369,7 +590,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Keeps `cron` among the recently used forms.
-fn keep_recent(cron: &Arc<Cron>) {
+fn keep_recent(cron: &Arc<Form>) {
     let mut recent = lock(&RECENT);
     if recent.back().is_some_and(|last| Arc::ptr_eq(last, cron)) {
         return;
@@ -386,7 +607,7 @@ fn keep_recent(cron: &Arc<Cron>) {
 /// same pattern. Whether it can ever fire is not checked here but by
 /// [`Schedule::parse`], whose search for the next occurrence tells (a
 /// search of its own here was a fifth of a 10,000-job load, measured).
-fn parsed(pattern: &str) -> Result<Arc<Cron>, Invalid> {
+fn parsed(pattern: &str) -> Result<Arc<Form>, Invalid> {
     if let Some(cron) = lock(&PARSED).get(pattern).and_then(Weak::upgrade) {
         if !loading() {
             keep_recent(&cron);
@@ -422,7 +643,7 @@ fn parsed(pattern: &str) -> Result<Arc<Cron>, Invalid> {
 }
 
 /// croner's parse of `pattern`, outside the cache.
-fn parse_form(pattern: &str) -> Result<Cron, Invalid> {
+fn parse_form(pattern: &str) -> Result<Form, Invalid> {
     #[cfg(test)]
     PARSES_HERE.with(|count| count.set(count.get() + 1));
     CronParser::builder()
@@ -430,6 +651,7 @@ fn parse_form(pattern: &str) -> Result<Cron, Invalid> {
         .year(Year::Required)
         .build()
         .parse(&spelled_out(pattern))
+        .map(Form::new)
         .map_err(|err| Invalid(fields::explain(pattern).unwrap_or_else(|| describe(&err))))
 }
 
@@ -452,7 +674,7 @@ fn loading() -> bool {
 }
 
 /// Forms parsed while a [`Hold`] is alive, held by it.
-static HELD: LazyLock<Mutex<Option<Vec<Arc<Cron>>>>> = LazyLock::new(Mutex::default);
+static HELD: LazyLock<Mutex<Option<Vec<Arc<Form>>>>> = LazyLock::new(Mutex::default);
 
 /// Keeps every form parsed from now on until it is dropped: for a command
 /// that loads a config and then walks every job's schedule (`check` lists
@@ -614,7 +836,7 @@ fn search_each<'a>(
     now: DateTime<Utc>,
 ) -> Vec<(&'a str, Tz, Option<Hint>)> {
     let mut found = Vec::with_capacity(pairs.len());
-    let mut current: Option<(&str, Option<Arc<Cron>>)> = None;
+    let mut current: Option<(&str, Option<Arc<Form>>)> = None;
     for &(expr, tz) in pairs {
         let Ok(pattern) = expand_macro(expr.trim()) else {
             continue;
@@ -633,8 +855,8 @@ fn search_each<'a>(
             };
             current = Some((pattern, form));
         }
-        if let Some((_, Some(cron))) = &current {
-            found.push((pattern, tz, hint_at(cron, tz, now)));
+        if let Some((_, Some(form))) = &current {
+            found.push((pattern, tz, hint_at(form, tz, now)));
         }
     }
     found

@@ -17,9 +17,10 @@
 //!   (checked when they are at most two hours apart).
 //!
 //! DST exceptions (SPEC §4), and nothing else:
-//! - a *fixed-time* pattern (second, minute and hour each one plain value,
-//!   as croner decides it: one value, no `*`, no step) whose wall time falls
-//!   into a spring-forward gap fires once at the first instant after the gap:
+//! - a *fixed-time* pattern (no wildcard and no step in the second, minute
+//!   or hour field: values, lists and ranges, like `30 2 * * *`,
+//!   `0 2,14 * * *` or `30 1-3 * * *`) whose wall time falls into a
+//!   spring-forward gap fires once at the first instant after the gap:
 //!   an occurrence whose local time does not match is accepted only if it is
 //!   exactly the end of a gap and a wall time inside that gap matches;
 //! - a fixed-time pattern runs once in a fall-back repeated hour, the first
@@ -71,9 +72,9 @@ impl Field {
         self.values & (1 << value) != 0
     }
 
-    /// croner's "fixed" field: one value, no wildcard, no step.
+    /// A fixed-time field: values, lists and ranges; no wildcard, no step.
     fn is_fixed(&self) -> bool {
-        self.values.count_ones() == 1 && !self.wildcard && !self.stepped
+        !self.wildcard && !self.stepped
     }
 }
 
@@ -244,11 +245,30 @@ fn expression() -> impl Strategy<Value = Expr> {
 }
 
 /// Fixed-time expressions, mostly daily at the hours where DST moves the
-/// clock, so that they cross gaps and repeated hours.
+/// clock, so that they cross gaps and repeated hours: each of second,
+/// minute and hour one value, or a list or range of two.
 fn fixed_time_expression() -> impl Strategy<Value = Expr> {
     let number = |values: Vec<u32>, lo: u32, hi: u32| {
-        prop_oneof![3 => prop::sample::select(values), 1 => lo..=hi]
-            .prop_map(|n| fixed_field(&n.to_string(), n))
+        let one = prop_oneof![3 => prop::sample::select(values), 1 => lo..=hi];
+        let two = (one.clone(), one.clone(), any::<bool>()).prop_map(|(a, b, range)| {
+            let (a, b) = (a.min(b), a.max(b));
+            let (text, values) = if range {
+                (format!("{a}-{b}"), bits(a..=b))
+            } else {
+                (format!("{a},{b}"), bits([a, b]))
+            };
+            Field {
+                text,
+                values,
+                star: false,
+                wildcard: false,
+                stepped: false,
+            }
+        });
+        prop_oneof![
+            3 => one.prop_map(|n| fixed_field(&n.to_string(), n)),
+            1 => two,
+        ]
     };
     let day = |field: BoxedStrategy<Field>, lo: u32, hi: u32| prop_oneof![4 => Just(star_field(lo, hi)), 1 => field];
     (

@@ -1,13 +1,14 @@
 //! Unit tests for [`super::Schedule`]: exact UTC instants on real tzdata
-//! transition dates (2026), the accepted forms, and the refused ones.
+//! transition dates (2026, 2027), the accepted forms, and the refused ones.
 
 use chrono::{DateTime, NaiveDate, SubsecRound as _, TimeZone, Utc};
 use chrono_tz::Tz;
 
 use std::sync::Arc;
 
-use super::{PARSED, RECENT, RECENT_MAX, Schedule, ScheduleError, lock, parse_in_parallel, parsed};
-use croner::Cron;
+use super::{
+    Form, PARSED, RECENT, RECENT_MAX, Schedule, ScheduleError, lock, parse_in_parallel, parsed,
+};
 use std::sync::Weak;
 
 fn utc_at(text: &str) -> DateTime<Utc> {
@@ -34,9 +35,14 @@ fn next(expr: &str, tz: &str, after: &str, count: usize) -> Vec<String> {
 
 /// Checks the tzdata transition the DST tests below are built on: `gap` is
 /// a local time that does not exist, `repeated` one that exists twice.
-fn assert_transitions(tz: &str, gap: (u32, u32, u32, u32), repeated: (u32, u32, u32, u32)) {
+fn assert_transitions(
+    year: i32,
+    tz: &str,
+    gap: (u32, u32, u32, u32),
+    repeated: (u32, u32, u32, u32),
+) {
     let local = |(m, d, h, min): (u32, u32, u32, u32)| {
-        NaiveDate::from_ymd_opt(2026, m, d)
+        NaiveDate::from_ymd_opt(year, m, d)
             .and_then(|date| date.and_hms_opt(h, min, 0))
             .expect("valid civil time")
     };
@@ -49,10 +55,12 @@ fn assert_transitions(tz: &str, gap: (u32, u32, u32, u32), repeated: (u32, u32, 
 }
 
 #[test]
-fn tzdata_has_the_2026_transitions_these_tests_use() {
-    assert_transitions("America/New_York", (3, 8, 2, 30), (11, 1, 1, 30));
-    assert_transitions("Europe/Berlin", (3, 29, 2, 30), (10, 25, 2, 30));
-    assert_transitions("Australia/Lord_Howe", (10, 4, 2, 15), (4, 5, 1, 45));
+fn tzdata_has_the_2026_and_2027_transitions_these_tests_use() {
+    assert_transitions(2026, "America/New_York", (3, 8, 2, 30), (11, 1, 1, 30));
+    assert_transitions(2026, "Europe/Berlin", (3, 29, 2, 30), (10, 25, 2, 30));
+    assert_transitions(2026, "Australia/Lord_Howe", (10, 4, 2, 15), (4, 5, 1, 45));
+    assert_transitions(2027, "America/New_York", (3, 14, 2, 30), (11, 7, 1, 30));
+    assert_transitions(2027, "Europe/Berlin", (3, 28, 2, 30), (10, 31, 2, 30));
 }
 
 #[test]
@@ -252,6 +260,597 @@ fn lord_howe_half_hour_fall_back() {
         "2026-04-04T15:30:00Z",
     ];
     assert_eq!(quarter, expected);
+}
+
+/// Every occurrence strictly between `from` and `until`, as RFC 3339
+/// strings, found forward with `next_after`. Walking back from `until` with
+/// `previous_before`, and `occurrences_after`, must find the same ones.
+fn between(expr: &str, tz: &str, from: &str, until: &str) -> Vec<String> {
+    let schedule = Schedule::parse(expr, zone(tz)).expect("test expression parses");
+    let (from, until) = (utc_at(from), utc_at(until));
+    let mut forward = Vec::new();
+    let mut at = from;
+    while let Some(next) = schedule.next_after(at).filter(|next| *next < until) {
+        assert!(next > at, "{expr} in {tz}: {next} after {at}");
+        forward.push(next);
+        at = next;
+    }
+    let mut backward = Vec::new();
+    let mut at = until;
+    while let Some(previous) = schedule.previous_before(at).filter(|at| *at > from) {
+        assert!(previous < at, "{expr} in {tz}: {previous} before {at}");
+        backward.push(previous);
+        at = previous;
+    }
+    backward.reverse();
+    assert_eq!(forward, backward, "{expr} in {tz}: forward and backward");
+    let listed = schedule.occurrences_after(from, forward.len());
+    assert_eq!(forward, listed, "{expr} in {tz}: occurrences_after");
+    forward
+        .iter()
+        .map(|at| at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .collect()
+}
+
+/// The fixed-time rule holds for lists and ranges as for one value: a
+/// list with a wall time in the gap runs once at its end, and is not lost.
+#[test]
+fn berlin_2027_spring_forward_runs_lists_and_ranges_once_after_the_gap() {
+    let berlin = "Europe/Berlin";
+    // 28 March 2027, 02:00 CET jumps to 03:00 CEST (01:00Z). From 27 March
+    // 00:00 CET to 30 March 00:00 CEST.
+    let (from, until) = ("2027-03-26T23:00:00Z", "2027-03-29T22:00:00Z");
+    assert_eq!(
+        between("0 2,14 * * *", berlin, from, until),
+        [
+            "2027-03-27T01:00:00Z",
+            "2027-03-27T13:00:00Z",
+            "2027-03-28T01:00:00Z",
+            "2027-03-28T12:00:00Z",
+            "2027-03-29T00:00:00Z",
+            "2027-03-29T12:00:00Z",
+        ]
+    );
+    // 02:00 and 02:30 both fall in the gap: one run at its end.
+    let half_hours = [
+        "2027-03-27T01:00:00Z",
+        "2027-03-27T01:30:00Z",
+        "2027-03-28T01:00:00Z",
+        "2027-03-29T00:00:00Z",
+        "2027-03-29T00:30:00Z",
+    ];
+    assert_eq!(between("0,30 2 * * *", berlin, from, until), half_hours);
+    assert_eq!(between("0 0,30 2 * * *", berlin, from, until), half_hours);
+    // 02:30 runs at 03:00 CEST, then 03:30 CEST as usual.
+    assert_eq!(
+        between("30 1-3 * * *", berlin, from, until),
+        [
+            "2027-03-27T00:30:00Z",
+            "2027-03-27T01:30:00Z",
+            "2027-03-27T02:30:00Z",
+            "2027-03-28T00:30:00Z",
+            "2027-03-28T01:00:00Z",
+            "2027-03-28T01:30:00Z",
+            "2027-03-28T23:30:00Z",
+            "2027-03-29T00:30:00Z",
+            "2027-03-29T01:30:00Z",
+        ]
+    );
+    // 03:00 itself is scheduled too: still one run at 03:00.
+    assert_eq!(
+        between("0 2,3 28 3 *", berlin, from, until),
+        ["2027-03-28T01:00:00Z"]
+    );
+    // One value: croner's own fixed-time reading, unchanged.
+    assert_eq!(
+        between("0 2 * * *", berlin, from, until),
+        [
+            "2027-03-27T01:00:00Z",
+            "2027-03-28T01:00:00Z",
+            "2027-03-29T00:00:00Z"
+        ]
+    );
+    // A step in the minute field: real elapsed time, nothing in the gap.
+    assert_eq!(
+        between("*/30 2 * * *", berlin, from, until),
+        [
+            "2027-03-27T01:00:00Z",
+            "2027-03-27T01:30:00Z",
+            "2027-03-29T00:00:00Z",
+            "2027-03-29T00:30:00Z",
+        ]
+    );
+    // A step in the hour field: 02:00 is lost. Three days hold 36 even
+    // hours; the open window leaves out the first midnight and the gap one.
+    assert_eq!(
+        between(
+            "0 */2 * * *",
+            berlin,
+            "2027-03-27T20:00:00Z",
+            "2027-03-28T05:00:00Z"
+        ),
+        [
+            "2027-03-27T21:00:00Z",
+            "2027-03-27T23:00:00Z",
+            "2027-03-28T02:00:00Z",
+            "2027-03-28T04:00:00Z",
+        ]
+    );
+    assert_eq!(between("0 */2 * * *", berlin, from, until).len(), 34);
+}
+
+#[test]
+fn berlin_2027_fall_back_runs_lists_and_ranges_in_the_first_pass_only() {
+    let berlin = "Europe/Berlin";
+    // 31 October 2027, 03:00 CEST falls back to 02:00 CET (01:00Z): 02:xx
+    // is 00:xxZ, then 01:xxZ. From 30 October 00:00 CEST to 2 November
+    // 00:00 CET.
+    let (from, until) = ("2027-10-29T22:00:00Z", "2027-11-01T23:00:00Z");
+    assert_eq!(
+        between("0 2,14 * * *", berlin, from, until),
+        [
+            "2027-10-30T00:00:00Z",
+            "2027-10-30T12:00:00Z",
+            "2027-10-31T00:00:00Z",
+            "2027-10-31T13:00:00Z",
+            "2027-11-01T01:00:00Z",
+            "2027-11-01T13:00:00Z",
+        ]
+    );
+    let half_hours = [
+        "2027-10-30T00:00:00Z",
+        "2027-10-30T00:30:00Z",
+        "2027-10-31T00:00:00Z",
+        "2027-10-31T00:30:00Z",
+        "2027-11-01T01:00:00Z",
+        "2027-11-01T01:30:00Z",
+    ];
+    assert_eq!(between("0,30 2 * * *", berlin, from, until), half_hours);
+    assert_eq!(between("0 0,30 2 * * *", berlin, from, until), half_hours);
+    assert_eq!(
+        between("30 1-3 * * *", berlin, from, until),
+        [
+            "2027-10-29T23:30:00Z",
+            "2027-10-30T00:30:00Z",
+            "2027-10-30T01:30:00Z",
+            "2027-10-30T23:30:00Z",
+            "2027-10-31T00:30:00Z",
+            "2027-10-31T02:30:00Z",
+            "2027-11-01T00:30:00Z",
+            "2027-11-01T01:30:00Z",
+            "2027-11-01T02:30:00Z",
+        ]
+    );
+    assert_eq!(
+        between("0 2 * * *", berlin, from, until),
+        [
+            "2027-10-30T00:00:00Z",
+            "2027-10-31T00:00:00Z",
+            "2027-11-01T01:00:00Z"
+        ]
+    );
+    // A step: both passes.
+    assert_eq!(
+        between("*/30 2 * * *", berlin, from, until),
+        [
+            "2027-10-30T00:00:00Z",
+            "2027-10-30T00:30:00Z",
+            "2027-10-31T00:00:00Z",
+            "2027-10-31T00:30:00Z",
+            "2027-10-31T01:00:00Z",
+            "2027-10-31T01:30:00Z",
+            "2027-11-01T01:00:00Z",
+            "2027-11-01T01:30:00Z",
+        ]
+    );
+    assert_eq!(
+        between(
+            "0 */2 * * *",
+            berlin,
+            "2027-10-30T19:00:00Z",
+            "2027-10-31T05:00:00Z"
+        ),
+        [
+            "2027-10-30T20:00:00Z",
+            "2027-10-30T22:00:00Z",
+            "2027-10-31T00:00:00Z",
+            "2027-10-31T01:00:00Z",
+            "2027-10-31T03:00:00Z",
+        ]
+    );
+    // 36 even hours, one twice, the first midnight not in the window.
+    assert_eq!(between("0 */2 * * *", berlin, from, until).len(), 36);
+    // Asked from inside the second pass (02:10 CET), the 02:xx runs are
+    // behind: the first pass had them.
+    assert_eq!(
+        next("0,30 2 * * *", berlin, "2027-10-31T01:10:00Z", 1),
+        ["2027-11-01T01:00:00Z"]
+    );
+    let schedule = Schedule::parse("0,30 2 * * *", zone(berlin)).expect("parses");
+    assert_eq!(
+        schedule.previous_before(utc_at("2027-10-31T01:10:00Z")),
+        Some(utc_at("2027-10-31T00:30:00Z"))
+    );
+}
+
+#[test]
+fn new_york_2027_spring_forward_runs_lists_and_ranges_once_after_the_gap() {
+    let ny = "America/New_York";
+    // 14 March 2027, 02:00 EST jumps to 03:00 EDT (07:00Z). From 13 March
+    // 00:00 EST to 16 March 00:00 EDT.
+    let (from, until) = ("2027-03-13T05:00:00Z", "2027-03-16T04:00:00Z");
+    assert_eq!(
+        between("0 2,14 * * *", ny, from, until),
+        [
+            "2027-03-13T07:00:00Z",
+            "2027-03-13T19:00:00Z",
+            "2027-03-14T07:00:00Z",
+            "2027-03-14T18:00:00Z",
+            "2027-03-15T06:00:00Z",
+            "2027-03-15T18:00:00Z",
+        ]
+    );
+    let half_hours = [
+        "2027-03-13T07:00:00Z",
+        "2027-03-13T07:30:00Z",
+        "2027-03-14T07:00:00Z",
+        "2027-03-15T06:00:00Z",
+        "2027-03-15T06:30:00Z",
+    ];
+    assert_eq!(between("0,30 2 * * *", ny, from, until), half_hours);
+    assert_eq!(between("0 0,30 2 * * *", ny, from, until), half_hours);
+    assert_eq!(
+        between("30 1-3 * * *", ny, from, until),
+        [
+            "2027-03-13T06:30:00Z",
+            "2027-03-13T07:30:00Z",
+            "2027-03-13T08:30:00Z",
+            "2027-03-14T06:30:00Z",
+            "2027-03-14T07:00:00Z",
+            "2027-03-14T07:30:00Z",
+            "2027-03-15T05:30:00Z",
+            "2027-03-15T06:30:00Z",
+            "2027-03-15T07:30:00Z",
+        ]
+    );
+    assert_eq!(
+        between("0 2 * * *", ny, from, until),
+        [
+            "2027-03-13T07:00:00Z",
+            "2027-03-14T07:00:00Z",
+            "2027-03-15T06:00:00Z"
+        ]
+    );
+    assert_eq!(
+        between("*/30 2 * * *", ny, from, until),
+        [
+            "2027-03-13T07:00:00Z",
+            "2027-03-13T07:30:00Z",
+            "2027-03-15T06:00:00Z",
+            "2027-03-15T06:30:00Z",
+        ]
+    );
+    assert_eq!(
+        between(
+            "0 */2 * * *",
+            ny,
+            "2027-03-14T02:00:00Z",
+            "2027-03-14T11:00:00Z"
+        ),
+        [
+            "2027-03-14T03:00:00Z",
+            "2027-03-14T05:00:00Z",
+            "2027-03-14T08:00:00Z",
+            "2027-03-14T10:00:00Z",
+        ]
+    );
+    assert_eq!(between("0 */2 * * *", ny, from, until).len(), 34);
+}
+
+#[test]
+fn new_york_2027_fall_back_runs_lists_and_ranges_in_the_first_pass_only() {
+    let ny = "America/New_York";
+    // 7 November 2027, 02:00 EDT falls back to 01:00 EST (06:00Z): 01:xx
+    // is 05:xxZ, then 06:xxZ; 02:xx happens once. From 6 November 00:00
+    // EDT to 9 November 00:00 EST.
+    let (from, until) = ("2027-11-06T04:00:00Z", "2027-11-09T05:00:00Z");
+    assert_eq!(
+        between("0 2,14 * * *", ny, from, until),
+        [
+            "2027-11-06T06:00:00Z",
+            "2027-11-06T18:00:00Z",
+            "2027-11-07T07:00:00Z",
+            "2027-11-07T19:00:00Z",
+            "2027-11-08T07:00:00Z",
+            "2027-11-08T19:00:00Z",
+        ]
+    );
+    assert_eq!(
+        between("0 1,13 * * *", ny, from, until),
+        [
+            "2027-11-06T05:00:00Z",
+            "2027-11-06T17:00:00Z",
+            "2027-11-07T05:00:00Z",
+            "2027-11-07T18:00:00Z",
+            "2027-11-08T06:00:00Z",
+            "2027-11-08T18:00:00Z",
+        ]
+    );
+    assert_eq!(
+        between("0,30 2 * * *", ny, from, until),
+        [
+            "2027-11-06T06:00:00Z",
+            "2027-11-06T06:30:00Z",
+            "2027-11-07T07:00:00Z",
+            "2027-11-07T07:30:00Z",
+            "2027-11-08T07:00:00Z",
+            "2027-11-08T07:30:00Z",
+        ]
+    );
+    let half_hours = [
+        "2027-11-06T05:00:00Z",
+        "2027-11-06T05:30:00Z",
+        "2027-11-07T05:00:00Z",
+        "2027-11-07T05:30:00Z",
+        "2027-11-08T06:00:00Z",
+        "2027-11-08T06:30:00Z",
+    ];
+    assert_eq!(between("0,30 1 * * *", ny, from, until), half_hours);
+    assert_eq!(between("0 0,30 1 * * *", ny, from, until), half_hours);
+    assert_eq!(
+        between("30 1-3 * * *", ny, from, until),
+        [
+            "2027-11-06T05:30:00Z",
+            "2027-11-06T06:30:00Z",
+            "2027-11-06T07:30:00Z",
+            "2027-11-07T05:30:00Z",
+            "2027-11-07T07:30:00Z",
+            "2027-11-07T08:30:00Z",
+            "2027-11-08T06:30:00Z",
+            "2027-11-08T07:30:00Z",
+            "2027-11-08T08:30:00Z",
+        ]
+    );
+    assert_eq!(
+        between("0 2 * * *", ny, from, until),
+        [
+            "2027-11-06T06:00:00Z",
+            "2027-11-07T07:00:00Z",
+            "2027-11-08T07:00:00Z"
+        ]
+    );
+    // Steps: both passes of 01:xx; 02:xx is not repeated.
+    assert_eq!(
+        between("*/30 1 * * *", ny, from, until),
+        [
+            "2027-11-06T05:00:00Z",
+            "2027-11-06T05:30:00Z",
+            "2027-11-07T05:00:00Z",
+            "2027-11-07T05:30:00Z",
+            "2027-11-07T06:00:00Z",
+            "2027-11-07T06:30:00Z",
+            "2027-11-08T06:00:00Z",
+            "2027-11-08T06:30:00Z",
+        ]
+    );
+    assert_eq!(
+        between("*/30 2 * * *", ny, from, until),
+        [
+            "2027-11-06T06:00:00Z",
+            "2027-11-06T06:30:00Z",
+            "2027-11-07T07:00:00Z",
+            "2027-11-07T07:30:00Z",
+            "2027-11-08T07:00:00Z",
+            "2027-11-08T07:30:00Z",
+        ]
+    );
+    assert_eq!(
+        between(
+            "0 */2 * * *",
+            ny,
+            "2027-11-07T01:00:00Z",
+            "2027-11-07T11:00:00Z"
+        ),
+        [
+            "2027-11-07T02:00:00Z",
+            "2027-11-07T04:00:00Z",
+            "2027-11-07T07:00:00Z",
+            "2027-11-07T09:00:00Z",
+        ]
+    );
+}
+
+/// Which patterns we place ourselves: fixed-time by the rule (no `*`, no
+/// step in second, minute or hour) but read by croner as interval ones.
+#[test]
+fn lists_and_ranges_are_fixed_time_and_placed_by_us() {
+    let placed_by_us = |expr: &str| {
+        let pattern = super::expand_macro(expr).expect("valid");
+        super::parse_form(pattern).ok().expect("parses").fixed_by_us
+    };
+    for expr in [
+        "0 2,14 * * *",
+        "0,30 2 * * *",
+        "30 1-3 * * *",
+        "0 0,30 2 * * *",
+        "0-4 2 * * *",
+        "1-3,5 1,7-9 1-2,14 * * 1-5",
+    ] {
+        assert!(placed_by_us(expr), "{expr}");
+    }
+    // croner's own fixed-time patterns (one value in each field, however
+    // written), and interval ones (a wildcard or a step).
+    for expr in [
+        "0 2 * * *",
+        "@daily",
+        "@weekly",
+        "2-2 2 * * *",
+        "2-2/1 2 * * *",
+        "@hourly",
+        "*/30 2 * * *",
+        "0 */2 * * *",
+        "0 0-10/5 2 * * *",
+        "0 2 * * * *",
+        "0,30 2-4/2 * * *",
+    ] {
+        assert!(!placed_by_us(expr), "{expr}");
+    }
+}
+
+/// The offset changes of `tz` in `year`: the first instant of each offset.
+fn transitions(tz: Tz, year: i32) -> Vec<DateTime<Utc>> {
+    use chrono::Offset as _;
+    let offset = |at: DateTime<Utc>| tz.offset_from_utc_datetime(&at.naive_utc()).fix();
+    let mut found = Vec::new();
+    let mut at = Utc
+        .with_ymd_and_hms(year, 1, 1, 0, 0, 0)
+        .single()
+        .expect("valid");
+    let end = Utc
+        .with_ymd_and_hms(year + 1, 1, 1, 0, 0, 0)
+        .single()
+        .expect("valid");
+    let step = chrono::TimeDelta::hours(6);
+    while at < end {
+        if offset(at) != offset(at + step) {
+            let (mut before, mut after) = (at, at + step);
+            while after - before > chrono::TimeDelta::seconds(1) {
+                let middle =
+                    before + chrono::TimeDelta::seconds((after - before).num_seconds() / 2);
+                if offset(middle) == offset(before) {
+                    before = middle;
+                } else {
+                    after = middle;
+                }
+            }
+            found.push(after);
+        }
+        at += step;
+    }
+    found
+}
+
+/// Where the fixed-time rule (module doc) runs `expr` in `tz`, by brute
+/// force: every wall time from a week before `from` to a week after
+/// `until` that the pattern schedules, at its instant, at the first of its
+/// two instants, or at the first instant after the gap it falls in (found
+/// second by second).
+fn fixed_time_model(
+    expr: &str,
+    tz: Tz,
+    from: DateTime<Utc>,
+    until: DateTime<Utc>,
+) -> std::collections::BTreeSet<DateTime<Utc>> {
+    let form = super::parse_form(expr).ok().expect("parses");
+    let seconds = form.cron.pattern.seconds.values();
+    let week = chrono::TimeDelta::days(8);
+    let mut minute = (from - week).with_timezone(&tz).naive_local();
+    minute -= chrono::TimeDelta::seconds(i64::from(chrono::Timelike::second(&minute)));
+    let last = (until + week).with_timezone(&tz).naive_local();
+    let mut runs = std::collections::BTreeSet::new();
+    while minute < last {
+        for second in &seconds {
+            let wall = minute + chrono::TimeDelta::seconds(i64::from(*second));
+            if !form.cron.is_time_matching(&wall).expect("matches") {
+                continue;
+            }
+            let mut after_gap = wall;
+            let at = loop {
+                if let Some(at) = tz.from_local_datetime(&after_gap).earliest() {
+                    break at.with_timezone(&Utc);
+                }
+                after_gap += chrono::TimeDelta::seconds(1);
+            };
+            runs.insert(at);
+        }
+        minute += chrono::TimeDelta::minutes(1);
+    }
+    runs
+}
+
+/// Lists and ranges in the second, minute and hour fields, around every
+/// transition of zones with an hour, a half hour, two hours or a midnight
+/// gap in 2027, and Samoa's skipped day (30 December 2011):
+/// the occurrences strictly increase (none twice) and are exactly those of
+/// the brute-force model; from any instant in between, `next_after` and
+/// `previous_before` answer the model's next and previous run.
+#[test]
+fn fixed_time_lists_and_ranges_follow_the_rule_around_every_transition() {
+    let patterns = [
+        "0 2,14 * * *",
+        "0,30 2 * * *",
+        "30 1-3 * * *",
+        "0 0,30 2 * * *",
+        "15,45 0-3 * * *",
+        "0-4 2 * * *",
+        "10,20 30,45 1-2,3 * * *",
+        "0 2,3 * * 0",
+        "30 23,0 * * *",
+        "0,30 0 * * *",
+        "45 1,2 * * *",
+    ];
+    let zones = [
+        ("Europe/Berlin", 2027, 2),
+        ("America/New_York", 2027, 2),
+        ("Australia/Lord_Howe", 2027, 2),
+        ("America/Santiago", 2027, 2),
+        ("Pacific/Chatham", 2027, 2),
+        ("Antarctica/Troll", 2027, 2),
+        ("Pacific/Apia", 2011, 3),
+    ];
+    let hours = |n: i64| chrono::TimeDelta::hours(n);
+    for (name, year, count) in zones {
+        let tz = zone(name);
+        let changes = transitions(tz, year);
+        assert_eq!(changes.len(), count, "{name}: transitions in {year}");
+        for change in changes {
+            let (from, until) = (change - hours(30), change + hours(30));
+            for expr in patterns {
+                let model = fixed_time_model(expr, tz, from, until);
+                let schedule = Schedule::parse(expr, tz).expect("parses");
+                let mut found = Vec::new();
+                let mut at = from;
+                while let Some(next) = schedule.next_after(at).filter(|next| *next < until) {
+                    assert!(next > at, "{expr} in {name}: {next} after {at}");
+                    found.push(next);
+                    at = next;
+                }
+                let start = from + chrono::TimeDelta::seconds(1);
+                let expected: Vec<_> = model.range(start..until).copied().collect();
+                assert_eq!(found, expected, "{expr} in {name} around {change}");
+                // From instants all over the window: inside gaps' ends,
+                // both passes of repeated ranges, on and off occurrences.
+                let mut probe = from + hours(2);
+                while probe < until - hours(2) {
+                    let next = model.range(probe + chrono::TimeDelta::seconds(1)..).next();
+                    assert_eq!(
+                        schedule.next_after(probe).as_ref(),
+                        next,
+                        "{expr} in {name}: next after {probe}"
+                    );
+                    let previous = model.range(..probe).next_back();
+                    assert_eq!(
+                        schedule.previous_before(probe).as_ref(),
+                        previous,
+                        "{expr} in {name}: previous before {probe}"
+                    );
+                    probe += chrono::TimeDelta::seconds(7 * 60 + 30);
+                }
+                for at in model.range(start..until) {
+                    let later = *at + chrono::TimeDelta::milliseconds(1);
+                    assert_eq!(
+                        schedule.previous_before(later),
+                        Some(*at),
+                        "{expr} in {name}"
+                    );
+                    assert_eq!(
+                        schedule.next_after(*at - chrono::TimeDelta::seconds(1)),
+                        Some(*at)
+                    );
+                }
+            }
+        }
+    }
 }
 
 #[test]
@@ -783,7 +1382,7 @@ fn a_load_keeps_none_of_its_patterns_among_the_recent_ones() {
     }
     drop(warm);
     // PARSED before RECENT, as `parsed` takes them.
-    let alive: Vec<Arc<Cron>> = exprs
+    let alive: Vec<Arc<Form>> = exprs
         .iter()
         .filter_map(|expr| lock(&PARSED).get(expr.as_str()).and_then(Weak::upgrade))
         .collect();
