@@ -38,7 +38,7 @@ use std::time::Duration;
 use tracing::{debug, info, warn};
 
 use super::Shared;
-use super::health::{self, is_refusal};
+use super::health;
 use super::redis_instant::{Added, RedisInstant, RoundTrip};
 use crate::{metrics, notify};
 
@@ -160,13 +160,19 @@ pub async fn check_loop(shared: Arc<Shared>) {
                             "firing occurrences by redis's clock (clock = \"redis\")");
                     }
                     answered = true;
+                    shared.mark_started();
                     shared.clock_measured.notify_one();
                     notify::ready();
                 }
             }
-            Err(err) if !answered && is_refusal(&err) => {
+            Err(err) if !answered && health::is_fatal_at_start(&err) => {
+                let fix = if health::is_refusal(&err) {
+                    "fix the password (`password_file`, or the url) or the ACL user (README, \"A Redis user for solocron\")"
+                } else {
+                    "fix the database number in the url (`redis://host:6379/N`: N below the server's `databases`)"
+                };
                 shared.stop_fatally(format!(
-                    "redis at `{}` refused node `{}` at start: {err}; fix the password (`password_file`, or the url) or the ACL user (README, \"A Redis user for solocron\"), then start again",
+                    "redis at `{}` refused node `{}` at start: {err}; {fix}, then start again",
                     shared.redis_shown,
                     locker.node()
                 ));

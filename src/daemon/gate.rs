@@ -54,6 +54,29 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
         .to_std()
         .unwrap_or(Duration::ZERO)
         .saturating_sub(KNOWN_MARGIN);
+    // Nothing is claimed before the start-up check passed (a user missing
+    // a command is stopped there); Redis down at start makes every claim
+    // wait here until it answers or the occurrence's deadline is near.
+    if !shared.wait_started(left).await {
+        if !shared.health.missed() {
+            error!(job = %job.name, occurrence = %rfc3339(at), node = %shared.locker.node(),
+                "occurrence missed: redis did not answer the start-up check before its deadline (never run without the lock)");
+        }
+        if !shared.cancel.is_cancelled() {
+            recording::spawn_record_missed(
+                &shared,
+                &job,
+                at,
+                "redis did not answer this node's start-up check before its deadline",
+                "",
+            );
+        }
+        return;
+    }
+    let left = (deadline - Utc::now())
+        .to_std()
+        .unwrap_or(Duration::ZERO)
+        .saturating_sub(KNOWN_MARGIN);
     shared.controls.wait_known(left.min(KNOWN_WAIT)).await;
     if shared.controls.draining() {
         debug!(job = %job.name, occurrence = %rfc3339(at), node = %shared.locker.node(),

@@ -9,6 +9,9 @@
 //! missed meanwhile are counted here ([`Health::missed`]) instead of one
 //! error line each.
 //!
+//! Redis refusing writes (out of memory, a read-only replica, a failed
+//! save) is not an outage either: it answers reads, so only a confirmed
+//! write ends that trouble, not every read ([`Trouble::Rejected`]).
 //! Redis refusing our credentials (`WRONGPASS`, `NOAUTH`, `NOPERM`) is not
 //! an outage that time cures: [`is_refusal`] tells it apart, so the start-up
 //! check can fail fast and the outage line can say what to fix. Writes not
@@ -37,6 +40,9 @@ pub enum Trouble {
     /// The write was not acknowledged by enough replicas, or a Redlock
     /// majority did not agree.
     Unconfirmed,
+    /// Redis answers but refuses writes: out of memory (`maxmemory` with
+    /// `noeviction`), a read-only replica, a failed save (`MISCONF`).
+    Rejected,
 }
 
 /// Up or down, and since when.
@@ -68,27 +74,36 @@ impl Health {
     }
 
     /// An operation without acknowledgement succeeded (a read, `TIME`, a
-    /// history record): ends an outage (one line), unless what is wrong is
-    /// that writes are not confirmed, which only a confirmed write ends.
+    /// history record): ends an outage (one line); a refusal, refused
+    /// writes or unconfirmed writes only a confirmed write ends.
     pub fn answered(&self) {
-        self.end(false);
+        // Reads go on while writes are refused (a full Redis, an ACL user
+        // without a write command) or not confirmed: they do not end
+        // those (else every read would end the trouble and the next write
+        // begin it again, two lines a second).
+        self.end(|trouble| trouble == Trouble::Unreachable);
     }
 
     /// A claim, renewal or release was confirmed (acknowledged by enough
     /// replicas, or by a Redlock majority): ends any trouble (one line).
     pub fn confirmed(&self) {
-        self.end(true);
+        self.end(|_| true);
     }
 
-    fn end(&self, confirmed: bool) {
+    /// Another node's decision of a new occurrence was read: Redis took
+    /// that node's writes, so it takes writes again (out of memory,
+    /// read-only and a failed save concern the server, not one node). Ends
+    /// a [`Trouble::Rejected`] for a node that loses every claim meanwhile.
+    pub fn decided_elsewhere(&self) {
+        self.end(|trouble| !matches!(trouble, Trouble::Unconfirmed));
+    }
+
+    fn end(&self, ends: impl Fn(Trouble) -> bool) {
         if !self.down.load(Ordering::Relaxed) {
             return;
         }
         let mut guard = self.lock();
-        if guard
-            .as_ref()
-            .is_some_and(|outage| outage.trouble == Trouble::Unconfirmed && !confirmed)
-        {
+        if guard.as_ref().is_some_and(|outage| !ends(outage.trouble)) {
             return;
         }
         self.down.store(false, Ordering::Relaxed);
@@ -126,6 +141,8 @@ impl Health {
                         "redis refuses this node's credentials or commands: fix the password or the ACL user; nothing runs meanwhile"),
                     Trouble::Unconfirmed => error!(node = %self.node, operation, error = %err,
                         "redis does not confirm this node's writes (too few replicas acknowledge them, or no redlock majority): nothing runs until it does (fail closed); `solocron status` shows it"),
+                    Trouble::Rejected => error!(node = %self.node, operation, error = %err,
+                        "redis refuses this node's writes (out of memory: maxmemory is reached; or a read-only replica: point the url at the master, or use sentinel; or MISCONF: its last save failed): nothing runs until it takes writes again (fail closed)"),
                     Trouble::Unreachable => error!(node = %self.node, operation, error = %err,
                         "redis unreachable: no occurrence runs until it answers (fail closed); retrying"),
                 }
@@ -150,6 +167,7 @@ impl Health {
                 Trouble::Unreachable => "unreachable",
                 Trouble::Refused => "refuses this node",
                 Trouble::Unconfirmed => "does not confirm writes",
+                Trouble::Rejected => "refuses writes",
             };
             let secs = outage.since.elapsed().as_secs();
             format!("redis {what} for {secs} s: {}", outage.last_error)
@@ -195,10 +213,31 @@ pub fn is_refusal(err: &redis::RedisError) -> bool {
         || text.contains("can't access at least one of the keys")
 }
 
+/// Whether Redis answered but refused to write: out of memory, a
+/// read-only replica, a failed save. Not an outage (it answers), not a
+/// refusal of this node (time, or an operator, can cure it).
+pub fn is_rejection(err: &redis::RedisError) -> bool {
+    if matches!(err.code(), Some("OOM" | "READONLY" | "MISCONF")) {
+        return true;
+    }
+    let text = err.to_string();
+    ["OOM command not allowed", "READONLY", "MISCONF"]
+        .iter()
+        .any(|sign| text.contains(sign))
+}
+
+/// Whether `err` at start is a mistake of the config that no retry cures:
+/// a database number the server does not have.
+pub fn is_fatal_at_start(err: &redis::RedisError) -> bool {
+    is_refusal(err) || err.to_string().contains("refused to switch database")
+}
+
 /// The kind of trouble a plain Redis error is.
 pub fn trouble_of(err: &redis::RedisError) -> Trouble {
     if is_refusal(err) {
         Trouble::Refused
+    } else if is_rejection(err) {
+        Trouble::Rejected
     } else {
         Trouble::Unreachable
     }

@@ -107,6 +107,11 @@ pub(crate) struct Shared {
     clock_from_redis: AtomicBool,
     /// Woken when the clock offset is first measured, to publish it at once.
     pub clock_measured: tokio::sync::Notify,
+    /// `true` once the start-up check passed (Redis answered, took the
+    /// scripts, and its user may run every command: [`clock`]). No
+    /// occurrence is claimed before: a user missing a command stops the
+    /// daemon (exit 78) before any claim could run a job half-recorded.
+    started: watch::Sender<bool>,
     /// Cancelled when the daemon cannot go on (Redis refused it at start),
     /// with the reason in `fatal_reason`.
     pub fatal: CancellationToken,
@@ -237,6 +242,23 @@ impl Shared {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = warning;
     }
 
+    /// The start-up check passed (see `started`).
+    fn mark_started(&self) {
+        self.started.send_replace(true);
+    }
+
+    /// Waits at most `limit` (and not past shutdown) for the start-up
+    /// check; whether it passed.
+    async fn wait_started(&self, limit: std::time::Duration) -> bool {
+        let mut started = self.started.subscribe();
+        tokio::select! {
+            waited = tokio::time::timeout(limit, started.wait_for(|started| *started)) => {
+                waited.is_ok_and(|waited| waited.is_ok())
+            }
+            _ = self.cancel.cancelled() => false,
+        }
+    }
+
     /// The last measured offset in ms, if any.
     pub fn clock_offset(&self) -> Option<i64> {
         self.clock_offset_us().map(|us| us.div_euclid(1000))
@@ -318,6 +340,7 @@ pub async fn run(
         clock_base: std::time::Instant::now(),
         clock_from_redis: AtomicBool::new(config.daemon.clock == ClockSource::Redis),
         clock_measured: tokio::sync::Notify::new(),
+        started: watch::Sender::new(false),
         fatal: CancellationToken::new(),
         fatal_reason: Mutex::new(None),
         eviction_warning: Mutex::new(None),

@@ -115,7 +115,7 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
             Place::First => {}
             Place::Behind => match peek_after_first(&shared, &job, &target, &name).await {
                 Peeked::Decided(reply) => {
-                    shared.health.confirmed();
+                    shared.health.decided_elsewhere();
                     drop(_turn);
                     let now = Instant::now();
                     decided(&shared, &job, at, &name, &token, *reply, now, catch_up).await;
@@ -146,7 +146,15 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
         drop(permit);
         match claimed {
             Some(Ok(reply)) => {
-                shared.health.confirmed();
+                // Only a claim that wrote (won, or recorded a skip) shows
+                // that Redis takes this node's writes; a losing or late
+                // one wrote nothing (it answers also while Redis refuses
+                // writes: out of memory, a read-only replica).
+                match reply.claim {
+                    Claim::Won(_) | Claim::Busy { .. } => shared.health.confirmed(),
+                    Claim::Taken { .. } => shared.health.decided_elsewhere(),
+                    _ => shared.health.answered(),
+                }
                 drop(_turn);
                 decided(&shared, &job, at, &name, &token, reply, sent, catch_up).await;
                 return;

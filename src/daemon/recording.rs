@@ -550,6 +550,9 @@ impl LockError {
         use super::health::Trouble;
         match self {
             _ if self.is_refusal() => Trouble::Refused,
+            LockError::Redis { cause, .. } if super::health::is_rejection(cause) => {
+                Trouble::Rejected
+            }
             // Most masters did not answer at all: an outage, not a vote.
             LockError::NoQuorum {
                 answered, needed, ..
