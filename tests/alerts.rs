@@ -436,3 +436,69 @@ fn retries_on_three_nodes_run_each_attempt_once_and_notify_after_the_last() {
         );
     }
 }
+
+/// `kill -9` of the node running attempt 2 of an occurrence: the run is
+/// recorded `abandoned` as attempt 2, and `on_failure` is told
+/// `SOLOCRON_ATTEMPT=2` (it used to be `attempt` unset and 1).
+#[test]
+fn an_abandoned_retry_is_recorded_and_notified_with_its_attempt() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let runs = toml_path(&work.path("runs"));
+    let out = toml_path(&work.path("notified"));
+    work.write_config(&format!(
+        "[jobs.retried]\nschedule = \"*/20 * * * * *\"\nlock_ttl = \"2s\"\nretries = 2\nretry_backoff = \"1s\"\n\
+         command = \"echo \\\"$SOLOCRON_ATTEMPT $SOLOCRON_NODE $SOLOCRON_OCCURRENCE\\\" >> {runs}; \
+         if [ $SOLOCRON_ATTEMPT -ge 2 ]; then exec sleep 60; fi; exit 1\"\n\
+         on_failure = {{ command = \"echo \\\"$SOLOCRON_OUTCOME $SOLOCRON_ATTEMPT $SOLOCRON_OCCURRENCE\\\" >> {out}\" }}\n"
+    ));
+    let mut nodes: Vec<Node> = ["n1", "n2"]
+        .iter()
+        .map(|id| Node::start(&work, &redis, id, &[]))
+        .collect();
+    let mut second: Option<(String, String)> = None;
+    wait_until(Duration::from_secs(45), "an attempt 2 started", || {
+        second = work.lines("runs").iter().find_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            (f.len() == 3 && f[0] == "2").then(|| (f[1].to_string(), f[2].to_string()))
+        });
+        second.is_some()
+    });
+    let (runner, occurrence) = second.expect("found");
+    let victim = nodes
+        .iter_mut()
+        .find(|node| node.id == runner)
+        .expect("the runner");
+    victim.kill9();
+    let survivor = nodes
+        .iter()
+        .find(|node| node.id != runner)
+        .expect("the other node");
+    wait_until(
+        Duration::from_secs(40),
+        "on_failure about the abandoned attempt",
+        || {
+            work.lines("notified")
+                .iter()
+                .any(|line| line.starts_with("abandoned "))
+        },
+    );
+    assert_eq!(
+        work.lines("notified")
+            .into_iter()
+            .filter(|line| line.contains(&occurrence))
+            .collect::<Vec<_>>(),
+        [format!("abandoned 2 {occurrence}")],
+        "log:\n{}",
+        survivor.log()
+    );
+    let abandoned = entries(&redis, "retried", "abandoned");
+    assert_eq!(abandoned.len(), 1, "{abandoned:?}");
+    assert_eq!(abandoned[0]["occurrence"], occurrence);
+    assert_eq!(abandoned[0]["node"], runner);
+    assert_eq!(
+        abandoned[0].get("attempt").map(String::as_str),
+        Some("2"),
+        "{abandoned:?}"
+    );
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::Utc;
 use common::{RedisServer, entry, locker, scheduled};
 use redis::Commands as _;
-use solocron::lock::{Claim, Lease, Target, new_token};
+use solocron::lock::{AbandonCheck, Abandoned, Claim, Lease, Target, new_token};
 
 const TTL: Duration = Duration::from_secs(5);
 
@@ -452,4 +452,131 @@ async fn a_retried_release_records_the_run_once_even_after_later_runs() {
         .filter_map(|id| id.get::<String>("occurrence"))
         .collect();
     assert_eq!(occurrences, ["occ-1000", "occ-2000", "occ-3000"]);
+}
+
+/// Waits (up to 5 s) until `job`'s lock has expired in Redis.
+async fn wait_expired(redis: &RedisServer, job: &str) {
+    let lock = format!("{{test:{job}}}:lock");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let left: i64 = redis.conn().pttl(&lock).expect("PTTL");
+        if left == -2 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lock of `{job}` did not expire (PTTL {left})"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The last history entry of `job`.
+fn last_entry(redis: &RedisServer, job: &str) -> std::collections::HashMap<String, String> {
+    let reply: redis::streams::StreamRangeReply = redis
+        .conn()
+        .xrange_all(format!("{{test:{job}}}:history"))
+        .expect("XRANGE");
+    let id = reply.ids.last().expect("an entry");
+    id.map
+        .keys()
+        .filter_map(|key| Some((key.clone(), id.get::<String>(key)?)))
+        .collect()
+}
+
+/// Attempt 1 of occurrence 1000 fails on `a` and marks its retry pending;
+/// `b` claims attempt 2 for `ttl` and never releases it (it "dies").
+async fn retry_left_running(redis: &RedisServer, job: &str, ttl: Duration) -> Lease {
+    let a = locker(redis, "a").await;
+    let b = locker(redis, "b").await;
+    let first = won(a
+        .claim(job, &scheduled(1_000), &new_token(), TTL)
+        .await
+        .unwrap());
+    let mut failed = entry("a", &first, "occ-1000");
+    failed.outcome = "failed".to_string();
+    failed.attempt = Some(1);
+    failed.retry_at = Some(Utc::now());
+    a.release(&first, &failed).await.unwrap();
+    let retry = Target::Retry {
+        at_ms: 1_000,
+        name: "occ-1000".to_string(),
+        attempt: 2,
+        deadline_ms: i64::MAX,
+    };
+    won(b.claim(job, &retry, &new_token(), ttl).await.unwrap())
+}
+
+/// A retry whose node died is recorded `abandoned` as the attempt it was
+/// (2), by the abandon check and by the next claim alike; a first attempt
+/// as 1. The attempt comes from state fields every version writes
+/// (`retry_token`, `retry_attempt`), so a state an older daemon wrote
+/// reads the same.
+#[tokio::test]
+async fn an_abandoned_run_is_recorded_with_the_attempt_it_was() {
+    let redis = RedisServer::start();
+    let c = locker(&redis, "c").await;
+    let short = Duration::from_millis(200);
+
+    // Found by the abandon check.
+    let second = retry_left_running(&redis, "checked", short).await;
+    wait_expired(&redis, "checked").await;
+    let found = c.check_abandoned("checked").await.unwrap();
+    assert_eq!(
+        found,
+        AbandonCheck::Abandoned(Abandoned {
+            node: "b".to_string(),
+            fence: second.fence,
+            occurrence: "occ-1000".to_string(),
+            attempt: 2,
+        })
+    );
+    let recorded = last_entry(&redis, "checked");
+    assert_eq!(recorded["outcome"], "abandoned");
+    assert_eq!(recorded.get("attempt").map(String::as_str), Some("2"));
+
+    // Found by the claim of the next occurrence.
+    let second = retry_left_running(&redis, "claimed", short).await;
+    wait_expired(&redis, "claimed").await;
+    let reply = c
+        .claim_detailed("claimed", &scheduled(2_000), &new_token(), short)
+        .await
+        .unwrap();
+    let abandoned = reply.abandoned.expect("the dead retry recorded");
+    assert_eq!((abandoned.fence, abandoned.attempt), (second.fence, 2));
+    let entries: redis::streams::StreamRangeReply =
+        redis.conn().xrange_all("{test:claimed}:history").unwrap();
+    let attempts: Vec<(String, String)> = entries
+        .ids
+        .iter()
+        .map(|id| {
+            (
+                id.get::<String>("outcome").unwrap_or_default(),
+                id.get::<String>("attempt").unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        attempts,
+        [
+            ("failed".to_string(), "1".to_string()),
+            ("abandoned".to_string(), "2".to_string())
+        ]
+    );
+
+    // The run of occurrence 2000, a first attempt, dies too.
+    let third = won(reply.claim);
+    wait_expired(&redis, "claimed").await;
+    let found = c.check_abandoned("claimed").await.unwrap();
+    assert_eq!(
+        found,
+        AbandonCheck::Abandoned(Abandoned {
+            node: "c".to_string(),
+            fence: third.fence,
+            occurrence: "occ-2000".to_string(),
+            attempt: 1,
+        })
+    );
+    let recorded = last_entry(&redis, "claimed");
+    assert_eq!(recorded.get("attempt").map(String::as_str), Some("1"));
 }

@@ -508,13 +508,15 @@ pub fn spawn_startup_check(shared: &Arc<Shared>, jobs: &[Arc<Job>]) {
 /// The decision line for a run found abandoned.
 pub fn log_abandoned(shared: &Shared, job: &Arc<Job>, abandoned: &Abandoned) {
     crate::metrics::abandoned(&job.name);
+    // Shown only where retries exist, as on `run finished`.
+    let attempt = (job.retries > 0).then_some(abandoned.attempt);
     warn!(job = %job.name, occurrence = %abandoned.occurrence, node = %shared.locker.node(),
-        runner = %abandoned.node, fence = abandoned.fence, outcome = "abandoned",
+        runner = %abandoned.node, fence = abandoned.fence, attempt, outcome = "abandoned",
         "run abandoned: its lock expired without a release (the runner died or lost redis); recorded");
     let subject = Subject {
         occurrence: &abandoned.occurrence,
         fence: abandoned.fence,
-        attempt: 1,
+        attempt: abandoned.attempt,
     };
     let error = format!(
         "the lock expired without a release: node {} stopped renewing it (it died, or lost redis)",

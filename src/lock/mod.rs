@@ -284,6 +284,8 @@ pub struct Abandoned {
     pub node: String,
     pub fence: u64,
     pub occurrence: String,
+    /// Which attempt of the occurrence it was (1, or 2… for a retry).
+    pub attempt: u32,
 }
 
 /// What [`Locker::check_abandoned`] found.

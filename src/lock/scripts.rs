@@ -56,15 +56,21 @@ end
 -- A scheduled run is in progress (`run_token` set) but the lock is gone
 -- (the caller checked): it expired without a release, so the run's node
 -- stopped renewing it. Records it `abandoned` (once: `run_token` is cleared)
--- and answers {node, fence, occurrence}, or nil if no run is in progress.
+-- and answers {node, fence, occurrence, attempt}, or nil if no run is in
+-- progress. The attempt is read from fields every version writes: a retry's
+-- claim puts its token in `retry_token` next to `run_token` and leaves its
+-- number in `retry_attempt`; any other run in progress is attempt 1.
 local function abandon(state, history, maxlen, recorder, now)
   local f = redis.call('HMGET', state, 'run_token', 'run_occ', 'run_node', 'run_fence', 'run_since',
-    'abandoned', 'last_token')
+    'abandoned', 'last_token', 'retry_token', 'retry_attempt')
   if not f[1] or f[1] == '' then return nil end
   local node, fence = f[3] or '', f[4] or '0'
+  local attempt = '1'
+  if f[8] == f[1] and tonumber(f[9]) then attempt = f[9] end
   local id = redis.call('XADD', history, 'MAXLEN', '~', maxlen, '*', 'occurrence', f[2] or '', 'node', node,
     'fence', fence, 'outcome', 'abandoned', 'started_at', f[5] or ms_str(now), 'finished_at', ms_str(now),
-    'error', 'the lock expired without a release: node ' .. node .. ' stopped renewing it (it died, or lost redis); recorded by ' .. recorder)
+    'error', 'the lock expired without a release: node ' .. node .. ' stopped renewing it (it died, or lost redis); recorded by ' .. recorder,
+    'attempt', attempt)
   local list, kept = f[1] .. ':' .. id, 1
   for item in string.gmatch(f[6] or '', '%S+') do
     if kept < 8 then list = list .. ' ' .. item; kept = kept + 1 end
@@ -73,7 +79,7 @@ local function abandon(state, history, maxlen, recorder, now)
   if f[7] == f[1] then
     redis.call('HSET', state, 'last_outcome', 'abandoned')
   end
-  return {node, fence, f[2] or ''}
+  return {node, fence, f[2] or '', attempt}
 end
 "#;
 
@@ -92,10 +98,11 @@ end
 /// due).
 ///
 /// Replies (`PREV` is the occurrence decided before this one, ms, or ``;
-/// `AB…` name a run this claim recorded `abandoned`, or are ``):
-/// - `{"won", fence, PREV, ABNODE, ABFENCE, ABOCC}`: the lock is ours; a
-///   retry with the same token gets the same fence back.
-/// - `{"claimed", node, fence, decision, pttl, ABNODE, ABFENCE, ABOCC}`:
+/// `AB…` name a run this claim recorded `abandoned`, or are ``; a reply
+/// that records nothing may leave them out):
+/// - `{"won", fence, PREV, ABNODE, ABFENCE, ABOCC, ABATTEMPT}`: the lock is
+///   ours; a retry with the same token gets the same fence back.
+/// - `{"claimed", node, fence, decision, pttl, ABNODE, ABFENCE, ABOCC, ABATTEMPT}`:
 ///   this scheduled occurrence is the last decided one; `decision` is
 ///   `claimed`, `skipped` or `missed`; `pttl` of the lock (-2: free).
 /// - `{"superseded", last}`: a newer occurrence (epoch ms `last`) was decided
@@ -140,7 +147,7 @@ if mode == 'scheduled' and last and occ <= last and (current or not running) the
   return {'claimed', st[2] or '', st[3] or '0', st[5] or 'claimed', current and redis.call('PTTL', KEYS[1]) or -2, '', '', ''}
 end
 local now, t = now_ms()
-local ab = {'', '', ''}
+local ab = {'', '', '', ''}
 if not current and running then
   ab = abandon(KEYS[2], KEYS[3], maxlen, node, now) or ab
 end
@@ -155,7 +162,7 @@ if mode == 'retry' then
   end
   if marked > wanted or r[3] ~= 'pending' then
     -- Taken by another node (and maybe over already).
-    return {'claimed', r[4] or '', r[5] or '0', 'claimed', redis.call('PTTL', KEYS[1]), ab[1], ab[2], ab[3]}
+    return {'claimed', r[4] or '', r[5] or '0', 'claimed', redis.call('PTTL', KEYS[1]), ab[1], ab[2], ab[3], ab[4]}
   end
   if now > tonumber(ARGV[8]) then
     return {'late', ms_str(now)}
@@ -174,13 +181,13 @@ if mode == 'retry' then
     'run_token', token, 'run_occ', occ_str, 'run_node', node, 'run_fence', fence, 'run_since', ms_str(now),
     'retry_state', 'claimed', 'retry_node', node, 'retry_fence', fence, 'retry_token', token)
   redis.call('SET', KEYS[1], value, 'PX', ttl)
-  return {'won', fence, '', ab[1], ab[2], ab[3]}
+  return {'won', fence, '', ab[1], ab[2], ab[3], ab[4]}
 end
 if mode == 'scheduled' and last and occ <= last then
   if occ < last then
     return {'superseded', st[1]}
   end
-  return {'claimed', st[2] or '', st[3] or '0', st[5] or 'claimed', redis.call('PTTL', KEYS[1]), ab[1], ab[2], ab[3]}
+  return {'claimed', st[2] or '', st[3] or '0', st[5] or 'claimed', redis.call('PTTL', KEYS[1]), ab[1], ab[2], ab[3], ab[4]}
 end
 if mode == 'scheduled' and now > tonumber(ARGV[8]) then
   return {'late', ms_str(now)}
@@ -222,7 +229,7 @@ else
   prev = ''
 end
 redis.call('SET', KEYS[1], value, 'PX', ttl)
-return {'won', fence, prev, ab[1], ab[2], ab[3]}
+return {'won', fence, prev, ab[1], ab[2], ab[3], ab[4]}
 "#;
 
 /// KEYS: lock. ARGV: lock value, ttl ms. Reply 1 if still ours and extended.
@@ -383,8 +390,8 @@ return 1
 
 /// KEYS: lock, state, history. ARGV: node (the recorder), history max.
 /// Looks whether the job's last run was abandoned: `{"held", pttl, holder}`
-/// while its lock exists, `{"abandoned", node, fence, occurrence}` when this
-/// call recorded it, `{"idle"}` when there is nothing to record.
+/// while its lock exists, `{"abandoned", node, fence, occurrence, attempt}`
+/// when this call recorded it, `{"idle"}` when there is nothing to record.
 pub const ABANDON: &str = r#"
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl ~= -2 then
@@ -394,7 +401,7 @@ if pttl ~= -2 then
 end
 local ab = abandon(KEYS[2], KEYS[3], ARGV[2], ARGV[1], now_ms())
 if ab then
-  return {'abandoned', ab[1], ab[2], ab[3]}
+  return {'abandoned', ab[1], ab[2], ab[3], ab[4]}
 end
 return {'idle'}
 "#;

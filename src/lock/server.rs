@@ -558,6 +558,7 @@ impl Server {
                 node: text(1),
                 fence: text(2).parse().unwrap_or(0),
                 occurrence: text(3),
+                attempt: attempt_of(&text(4)),
             }),
             "idle" => AbandonCheck::Idle,
             _ => {
@@ -693,6 +694,15 @@ impl Server {
     }
 }
 
+/// The attempt an `abandoned` answer names: 1 when it names none (it
+/// cannot be told, e.g. a reply shaped by an older script) or garbage.
+fn attempt_of(text: &str) -> u32 {
+    text.parse()
+        .ok()
+        .filter(|&attempt| attempt >= 1)
+        .unwrap_or(1)
+}
+
 /// A claim script's reply as a [`ClaimReply`].
 fn parse_claim(
     reply: &[String],
@@ -714,6 +724,7 @@ fn parse_claim(
             node: text(i).to_string(),
             fence: fence_at(i + 1).unwrap_or(0),
             occurrence: text(i + 2).to_string(),
+            attempt: attempt_of(text(i + 3)),
         })
     };
     let ttl_left = |i: usize| {
