@@ -991,3 +991,27 @@ async fn stop_aborts_an_http_request() {
         report.duration
     );
 }
+
+/// A command notifier about a run whose output (or error) holds a NUL
+/// byte starts all the same, with U+FFFD in the byte's place.
+#[tokio::test]
+async fn a_command_notifier_starts_when_the_output_holds_a_nul_byte() {
+    let dir = tempfile::tempdir().expect("dir");
+    let out = dir.path().join("env");
+    let line = format!(
+        "printf '%s|%s' \"$SOLOCRON_ERROR\" \"$SOLOCRON_OUTPUT_TAIL\" > {}",
+        out.display()
+    );
+    let mut ctx = ctx(shell("nf-nul", &line));
+    ctx.notice = Some(Arc::new(Notice {
+        outcome: "failed".into(),
+        exit_code: Some(1),
+        http_status: None,
+        error: Some("e\0".into()),
+        output_tail: Some("a\0b\n".into()),
+    }));
+    let report = executor().execute(&ctx, never()).await;
+    assert_eq!(report.outcome, Outcome::Succeeded, "{:?}", report.error);
+    let seen = std::fs::read_to_string(&out).expect("written");
+    assert_eq!(seen, "e\u{fffd}|a\u{fffd}b\n");
+}

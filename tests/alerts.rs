@@ -437,6 +437,36 @@ fn retries_on_three_nodes_run_each_attempt_once_and_notify_after_the_last() {
     }
 }
 
+/// A job printing binary output (a NUL byte) still gets its `on_failure`:
+/// an environment value cannot hold a NUL, so `SOLOCRON_OUTPUT_TAIL` has
+/// U+FFFD in its place (the notifier used to fail to start: "an argument or
+/// environment value contains a NUL byte").
+#[test]
+fn a_job_printing_a_nul_byte_is_still_notified_with_the_byte_replaced() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let out = toml_path(&work.path("tail"));
+    work.write_config(&format!(
+        "[jobs.nf-nul]\n{}\ncommand = '''printf 'a\\000b\\n'; exit 1'''\n\
+         on_failure = {{ command = '''printf '%s|%s' \"$SOLOCRON_OUTCOME\" \"$SOLOCRON_OUTPUT_TAIL\" > {out}''' }}\n",
+        common::caught_up_at_once()
+    ));
+    let node = Node::start(&work, &redis, "n1", &[]);
+    wait_until(
+        Duration::from_secs(20),
+        "the notifier wrote the tail",
+        || {
+            fs::read(work.path("tail")).is_ok_and(|tail| !tail.is_empty())
+                || node.log().contains("notifier failed")
+        },
+    );
+    let tail = fs::read_to_string(work.path("tail")).unwrap_or_else(|err| {
+        panic!("no alert ({err}); log:\n{}", node.log());
+    });
+    assert_eq!(tail, "failed|a\u{fffd}b\n");
+    assert!(!node.log().contains("notifier failed"), "{}", node.log());
+}
+
 /// `kill -9` of the node running attempt 2 of an occurrence: the run is
 /// recorded `abandoned` as attempt 2, and `on_failure` is told
 /// `SOLOCRON_ATTEMPT=2` (it used to be `attempt` unset and 1).

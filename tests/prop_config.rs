@@ -694,9 +694,23 @@ fn check_config(config: &Config) -> Result<(), TestCaseError> {
             "{:?}",
             job.schedule
         );
+        // No process could be given a NUL byte: every run would fail.
+        let no_nul = |text: &str| !text.contains('\0');
+        prop_assert!(job.extras.env.values().all(|value| no_nul(value)));
+        prop_assert!(
+            job.extras
+                .working_dir
+                .as_ref()
+                .is_none_or(|dir| no_nul(&dir.to_string_lossy()))
+        );
         match &job.action {
-            Action::Command(command) => prop_assert!(!command.trim().is_empty()),
-            Action::Argv(argv) => prop_assert!(argv.first().is_some_and(|p| !p.is_empty())),
+            Action::Command(command) => {
+                prop_assert!(!command.trim().is_empty() && no_nul(command));
+            }
+            Action::Argv(argv) => {
+                prop_assert!(argv.first().is_some_and(|p| !p.is_empty()));
+                prop_assert!(argv.iter().all(|arg| no_nul(arg)), "{:?}", argv);
+            }
             Action::Http(http) => {
                 prop_assert!(http.url.starts_with("http://") || http.url.starts_with("https://"));
                 for (_, value) in &http.headers {

@@ -52,6 +52,9 @@ pub(super) fn parse(text: &str) -> Result<BTreeMap<String, String>, EnvFileError
         match item {
             Ok((name, value)) => match refused(&name) {
                 Some(reason) => bad.push((line, reason)),
+                // Every job gets the file's variables: one NUL would make
+                // every run fail to start.
+                None if value.contains('\0') => bad.push((line, nul_in_value(&name))),
                 None => {
                     pairs.insert(name, value);
                 }
@@ -89,6 +92,12 @@ fn refused(name: &str) -> Option<String> {
         ));
     }
     None
+}
+
+fn nul_in_value(name: &str) -> String {
+    format!(
+        "the value of `{name}` contains a NUL byte, which no process environment can hold: every job gets this file's variables, so every run would fail to start; remove it"
+    )
 }
 
 /// The 1-based line that the byte at `handed_out - 1` is on.
@@ -154,6 +163,7 @@ mod tests {
         assert_eq!(bad_lines("A=1\n\n# c\n=x\nB=2\nC=a b\nD='x\n"), [4, 6, 7]);
         assert_eq!(bad_lines("A=\"open\nstill open\nB=1\n"), [1]);
         assert_eq!(bad_lines("1A=x\nSOLOCRON_JOB=y\nA.B=z"), [1, 2, 3]);
+        assert_eq!(bad_lines("A=1\nB=x\0y\nC='\0'\n"), [2, 3]);
     }
 
     #[test]

@@ -119,6 +119,9 @@ impl JobFields {
         if let Some(dir) = ctx.keep(table.string("working_dir")).flatten() {
             if dir.get_ref().is_empty() {
                 ctx.error(table.error(dir.span(), "working_dir", "must not be empty"));
+            } else if dir.get_ref().contains('\0') {
+                let message = nul_problem(dir.get_ref());
+                ctx.error(table.error(dir.span(), "working_dir", message));
             } else {
                 let path = PathBuf::from(*dir.get_ref());
                 if !ctx.inspect
@@ -344,7 +347,31 @@ pub(super) fn read_command(
         ctx.error(table.error(span, "command", message));
         return None;
     }
+    if filled.text.contains('\0') {
+        let message = format!(
+            "{} (a command that must print one can write `printf '\\000'`)",
+            nul_problem(written)
+        );
+        ctx.error(table.error(span, "command", message));
+        return None;
+    }
     Some(filled.text)
+}
+
+/// Why a value with a NUL byte is refused: no process argument,
+/// environment value or path can hold one, so every run would fail to
+/// start ("contains a NUL byte"). The value is not quoted (it may hold an
+/// interpolated secret); `written` only tells whether the byte is in the
+/// file or came with a `${VAR}`.
+fn nul_problem(written: &str) -> String {
+    let whence = if written.contains('\0') {
+        ""
+    } else {
+        " once its variables are filled in"
+    };
+    format!(
+        "contains a NUL byte (`\\u0000`){whence}, which a process cannot be given: every run would fail to start; remove it"
+    )
 }
 
 /// A schedule error as the rest of a `[jobs.x] `schedule`: ` message.
@@ -378,10 +405,14 @@ pub(super) fn read_argv(
         return Err(table.expected("argv", value, what));
     };
     let mut argv = Vec::with_capacity(items.len());
-    for item in items.iter() {
+    for (index, item) in items.iter().enumerate() {
         let DeValue::String(arg) = item.get_ref() else {
             return Err(table.expected("argv", item, "a string"));
         };
+        if arg.contains('\0') {
+            let message = format!("item {}: {}", index + 1, nul_problem(arg));
+            return Err(table.error(item.span(), "argv", message));
+        }
         argv.push(arg.to_string());
     }
     match argv.first() {
@@ -413,6 +444,10 @@ fn read_env(table: &Table<'_, '_>, ctx: &Context<'_>) -> BTreeMap<String, String
             continue;
         };
         match ctx.fill(template) {
+            Ok(filled) if filled.text.contains('\0') => {
+                let message = nul_problem(template);
+                ctx.error(table.error(value.span(), name, message));
+            }
             Ok(filled) => {
                 out.insert(name.to_string(), filled.text);
             }

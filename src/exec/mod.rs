@@ -72,23 +72,35 @@ pub struct Notice {
 
 impl Notice {
     /// The `SOLOCRON_*` variables a notifier process gets (empty strings
-    /// for what is not known).
+    /// for what is not known). The error and the output tail carry what
+    /// the run printed, which may hold NUL bytes (a job printing binary
+    /// data): an environment value cannot, so each NUL becomes U+FFFD
+    /// (`�`), as bytes that are not UTF-8 already do.
     pub fn variables(&self) -> [(&'static str, String); 4] {
         [
-            ("SOLOCRON_OUTCOME", self.outcome.clone()),
+            ("SOLOCRON_OUTCOME", env_safe(&self.outcome)),
             (
                 "SOLOCRON_EXIT_CODE",
                 self.exit_code
                     .map(|code| code.to_string())
                     .unwrap_or_default(),
             ),
-            ("SOLOCRON_ERROR", self.error.clone().unwrap_or_default()),
+            (
+                "SOLOCRON_ERROR",
+                env_safe(self.error.as_deref().unwrap_or_default()),
+            ),
             (
                 "SOLOCRON_OUTPUT_TAIL",
-                self.output_tail.clone().unwrap_or_default(),
+                env_safe(self.output_tail.as_deref().unwrap_or_default()),
             ),
         ]
     }
+}
+
+/// `text` as an environment value can hold it: every NUL byte replaced by
+/// U+FFFD, the replacement character.
+fn env_safe(text: &str) -> String {
+    text.replace('\0', "\u{fffd}")
 }
 
 /// Why the daemon stops a running job early.
@@ -313,7 +325,22 @@ impl Executor {
 
 #[cfg(test)]
 mod tests {
-    use super::Outcome;
+    use super::{Notice, Outcome};
+
+    #[test]
+    fn notice_variables_hold_no_nul_byte() {
+        let notice = Notice {
+            outcome: "failed".into(),
+            exit_code: Some(1),
+            http_status: None,
+            error: Some("bad\0error".into()),
+            output_tail: Some("a\0b\n".into()),
+        };
+        let variables = notice.variables();
+        assert!(variables.iter().all(|(_, value)| !value.contains('\0')));
+        assert_eq!(variables[2].1, "bad\u{fffd}error");
+        assert_eq!(variables[3].1, "a\u{fffd}b\n");
+    }
 
     #[test]
     fn all_lists_every_outcome_once_in_order() {
