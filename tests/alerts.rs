@@ -467,6 +467,53 @@ fn a_job_printing_a_nul_byte_is_still_notified_with_the_byte_replaced() {
     assert!(!node.log().contains("notifier failed"), "{}", node.log());
 }
 
+/// A notifier runs with the daemon's environment, not the job's `env`, and
+/// in the daemon's working directory, not the job's `working_dir`: a job
+/// that fails because its directory is missing (a lost mount), with a
+/// `PATH` of its own, is still notified, and the notifier finds `date`.
+/// Its output is logged as `notifier output`, not as the job's.
+#[test]
+fn a_notifier_runs_without_the_jobs_env_and_working_dir() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let out = toml_path(&work.path("notified"));
+    work.write_config(&format!(
+        "[jobs.nf-env]\n{}\nworking_dir = \"/nonexistent/dir\"\n\
+         env = {{ PATH = \"/opt/mytools/bin\", JOB_ONLY = \"the job's own\" }}\n\
+         command = \"true\"\n\
+         on_failure = {{ command = \"date +%s > /dev/null && echo \\\"$SOLOCRON_OUTCOME|$(pwd)|[$JOB_ONLY]\\\" >> {out}; echo said-by-the-notifier\" }}\n",
+        common::caught_up_at_once()
+    ));
+    let node = Node::start(&work, &redis, "n1", &[]);
+    wait_until(Duration::from_secs(20), "the notifier ran", || {
+        node.log().contains("notifier ran") || node.log().contains("notifier failed")
+    });
+    let here = std::env::current_dir().expect("the daemon's working directory");
+    assert_eq!(
+        work.lines("notified"),
+        [format!("failed|{}|[]", here.display())],
+        "log:\n{}",
+        node.log()
+    );
+    let entry = entries(&redis, "nf-env", "failed");
+    assert!(
+        entry[0]["error"].contains("cannot enter working directory `/nonexistent/dir`"),
+        "{entry:?}"
+    );
+    let log = node.log();
+    let said: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("said-by-the-notifier"))
+        .collect();
+    assert_eq!(said.len(), 1, "{log}");
+    assert!(
+        said[0].contains("notifier output") && said[0].contains("job=nf-env"),
+        "told apart from the job's own output: {}",
+        said[0]
+    );
+    assert!(!said[0].contains("job output"), "{}", said[0]);
+}
+
 /// `kill -9` of the node running attempt 2 of an occurrence: the run is
 /// recorded `abandoned` as attempt 2, and `on_failure` is told
 /// `SOLOCRON_ATTEMPT=2` (it used to be `attempt` unset and 1).

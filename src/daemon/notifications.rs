@@ -5,7 +5,11 @@
 //! A notifier is an action like a job's own (command, argv, http) with the
 //! run's variables plus `SOLOCRON_OUTCOME`, `SOLOCRON_EXIT_CODE`,
 //! `SOLOCRON_ERROR`, `SOLOCRON_OUTPUT_TAIL` (headers and a JSON body for a
-//! hook without a `body`). It runs in the background, under its own
+//! hook without a `body`). A process notifier gets the daemon's environment
+//! and `[daemon] env_file` plus those variables, in the daemon's working
+//! directory: not the job's `env` or `working_dir`, which may be what made
+//! the job fail. Its output is logged as `notifier output`, never as the
+//! job's own `job output`. It runs in the background, under its own
 //! timeout, and takes no lock: it never delays the next occurrence and
 //! never changes the job's outcome. Its failure is logged and counted
 //! (`solocron_notifications_total{result}`), never retried. At shutdown a
@@ -135,17 +139,19 @@ async fn run(executor: &Executor, interrupt: &CancellationToken, prepared: Prepa
     }
 }
 
-/// The job as its notifier runs: the notifier's action and timeout, the
-/// job's name, environment and working directory.
+/// The job as its notifier runs: the notifier's action and timeout under
+/// the job's name, and none of the job's own settings for its process: not
+/// its `env` (a `PATH` of its own would hide `curl` from the notifier) and
+/// not its `working_dir` (a missing mount would keep the notifier from
+/// starting exactly when it has something to report). A notifier has no
+/// `env` or `working_dir` of its own: it runs with the daemon's
+/// environment, `[daemon] env_file` and the `SOLOCRON_*` variables, in the
+/// daemon's working directory.
 fn notifier_job(job: &Job, notifier: &Notifier) -> Job {
     Job {
         action: notifier.action.clone(),
         timeout: Some(notifier.timeout),
-        extras: Arc::new(JobExtras {
-            on_failure: None,
-            on_success: None,
-            ..JobExtras::clone(&job.extras)
-        }),
+        extras: JobExtras::default().shared(),
         ..job.clone()
     }
 }

@@ -2,7 +2,9 @@
 //! that goes with the history entry.
 //!
 //! Each line becomes one `job output` event with the job's fields and
-//! `stream`; stdout at INFO, stderr at WARN. Memory per stream is bounded:
+//! `stream`; stdout at INFO, stderr at WARN. A notifier's lines are
+//! `notifier output` events instead, with the same fields (`job` names the
+//! job it reports on), so they are never taken for the job's own output. Memory per stream is bounded:
 //! a line is kept up to [`LINE_CAP`] bytes and the rest of it is counted and
 //! thrown away as it arrives, so a job printing a gigabyte without a newline
 //! costs 4 KiB plus one read buffer. (`LinesCodec` with a max length would
@@ -155,6 +157,8 @@ pub(super) struct LineFields {
     pub(super) occurrence: String,
     pub(super) node: String,
     pub(super) fence: u64,
+    /// The run is a notifier (`on_failure` / `on_success`) of the job.
+    pub(super) notifier: bool,
     /// Also write each line to this process's stdout / stderr.
     pub(super) echo: bool,
     /// The run's log budget and tail.
@@ -194,6 +198,7 @@ fn emit_line(fields: &LineFields, stream: Stream, line: &str) {
         occurrence,
         node,
         fence,
+        notifier,
         echo,
         output,
     } = fields;
@@ -207,11 +212,23 @@ fn emit_line(fields: &LineFields, stream: Stream, line: &str) {
     if !output.admit(line.len()) {
         return;
     }
-    match stream {
-        Stream::Stdout => tracing::info!(%job, %occurrence, %node, fence, stream = %"stdout",
-            line = %line, "job output"),
-        Stream::Stderr => tracing::warn!(%job, %occurrence, %node, fence, stream = %"stderr",
-            line = %line, "job output"),
+    match (stream, *notifier) {
+        (Stream::Stdout, false) => {
+            tracing::info!(%job, %occurrence, %node, fence, stream = %"stdout",
+            line = %line, "job output")
+        }
+        (Stream::Stderr, false) => {
+            tracing::warn!(%job, %occurrence, %node, fence, stream = %"stderr",
+            line = %line, "job output")
+        }
+        (Stream::Stdout, true) => {
+            tracing::info!(%job, %occurrence, %node, fence, stream = %"stdout",
+            line = %line, "notifier output")
+        }
+        (Stream::Stderr, true) => {
+            tracing::warn!(%job, %occurrence, %node, fence, stream = %"stderr",
+            line = %line, "notifier output")
+        }
     }
 }
 

@@ -1,13 +1,15 @@
 //! `command` and `argv` jobs: one child process in its own process group.
 //!
 //! The child gets the daemon's environment plus `[daemon] env_file`, the
-//! job's `env` and the `SOLOCRON_*` variables, stdin from `/dev/null`, and
-//! its stdout / stderr piped to `output.rs`. It is the leader of a new
-//! process group, so stopping it (timeout, lost lock, shutdown) reaches
-//! everything it started: SIGTERM to the group, then SIGKILL after the kill
-//! grace if any member is left (at once after a second stop signal; within
-//! what is left of the lease after a lost one). A dropped run also SIGKILLs
-//! the group, so a job never runs on unsupervised.
+//! job's `env` and the `SOLOCRON_*` variables (a notifier runs as a job
+//! without `env` or `working_dir`: `daemon/notifications.rs`), stdin from
+//! `/dev/null`, and its stdout / stderr piped to `output.rs`. It is the
+//! leader of a new process group, so stopping it (timeout, lost lock,
+//! shutdown) reaches everything it started: SIGTERM to the group, then
+//! SIGKILL after the kill grace if any member is left (at once after a
+//! second stop signal; within what is left of the lease after a lost one).
+//! A dropped run also SIGKILLs the group, so a job never runs on
+//! unsupervised.
 //!
 //! The run is over when the group is empty, not when its leader exits: a
 //! process the job left behind (`cmd &`) keeps the run, and so its lease,
@@ -100,7 +102,12 @@ pub(super) async fn run(
     std::mem::forget(group); // reaped and empty: nothing left to kill on drop
     drain_output(readers, exec.output_grace, job).await;
     let summary = output.finish();
-    if summary.unlogged_lines > 0 {
+    if summary.unlogged_lines > 0 && ctx.notice.is_some() {
+        tracing::warn!(job = %job.name, occurrence = %ctx.occurrence, node = %ctx.node, fence = ctx.fence,
+            lines = summary.unlogged_lines, bytes = summary.unlogged_bytes,
+            output_log_max = job.output_log_max,
+            "notifier output over output_log_max: the rest was not logged");
+    } else if summary.unlogged_lines > 0 {
         tracing::warn!(job = %job.name, occurrence = %ctx.occurrence, node = %ctx.node, fence = ctx.fence,
             lines = summary.unlogged_lines, bytes = summary.unlogged_bytes,
             output_log_max = job.output_log_max,
@@ -382,6 +389,7 @@ fn start_readers(
         occurrence: ctx.occurrence.clone(),
         node: ctx.node.clone(),
         fence: ctx.fence,
+        notifier: ctx.notice.is_some(),
         echo,
         output: Arc::clone(output),
     };
