@@ -1,14 +1,19 @@
 //! `exec`: what a run sees and how it ends (SPEC §5), through the public API.
 //!
 //! Process tests run real `/bin/sh` jobs; HTTP tests talk to a tiny
-//! std-only server on a loopback port. Waits poll with deadlines.
+//! std-only server on a loopback port (`common::http`). Waits poll with
+//! deadlines.
+
+mod common;
 
 use std::future::{Future, pending};
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use common::http::HttpServer;
 
 use solocron::config::{Action, HttpAction, Job, OnLockLost, Overlap};
 use solocron::exec::{Executor, Notice, Outcome, Report, RunContext, StopReason};
@@ -726,87 +731,6 @@ async fn endless_line_does_not_grow_memory() {
 
 // ---- http ----
 
-#[derive(Debug)]
-struct Request {
-    head: String,
-    body: String,
-}
-
-impl Request {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.head.lines().skip(1).find_map(|line| {
-            let (key, value) = line.split_once(':')?;
-            key.eq_ignore_ascii_case(name).then(|| value.trim())
-        })
-    }
-}
-
-/// Answers every request with `status`, or never answers when `status` is `None`.
-struct TestServer {
-    port: u16,
-    requests: mpsc::Receiver<Request>,
-}
-
-impl TestServer {
-    fn start(status: Option<u16>) -> TestServer {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let port = listener.local_addr().expect("addr").port();
-        let (tx, requests) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut silent = Vec::new();
-            for stream in listener.incoming() {
-                let Ok(mut stream) = stream else { return };
-                match status {
-                    Some(status) => {
-                        if let Some(request) = read_request(&mut stream) {
-                            let reply = format!(
-                                "HTTP/1.1 {status} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-                            );
-                            let _ = stream.write_all(reply.as_bytes());
-                            let _ = tx.send(request);
-                        }
-                    }
-                    None => silent.push(stream),
-                }
-            }
-        });
-        TestServer { port, requests }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
-    }
-
-    fn received(&self) -> Request {
-        self.requests
-            .recv_timeout(Duration::from_secs(5))
-            .expect("a request")
-    }
-}
-
-fn read_request(stream: &mut TcpStream) -> Option<Request> {
-    let mut data = Vec::new();
-    let mut byte = [0u8; 1];
-    while !data.ends_with(b"\r\n\r\n") {
-        if stream.read(&mut byte).ok()? == 0 {
-            return None;
-        }
-        data.push(byte[0]);
-    }
-    let head = String::from_utf8(data).ok()?;
-    let mut request = Request {
-        head,
-        body: String::new(),
-    };
-    let length: usize = request
-        .header("content-length")
-        .map_or(Some(0), |v| v.parse().ok())?;
-    let mut body = vec![0u8; length];
-    stream.read_exact(&mut body).ok()?;
-    request.body = String::from_utf8(body).ok()?;
-    Some(request)
-}
-
 fn hook(url: String) -> HttpAction {
     HttpAction {
         url,
@@ -819,7 +743,7 @@ fn hook(url: String) -> HttpAction {
 
 #[tokio::test]
 async fn http_hook_sends_method_headers_and_body() {
-    let server = TestServer::start(Some(200));
+    let server = HttpServer::start(Some(200));
     let mut action = hook(server.url("/hooks/warm?x=1"));
     action.method = "PUT".to_string();
     action.headers = vec![
@@ -856,7 +780,7 @@ async fn http_hook_sends_method_headers_and_body() {
 /// whole of it, output tail included, as a JSON body.
 #[tokio::test]
 async fn an_http_notifier_gets_the_outcome_as_headers_and_a_json_body() {
-    let server = TestServer::start(Some(204));
+    let server = HttpServer::start(Some(204));
     let mut ctx = ctx(job(
         "nightly",
         Action::Http(Box::new(hook(server.url("/alert")))),
@@ -917,7 +841,7 @@ async fn a_command_notifier_gets_the_outcome_variables() {
 
 #[tokio::test]
 async fn http_error_status_fails_with_it() {
-    let server = TestServer::start(Some(500));
+    let server = HttpServer::start(Some(500));
     let report = run(job("hook", Action::Http(Box::new(hook(server.url("/x")))))).await;
     assert_eq!(report.outcome, Outcome::Failed);
     assert_eq!(report.http_status, Some(500));
@@ -949,7 +873,7 @@ async fn http_connection_refused_fails_without_leaking_secrets() {
 
 #[tokio::test]
 async fn http_timeout_is_timed_out() {
-    let server = TestServer::start(None);
+    let server = HttpServer::start(None);
     let mut action = hook(server.url("/slow"));
     action.timeout = Some(Duration::from_secs(1));
     let report = run(job("slow-hook", Action::Http(Box::new(action)))).await;
@@ -964,7 +888,7 @@ async fn http_timeout_is_timed_out() {
 
 #[tokio::test]
 async fn job_timeout_caps_the_http_timeout() {
-    let server = TestServer::start(None);
+    let server = HttpServer::start(None);
     let mut action = hook(server.url("/slow"));
     action.timeout = Some(Duration::from_secs(60));
     let mut job = job("capped-hook", Action::Http(Box::new(action)));
@@ -980,7 +904,7 @@ async fn job_timeout_caps_the_http_timeout() {
 
 #[tokio::test]
 async fn stop_aborts_an_http_request() {
-    let server = TestServer::start(None);
+    let server = HttpServer::start(None);
     let action = hook(server.url("/slow"));
     let stop = stop_after(Duration::from_millis(300), StopReason::Interrupted);
     let report = run_with(job("stopped-hook", Action::Http(Box::new(action))), stop).await;

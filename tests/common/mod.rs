@@ -1,12 +1,14 @@
 //! Test harness: a real `redis-server` per test on a free loopback port,
 //! real `solocron` daemon processes, and waiting on conditions with deadlines;
-//! [`ha`] has the Sentinel, Cluster and Redlock topologies of issue #10.
+//! [`ha`] has the Sentinel, Cluster and Redlock topologies of issue #10,
+//! [`http`] a local HTTP server for hooks.
 #![allow(dead_code)]
 
 pub mod audit;
 pub mod cluster;
 pub mod fleet;
 pub mod ha;
+pub mod http;
 pub mod notify;
 pub mod pki;
 pub mod proxy;
