@@ -738,6 +738,7 @@ fn hook(url: String) -> HttpAction {
         timeout: None,
         headers: Vec::new(),
         body: None,
+        secrets: Vec::new(),
     }
 }
 
@@ -913,6 +914,32 @@ async fn stop_aborts_an_http_request() {
         report.duration < Duration::from_secs(2),
         "{:?}",
         report.duration
+    );
+}
+
+/// A hook loaded from jobs.toml whose URL and header carry a `${TOKEN}`:
+/// its error when the connection is refused reads as it was, with the job
+/// name and every word in place, and no secret in it.
+#[tokio::test]
+async fn a_refused_hooks_error_from_jobs_toml_is_readable_and_secret_free() {
+    let port = {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr").port()
+    };
+    let text = format!(
+        "[redis]\nurl = \"redis://127.0.0.1:6379\"\n[jobs.nightly-report]\nschedule = \"@daily\"\n\
+         http = {{ url = \"http://deploy:pa55word-x@127.0.0.1:{port}/hooks/run?job=nightly-report&on=error&key=${{TOKEN}}\", \
+         headers = {{ Authorization = \"Bearer ${{TOKEN}}\" }} }}\n"
+    );
+    let env = |name: &str| (name == "TOKEN").then(|| "t0ken-s3cret".to_string());
+    let config = solocron::config::parse(&text, Path::new("jobs.toml"), &env).expect("valid");
+    let report = run(Job::clone(&config.jobs[0])).await;
+    assert_eq!(report.outcome, Outcome::Failed);
+    let error = report.error.expect("an error");
+    assert_eq!(
+        error,
+        "http hook of job `nightly-report` failed: error sending request: \
+         client error (Connect): tcp connect error: Connection refused (os error 111)"
     );
 }
 

@@ -955,3 +955,53 @@ fn the_readme_acl_user_can_record_abandoned_runs_gaps_and_late_releases() {
     flatten(&denied, &mut log);
     assert!(log.trim().is_empty(), "commands refused by the ACL: {log}");
 }
+
+/// A failing HTTP hook's error reads as it was: only what `${VAR}`s filled
+/// in and a URL's password are secrets, not the rest of the file's text. A
+/// query `job=nightly-report&on=error` used to mask every `nightly-report`
+/// and `error` of the message (``http hook of job `***` failed: ***
+/// sending request: ...``), in the history and in `solocron history`.
+#[test]
+fn a_failing_hooks_error_masks_only_its_secrets() {
+    let redis = common::RedisServer::start();
+    let work = Workdir::new();
+    let closed = free_port();
+    let config = work.write_config(&format!(
+        "[jobs.nightly-report]\n{}\n\
+         http = {{ url = \"http://deploy:{PASSWORD}@127.0.0.1:{closed}/hooks/run?job=nightly-report&on=error&key=${{TOKEN}}\", \
+         headers = {{ Authorization = \"Bearer ${{TOKEN}}\" }}, timeout = \"2s\" }}\n",
+        common::caught_up_at_once()
+    ));
+    let node = Node::start(&work, &redis, "n1", &[("TOKEN", TOKEN)]);
+    let mut failed = Vec::new();
+    wait_until(Duration::from_secs(20), "the hook failed", || {
+        failed = common::history(&redis, "nightly-report");
+        !failed.is_empty()
+    });
+    let expected = "http hook of job `nightly-report` failed: error sending request: \
+                    client error (Connect): tcp connect error: Connection refused (os error 111)";
+    assert_eq!(failed[0]["outcome"], "failed");
+    assert_eq!(failed[0]["error"], expected);
+    let shown = solocron(
+        &[
+            "history",
+            "nightly-report",
+            "--config",
+            &toml_path(&config),
+            "--redis",
+            &redis.url(),
+        ],
+        &[],
+    );
+    assert!(shown.status.success(), "{}", text(&shown));
+    assert!(
+        String::from_utf8_lossy(&shown.stdout).contains(expected),
+        "{}",
+        text(&shown)
+    );
+    assert_no_planted(&[
+        ("log".to_string(), node.log()),
+        ("history".to_string(), format!("{failed:?}")),
+        ("solocron history".to_string(), text(&shown)),
+    ]);
+}

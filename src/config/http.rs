@@ -2,8 +2,10 @@
 //!
 //! `url`, header values and `body` are interpolated from the environment;
 //! what they resolve to may be a secret, so messages quote the value as
-//! written in the file, never as resolved. Headers keep file order. Each
-//! key is checked on its own, so one bad key never hides another.
+//! written in the file, never as resolved, and the values filled in are
+//! kept apart ([`HttpAction::secrets`]) for the hook's errors to mask.
+//! Headers keep file order. Each key is checked on its own, so one bad key
+//! never hides another.
 
 use std::time::Duration;
 
@@ -22,7 +24,8 @@ use super::keys::HTTP as HTTP_KEYS;
 pub(super) fn http_action(table: &Table<'_, '_>, ctx: &Context<'_>) -> Option<HttpAction> {
     let before = ctx.error_count();
     table.check_keys(HTTP_KEYS, ctx);
-    let url = read_url(table, ctx);
+    let mut secrets = Vec::new();
+    let url = read_url(table, ctx, &mut secrets);
     let method = match ctx.keep(table.string("method")).flatten() {
         None => "POST".to_string(),
         Some(method) if is_token(method.get_ref()) => {
@@ -44,31 +47,38 @@ pub(super) fn http_action(table: &Table<'_, '_>, ctx: &Context<'_>) -> Option<Ht
         .keep(table.duration("timeout", Duration::from_millis(1)))
         .flatten();
     let headers = match ctx.keep(table.table("headers")).flatten() {
-        Some(headers) => read_headers(&headers, ctx),
+        Some(headers) => read_headers(&headers, ctx, &mut secrets),
         None => Vec::new(),
     };
     let body =
         ctx.keep(table.string("body"))
             .flatten()
             .and_then(|body| match ctx.fill(body.get_ref()) {
-                Ok(filled) => Some(filled.text),
+                Ok(filled) => {
+                    secrets.extend(filled.values);
+                    Some(filled.text)
+                }
                 Err(err) => {
                     ctx.error(table.error(body.span(), "body", err.describe(Place::Http)));
                     None
                 }
             });
+    secrets.sort();
+    secrets.dedup();
     (ctx.error_count() == before).then_some(HttpAction {
         url,
         method,
         timeout,
         headers,
         body,
+        secrets,
     })
 }
 
 /// `url`, interpolated and checked (unless it still holds an unset
-/// `${VAR}`, when loading for inspection); empty after an error.
-fn read_url(table: &Table<'_, '_>, ctx: &Context<'_>) -> String {
+/// `${VAR}`, when loading for inspection); empty after an error. The
+/// values filled in go to `secrets`.
+fn read_url(table: &Table<'_, '_>, ctx: &Context<'_>, secrets: &mut Vec<String>) -> String {
     let url = match ctx.keep(table.string("url")) {
         Some(Some(url)) => url,
         Some(None) => {
@@ -86,6 +96,7 @@ fn read_url(table: &Table<'_, '_>, ctx: &Context<'_>) -> String {
                 let message = format!("`{written}` {problem}");
                 ctx.error(table.error(url.span(), "url", message));
             }
+            secrets.extend(filled.values);
             filled.text
         }
         Err(err) => {
@@ -113,7 +124,11 @@ fn check_url(resolved: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
-fn read_headers(headers: &Table<'_, '_>, ctx: &Context<'_>) -> Vec<(String, String)> {
+fn read_headers(
+    headers: &Table<'_, '_>,
+    ctx: &Context<'_>,
+    secrets: &mut Vec<String>,
+) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for (key, value) in headers.in_file_order() {
         let name: &str = key.get_ref();
@@ -131,7 +146,10 @@ fn read_headers(headers: &Table<'_, '_>, ctx: &Context<'_>) -> Vec<(String, Stri
                 let message = "a header value cannot contain a line break or NUL";
                 ctx.error(headers.error(value.span(), name, message));
             }
-            Ok(filled) => out.push((name.to_string(), filled.text)),
+            Ok(filled) => {
+                secrets.extend(filled.values);
+                out.push((name.to_string(), filled.text));
+            }
             Err(err) => ctx.error(headers.error(value.span(), name, err.describe(Place::Http))),
         }
     }
@@ -164,6 +182,8 @@ http = { url = "https://${HOST}/hooks/warm", method = "put", timeout = "500ms", 
             panic!("an http action");
         };
         assert_eq!(http.url, "https://hooks.internal/hooks/warm");
+        // What `${VAR}`s filled in, not the text of the file.
+        assert_eq!(http.secrets, ["hooks.internal", SECRET]);
         assert_eq!(http.method, "PUT");
         assert_eq!(http.timeout, Some(Duration::from_millis(500)));
         assert_eq!(http.body.as_deref(), Some("{}"));

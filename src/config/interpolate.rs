@@ -54,6 +54,9 @@ pub(super) struct Filled {
     /// `false` when an unset `${VAR}` was kept as written (only when
     /// loading for inspection): checks of the resolved value do not apply.
     pub complete: bool,
+    /// The values put in place of `${VAR}`s, in order (empty ones left
+    /// out): what may be a secret, as opposed to the text of the file.
+    pub values: Vec<String>,
 }
 
 impl InterpolateError {
@@ -118,6 +121,7 @@ pub(super) fn interpolate(
 ) -> Result<Filled, InterpolateError> {
     let mut out = String::with_capacity(template.len());
     let mut complete = true;
+    let mut values = Vec::new();
     let mut rest = template;
     while let Some(dollar) = rest.find('$') {
         out.push_str(&rest[..dollar]);
@@ -135,7 +139,12 @@ pub(super) fn interpolate(
                 return Err(InterpolateError::RunTime(name.to_string()));
             }
             match env(name) {
-                Some(value) => out.push_str(&value),
+                Some(value) => {
+                    out.push_str(&value);
+                    if !value.is_empty() {
+                        values.push(value);
+                    }
+                }
                 None if keep_unset => {
                     out.push_str(&tail[..close + 3]);
                     complete = false;
@@ -152,6 +161,7 @@ pub(super) fn interpolate(
     Ok(Filled {
         text: out,
         complete,
+        values,
     })
 }
 
@@ -217,7 +227,8 @@ mod tests {
             filled,
             Ok(Filled {
                 text: "a ${NOPE} s3cret ${X}".to_string(),
-                complete: false
+                complete: false,
+                values: vec!["s3cret".to_string()],
             })
         );
         assert_eq!(

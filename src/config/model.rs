@@ -513,6 +513,10 @@ pub struct HttpAction {
     /// Header name -> value, in file order.
     pub headers: Vec<(String, String)>,
     pub body: Option<String>,
+    /// The values `${VAR}`s filled into `url`, `headers` and `body`: what
+    /// the hook's error messages mask (`***`), since any of them may be a
+    /// secret. The rest of those texts is the file's own and is shown.
+    pub secrets: Vec<String>,
 }
 
 impl fmt::Debug for Job {

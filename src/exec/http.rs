@@ -6,9 +6,12 @@
 //! any other fails; only the status is read, never the body.
 //!
 //! Errors are shown without secrets: reqwest errors lose their URL
-//! (`without_url`), configured header values are marked sensitive, and any
-//! header value, URL password or URL query value that still shows up in a
-//! message is replaced by `***`.
+//! (`without_url`), configured header values are marked sensitive, and the
+//! values `${VAR}`s filled into the hook ([`HttpAction::secrets`]) and a
+//! URL's password are replaced by `***` wherever they still show up in a
+//! message. Nothing else is masked: the rest of the URL is the file's own
+//! text, and masking it made errors unreadable (a `?job=nightly-report`
+//! masked the job's name in every message).
 
 use std::future::Future;
 use std::time::Duration;
@@ -76,28 +79,41 @@ fn describe(err: reqwest::Error, ctx: &RunContext, action: &HttpAction) -> Strin
     scrub(text, action)
 }
 
-/// Replaces configured secrets (header values, URL password and query
-/// values, e.g. `?token=${TOKEN}`) by `***`.
+/// Shortest value [`scrub`] masks: a shorter one is no secret, and
+/// masking it would mangle the message (`${PORT}` = `80`).
+const SECRET_MIN: usize = 4;
+
+/// Replaces the secrets of `action` by `***` wherever they show up in
+/// `text`: every value a `${VAR}` filled into its URL, headers or body, and
+/// the URL's password, each as a whole value, as written and
+/// percent-encoded (how a URL carries it). Longest first, so a secret that
+/// holds another one is masked whole. Nothing else of the text changes.
 fn scrub(mut text: String, action: &HttpAction) -> String {
-    let url = Url::parse(&action.url).ok();
-    let password = url
-        .as_ref()
+    let password = Url::parse(&action.url)
+        .ok()
         .and_then(|url| url.password().map(str::to_string));
-    let query_values: Vec<String> = url
+    let decoded = password.as_deref().map(|password| {
+        url::form_urlencoded::parse(format!("p={password}").as_bytes())
+            .next()
+            .map(|(_, value)| value.into_owned())
+            .unwrap_or_default()
+    });
+    let mut secrets: Vec<String> = Vec::new();
+    for secret in action
+        .secrets
         .iter()
-        .flat_map(|url| url.query_pairs().map(|(_, value)| value.into_owned()))
-        .collect();
-    let secrets = action
-        .headers
-        .iter()
-        .map(|(_, value)| value.clone())
+        .cloned()
         .chain(password)
-        .chain(query_values);
+        .chain(decoded)
+    {
+        let encoded: String = url::form_urlencoded::byte_serialize(secret.as_bytes()).collect();
+        secrets.push(encoded);
+        secrets.push(secret);
+    }
+    secrets.retain(|secret| secret.len() >= SECRET_MIN);
+    secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
     for secret in secrets {
-        // Very short values are not secrets and would mangle the message.
-        if secret.len() >= 4 {
-            text = text.replace(&secret, "***");
-        }
+        text = text.replace(&secret, "***");
     }
     text
 }
@@ -224,16 +240,46 @@ mod tests {
         assert_eq!(effective_timeout(None, None), None);
     }
 
-    #[test]
-    fn scrub_removes_header_values_and_url_password() {
-        let action = HttpAction {
-            url: "http://user:hunter22@example.invalid/x?token=s3cr3t".to_string(),
+    fn action(url: &str, secrets: &[&str]) -> HttpAction {
+        HttpAction {
+            url: url.to_string(),
             method: "POST".to_string(),
             timeout: None,
             headers: vec![("Authorization".to_string(), "Bearer t0ken".to_string())],
             body: None,
-        };
-        let text = scrub("a Bearer t0ken b hunter22 c s3cr3t".to_string(), &action);
-        assert_eq!(text, "a *** b *** c ***");
+            secrets: secrets.iter().map(|secret| secret.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn scrub_masks_the_filled_in_values_and_the_url_password() {
+        let action = action(
+            "http://user:hunter%2F22@example.invalid/x?token=s3cr%2Ft&job=nightly-report",
+            &["t0ken", "s3cr/t"],
+        );
+        let text = scrub(
+            "a Bearer t0ken b hunter/22 hunter%2F22 c s3cr/t s3cr%2Ft".to_string(),
+            &action,
+        );
+        assert_eq!(text, "a Bearer *** b *** *** c *** ***");
+    }
+
+    /// The file's own text is not masked, however it was written: the job
+    /// name in a query, words of the error, short values.
+    #[test]
+    fn scrub_leaves_everything_else_alone() {
+        let action = action(
+            "http://127.0.0.1:19399/hooks/run?job=nightly-report&on=error&k=${X}",
+            &["abc"],
+        );
+        let error = "http hook of job `nightly-report` failed: error sending request: \
+                     client error (Connect): tcp connect error: Connection refused (os error 111) abc";
+        assert_eq!(scrub(error.to_string(), &action), error);
+    }
+
+    #[test]
+    fn a_secret_holding_another_is_masked_whole() {
+        let action = action("http://h/", &["abcd", "abcdefgh"]);
+        assert_eq!(scrub("x abcdefgh y".to_string(), &action), "x *** y");
     }
 }
