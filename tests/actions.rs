@@ -917,6 +917,92 @@ async fn stop_aborts_an_http_request() {
     );
 }
 
+/// A redirect is not followed (following a 302 turned the POST into a GET
+/// without its body, and the GET's 200 was recorded a success): the hook
+/// fails with the 3xx, and the error names where it pointed, resolved and
+/// with its password and secrets masked, and what to do.
+#[tokio::test]
+async fn a_redirect_is_a_failure_naming_its_location_and_is_not_followed() {
+    for status in [302, 307] {
+        let target = HttpServer::start(Some(200));
+        let location = target.url("/status/200");
+        let server = HttpServer::answering(status, &[("Location", &location)]);
+        let mut action = hook(server.url("/hooks/run"));
+        action.body = Some("payload".to_string());
+        let report = run(job("moved", Action::Http(Box::new(action)))).await;
+        assert_eq!(report.outcome, Outcome::Failed, "{status}: {report:?}");
+        assert_eq!(report.http_status, Some(status));
+        let error = report.error.expect("an error");
+        assert!(
+            error.starts_with("http hook of job `moved` was answered "),
+            "{error}"
+        );
+        assert!(
+            error.contains(&format!("a redirect to `{location}`")),
+            "{error}"
+        );
+        assert!(error.ends_with("put the final URL in jobs.toml"), "{error}");
+        let request = server.received();
+        assert_eq!(request.line(), "POST /hooks/run HTTP/1.1");
+        assert_eq!(request.body, "payload");
+        assert!(
+            target.received_within(Duration::from_millis(500)).is_none(),
+            "the redirect was followed"
+        );
+    }
+    // A relative `Location` is shown resolved against the hook's URL.
+    let server = HttpServer::answering(301, &[("Location", "/status/200")]);
+    let report = run(job(
+        "moved",
+        Action::Http(Box::new(hook(server.url("/hooks/run")))),
+    ))
+    .await;
+    assert_eq!(report.http_status, Some(301));
+    let error = report.error.expect("an error");
+    let resolved = server.url("/status/200");
+    assert!(
+        error.contains(&format!("a redirect to `{resolved}`")),
+        "{error}"
+    );
+    assert_eq!(server.received().line(), "POST /hooks/run HTTP/1.1");
+    assert!(
+        server.received_within(Duration::from_millis(500)).is_none(),
+        "the redirect was followed"
+    );
+    // A notifier hook likewise; the Location's password and the hook's
+    // secrets are masked.
+    let server = HttpServer::answering(
+        302,
+        &[(
+            "Location",
+            "http://ops:pa55-in-location@127.0.0.1:1/next?key=t0ken-s3cret&job=report",
+        )],
+    );
+    let mut action = hook(server.url("/alert?key=t0ken-s3cret"));
+    action.secrets = vec!["t0ken-s3cret".to_string()];
+    let mut ctx = ctx(job("report", Action::Http(Box::new(action))));
+    ctx.notice = Some(Arc::new(Notice {
+        outcome: "failed".into(),
+        ..Notice::default()
+    }));
+    let report = executor().execute(&ctx, never()).await;
+    assert_eq!(report.outcome, Outcome::Failed);
+    assert_eq!(report.http_status, Some(302));
+    let error = report.error.expect("an error");
+    assert!(
+        error.contains("a redirect to `http://ops:***@127.0.0.1:1/next?key=***&job=report`"),
+        "{error}"
+    );
+    assert!(
+        !error.contains("pa55") && !error.contains("t0ken"),
+        "{error}"
+    );
+    assert_eq!(
+        server.received().line(),
+        "POST /alert?key=t0ken-s3cret HTTP/1.1"
+    );
+}
+
 /// A hook loaded from jobs.toml whose URL and header carry a `${TOKEN}`:
 /// its error when the connection is refused reads as it was, with the job
 /// name and every word in place, and no secret in it.

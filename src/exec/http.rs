@@ -3,7 +3,11 @@
 //! The request carries the configured method, headers and body plus the
 //! `Solocron-*` headers and `Idempotency-Key: JOB@OCCURRENCE`, so the
 //! receiver can drop a duplicate or a stale fence. A 2xx status succeeds,
-//! any other fails; only the status is read, never the body.
+//! any other fails; only the status is read, never the body. Redirects
+//! are not followed (the client is built so, `Executor::new`): following a
+//! 302 would send a POST again as a GET, without its body, and report what
+//! that answered. A 3xx is a failure whose error names where its
+//! `Location` pointed.
 //!
 //! Errors are shown without secrets: reqwest errors lose their URL
 //! (`without_url`), configured header values are marked sensitive, and the
@@ -35,23 +39,60 @@ pub(super) async fn run(
     };
     tokio::select! {
         result = request.send() => match result {
-            Ok(response) => answered(response.status()),
+            Ok(response) => answered(&response, ctx, action),
             Err(err) => failed(err, ctx, action),
         },
         reason = stop => Finish::new(Outcome::from(reason)),
     }
 }
 
-fn answered(status: reqwest::StatusCode) -> Finish {
-    let outcome = if status.is_success() {
-        Outcome::Succeeded
+fn answered(response: &reqwest::Response, ctx: &RunContext, action: &HttpAction) -> Finish {
+    let status = response.status();
+    let (outcome, error) = if status.is_success() {
+        (Outcome::Succeeded, None)
+    } else if status.is_redirection() {
+        let location = response
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
+        let error = redirected(status, location.as_deref(), ctx, action);
+        (Outcome::Failed, Some(error))
     } else {
-        Outcome::Failed
+        (Outcome::Failed, None)
     };
     Finish {
         http_status: Some(status.as_u16()),
+        error,
         ..Finish::new(outcome)
     }
+}
+
+/// The error of a hook answered with a redirect, which is not followed:
+/// where it pointed (resolved against the hook's URL, its password and
+/// secrets masked) and what to do.
+fn redirected(
+    status: reqwest::StatusCode,
+    location: Option<&str>,
+    ctx: &RunContext,
+    action: &HttpAction,
+) -> String {
+    let job = &ctx.job.name;
+    let answer = format!("http hook of job `{job}` was answered {status}, a redirect");
+    let text = match location {
+        Some(location) => {
+            let target = Url::parse(&action.url)
+                .and_then(|base| base.join(location))
+                .map_or_else(|_| location.to_string(), String::from);
+            format!(
+                "{answer} to `{}`: redirects are not followed; put the final URL in jobs.toml",
+                crate::config::redact_url(&target)
+            )
+        }
+        None => format!(
+            "{answer} without a `Location`: redirects are not followed; put the final URL in jobs.toml"
+        ),
+    };
+    scrub(text, action)
 }
 
 fn failed(err: reqwest::Error, ctx: &RunContext, action: &HttpAction) -> Finish {

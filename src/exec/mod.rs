@@ -249,8 +249,12 @@ impl Executor {
     pub fn new() -> Result<Executor, ExecError> {
         // Err means a provider is already installed, which is all we need.
         let _ = rustls::crypto::ring::default_provider().install_default();
+        // Redirects are not followed: a hook succeeds by a 2xx of its own
+        // URL, never by what a redirect (a POST turned into a GET without
+        // its body) answered (`http.rs`).
         let http = reqwest::Client::builder()
             .user_agent(concat!("solocron/", env!("CARGO_PKG_VERSION")))
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|err| ExecError::HttpClient(Box::new(err.without_url())))?;
         let threads = std::thread::available_parallelism().map_or(2, usize::from);
