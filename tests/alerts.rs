@@ -449,7 +449,7 @@ fn a_job_printing_a_nul_byte_is_still_notified_with_the_byte_replaced() {
     work.write_config(&format!(
         "[jobs.nf-nul]\n{}\ncommand = '''printf 'a\\000b\\n'; exit 1'''\n\
          on_failure = {{ command = '''printf '%s|%s' \"$SOLOCRON_OUTCOME\" \"$SOLOCRON_OUTPUT_TAIL\" > {out}''' }}\n",
-        common::caught_up_at_once()
+        common::caught_up_at_once(&redis, "nf-nul")
     ));
     let node = Node::start(&work, &redis, "n1", &[]);
     wait_until(
@@ -482,7 +482,7 @@ fn a_notifier_runs_without_the_jobs_env_and_working_dir() {
          env = {{ PATH = \"/opt/mytools/bin\", JOB_ONLY = \"the job's own\" }}\n\
          command = \"true\"\n\
          on_failure = {{ command = \"date +%s > /dev/null && echo \\\"$SOLOCRON_OUTCOME|$(pwd)|[$JOB_ONLY]\\\" >> {out}; echo said-by-the-notifier\" }}\n",
-        common::caught_up_at_once()
+        common::caught_up_at_once(&redis, "nf-env")
     ));
     let node = Node::start(&work, &redis, "n1", &[]);
     wait_until(Duration::from_secs(20), "the notifier ran", || {

@@ -970,7 +970,7 @@ fn a_failing_hooks_error_masks_only_its_secrets() {
         "[jobs.nightly-report]\n{}\n\
          http = {{ url = \"http://deploy:{PASSWORD}@127.0.0.1:{closed}/hooks/run?job=nightly-report&on=error&key=${{TOKEN}}\", \
          headers = {{ Authorization = \"Bearer ${{TOKEN}}\" }}, timeout = \"2s\" }}\n",
-        common::caught_up_at_once()
+        common::caught_up_at_once(&redis, "nightly-report")
     ));
     let node = Node::start(&work, &redis, "n1", &[("TOKEN", TOKEN)]);
     let mut failed = Vec::new();
