@@ -3,9 +3,12 @@
 //!
 //! A manual run is named `manual-<start instant>` and never touches the
 //! job's occurrence record, so it neither consumes nor suppresses a scheduled
-//! occurrence. The job's output is shown on the terminal as it runs; Ctrl-C
-//! stops it (recorded as `interrupted`). Exit codes: 0 succeeded, 1 failed
-//! (or Redis unreachable), 3 the lock is held.
+//! occurrence. The job gets the environment the daemon would give it: this
+//! process's, plus the variables of `[daemon] env_file` (read with the
+//! file), the job's `env` and the `SOLOCRON_*` ones. The job's output is
+//! shown on the terminal as it runs; Ctrl-C stops it (recorded as
+//! `interrupted`). Exit codes: 0 succeeded, 1 failed (or Redis
+//! unreachable), 3 the lock is held.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -110,7 +113,8 @@ pub async fn run(config: Config, node: &str, job_name: &str) -> anyhow::Result<E
             hurry.cancel();
         }
     });
-    let runner = Runner::standalone(&locker, &executor, &interrupt);
+    let env_file = Arc::new(config.env.clone());
+    let runner = Runner::standalone(&locker, &executor, &interrupt, env_file);
     let (report, _) = run_lease(&runner, &job, &lease, &name, sent, Attempt::MANUAL).await;
     signals.abort();
     let detail = match (report.exit_code, report.http_status) {

@@ -133,3 +133,34 @@ fn trigger_does_not_suppress_the_next_scheduled_occurrence() {
         .count();
     assert_eq!(skipped, 0, "the manual run consumed or blocked nothing");
 }
+
+/// A local `trigger` gives the job the environment the daemon would: the
+/// variables of `[daemon] env_file` (over its own environment's), then the
+/// job's `env`, not only the `${VAR}` filled in when the file was read.
+#[test]
+fn a_local_trigger_gives_the_job_the_env_file_variables_as_the_daemon_does() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    std::fs::write(
+        work.path("tok.env"),
+        "TOKEN=fromfile\nSHARED=fromfile\nONLY_FILE=fromfile\n",
+    )
+    .expect("write tok.env");
+    work.write_config(
+        "[daemon]\nenv_file = \"tok.env\"\n\n\
+         [jobs.show]\nschedule = \"0 0 1 1 *\"\n\
+         command = 'echo \"interp=${TOKEN} runtime=$TOKEN shared=$SHARED file=$ONLY_FILE\"'\n\
+         env = { SHARED = \"fromjob\" }\n",
+    );
+    let run = output(
+        trigger(&work, &redis, "show")
+            .env("TOKEN", "fromshell")
+            .env_remove("ONLY_FILE"),
+    );
+    assert_eq!(run.status.code(), Some(0), "{run:?}");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        stdout.contains("interp=fromfile runtime=fromfile shared=fromjob file=fromfile"),
+        "the job's environment: {stdout}"
+    );
+}

@@ -129,13 +129,15 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// How a run of this daemon reaches its lock, executor and records.
+    /// How a run of this daemon reaches its lock, executor and records,
+    /// with the env file's variables as last loaded.
     pub fn runner(&self) -> occurrence::Runner<'_> {
         occurrence::Runner {
             locker: &self.locker,
             executor: &self.executor,
             interrupt: &self.interrupt,
             shared: Some(self),
+            env_file: self.env_file(),
         }
     }
 

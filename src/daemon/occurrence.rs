@@ -13,6 +13,7 @@
 //! last process of its group is gone (also while a timed-out or interrupted
 //! job ignores SIGTERM), and released only then (SPEC §2.2).
 
+use std::collections::BTreeMap;
 use std::future::pending;
 use std::sync::Arc;
 use std::time::Duration;
@@ -360,21 +361,27 @@ pub struct Runner<'a> {
     /// The daemon's shared state, to hold the outcome while Redis is away;
     /// `None` for `trigger`.
     pub(crate) shared: Option<&'a Shared>,
+    /// The variables of `[daemon] env_file` the job gets in its environment
+    /// (the daemon's as of its last load; `trigger`'s as it read the file).
+    pub env_file: Arc<BTreeMap<String, String>>,
 }
 
 impl<'a> Runner<'a> {
-    /// A runner outside the daemon (`trigger`): a release that Redis does
-    /// not take is retried for a few seconds, then reported.
+    /// A runner outside the daemon (`trigger`), whose jobs get `env_file`'s
+    /// variables as the daemon's do: a release that Redis does not take is
+    /// retried for a few seconds, then reported.
     pub fn standalone(
         locker: &'a Locker,
         executor: &'a Executor,
         interrupt: &'a CancellationToken,
+        env_file: Arc<BTreeMap<String, String>>,
     ) -> Runner<'a> {
         Runner {
             locker,
             executor,
             interrupt,
             shared: None,
+            env_file,
         }
     }
 }
@@ -417,7 +424,7 @@ pub async fn run_lease(
         occurrence: name.to_string(),
         fence: lease.fence,
         node: node.clone(),
-        env_file: runner.shared.map(Shared::env_file).unwrap_or_default(),
+        env_file: Arc::clone(&runner.env_file),
         lost_lease_grace: watchdog::safety_margin(lease.ttl) / 2,
         lease_lost: CancellationToken::new(),
         attempt: attempt.number,
