@@ -266,4 +266,83 @@ fn a_job_renamed_during_its_run_does_not_run_that_occurrence_again() {
     );
     assert!(node.log().contains("no catch-up run"), "{}", node.log());
     assert!(history(&redis, "slow2").len() <= renamed.len() + 1);
+
+/// A reload that changes what the daemon set up at start (`[redis]`,
+/// `history_max`, `metrics_listen`) keeps the old values and says so,
+/// naming each changed key and never a value; the jobs run on as before.
+#[test]
+fn a_reload_that_changes_restart_only_settings_names_the_keys_and_keeps_the_old_values() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let runs = toml_path(&work.path("runs"));
+    let text = |url: &str, redis_extra: &str, daemon_extra: &str| {
+        format!(
+            "[redis]\nurl = \"{url}\"\n{redis_extra}\n[daemon]\nclock = \"local\"\n{daemon_extra}\n{}",
+            job("a", "a", &runs)
+        )
+    };
+    let config = work.write_config(&text(&redis.url(), "", ""));
+    // No `--redis`: the file's `[redis]` is the one in use.
+    let node = Node::start_with_args(&work, "n1", &["--config", &toml_path(&config)], &[]);
+    wait_until(Duration::from_secs(10), "a runs", || {
+        !runs_tagged(&work, "a").is_empty()
+    });
+    let restart_lines = |node: &Node| -> Vec<String> {
+        node.log()
+            .lines()
+            .filter(|line| line.contains("take effect at the next restart"))
+            .map(str::to_string)
+            .collect()
+    };
+    // Only the acknowledgement settings: this used to pass in silence.
+    work.write_config(&text(
+        &redis.url(),
+        "wait_replicas = 1\nwait_timeout = \"500ms\"\n",
+        "",
+    ));
+    node.signal("HUP");
+    wait_until(Duration::from_secs(5), "the first reload", || {
+        node.log().matches("config reloaded").count() == 1
+    });
+    let first = restart_lines(&node);
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert!(
+        first[0].contains(r#"keys=["redis.wait_replicas", "redis.wait_timeout"]"#),
+        "{}",
+        first[0]
+    );
+    // A password in the URL, and the history cap: named, the password
+    // never shown.
+    let with_password = redis.url().replace("redis://", "redis://:hunter2@");
+    work.write_config(&text(
+        &with_password,
+        "wait_replicas = 1\nwait_timeout = \"500ms\"\n",
+        "history_max = 50\n",
+    ));
+    node.signal("HUP");
+    wait_until(Duration::from_secs(5), "the second reload", || {
+        node.log().matches("config reloaded").count() == 2
+    });
+    let reloaded = Utc::now();
+    let second = restart_lines(&node);
+    assert_eq!(second.len(), 2, "{second:?}");
+    assert!(
+        second[1].contains(
+            r#"keys=["redis.url", "redis.wait_replicas", "redis.wait_timeout", "daemon.history_max"]"#
+        ),
+        "{}",
+        second[1]
+    );
+    // The daemon kept its connection (with `wait_replicas = 1` applied, a
+    // claim on this replica-less server would never be acknowledged).
+    wait_until(
+        Duration::from_secs(10),
+        "a runs on after the reloads",
+        || {
+            runs_tagged(&work, "a")
+                .iter()
+                .any(|at| *at > reloaded + chrono::TimeDelta::seconds(1))
+        },
+    );
+    assert!(!node.log().contains("hunter2"), "a password in the log");
 }
