@@ -12,6 +12,10 @@
 //!   1, 2, 3 in the history and one `on_success` (attempt 3); a job broken
 //!   on one node is retried on another; a job whose backoff reaches the
 //!   next occurrence stops retrying there and sends one `on_failure`.
+//! - A reload of 2 nodes between attempts: a removed job and one whose
+//!   `retries` went to 0 make no further attempt, one lowered to 1 stops
+//!   after attempt 2, a fixed command runs as the pending retry; each
+//!   occurrence is notified once, about its last attempt.
 
 mod common;
 
@@ -578,4 +582,178 @@ fn an_abandoned_retry_is_recorded_and_notified_with_its_attempt() {
         Some("2"),
         "{abandoned:?}"
     );
+}
+
+/// A reload between two attempts: the pending retry follows the job's
+/// definition in the reloaded file, on every node. A removed job and one
+/// whose `retries` went to 0 get no further attempt; one lowered to 1 gets
+/// attempt 2 and no 3rd; one whose command was fixed runs the new command
+/// as attempt 2. Each occurrence is notified once, about its last attempt.
+#[test]
+fn a_reload_between_attempts_drops_or_changes_the_pending_retries_on_every_node() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let notify = notifiers(&work);
+    let runs = toml_path(&work.path("runs"));
+    let job = |name: &str, retries: u32, tag: &str, exit: u32| {
+        format!(
+            "[jobs.{name}]\nschedule = \"*/20 * * * * *\"\nretries = {retries}\n\
+             command = \"echo \\\"$SOLOCRON_JOB $SOLOCRON_OCCURRENCE $SOLOCRON_ATTEMPT $SOLOCRON_NODE {tag}\\\" >> {runs}; exit {exit}\"\n{notify}\n"
+        )
+    };
+    let head = "[daemon]\nclock = \"local\"\n[defaults]\nlock_ttl = \"3s\"\nstarting_deadline = \"1s\"\nretry_backoff = \"5s\"\n";
+    work.write_config(&format!(
+        "{head}{}{}{}{}",
+        job("removed", 3, "old", 5),
+        job("zeroed", 3, "old", 5),
+        job("lowered", 3, "old", 5),
+        job("fixed", 3, "old", 5),
+    ));
+    let mut nodes = vec![
+        Node::start(&work, &redis, "a", &[]),
+        Node::start(&work, &redis, "b", &[]),
+    ];
+    let jobs = ["removed", "zeroed", "lowered", "fixed"];
+    // An occurrence whose first attempts all failed, seen at least 3 s
+    // before their retries are due: time to reload both nodes.
+    let mut occurrence = None;
+    wait_until(
+        Duration::from_secs(60),
+        "first attempts failed well before their retries",
+        || {
+            let now = chrono::Utc::now().timestamp_millis();
+            let firsts: Vec<HashMap<String, String>> = jobs
+                .iter()
+                .filter_map(|job| {
+                    entries(&redis, job, "failed")
+                        .into_iter()
+                        .rfind(|e| e["attempt"] == "1" && e.contains_key("retry_at"))
+                })
+                .collect();
+            let found = firsts.len() == jobs.len()
+                && firsts
+                    .iter()
+                    .all(|e| e["occurrence"] == firsts[0]["occurrence"])
+                && firsts.iter().all(|e| {
+                    e["retry_at"]
+                        .parse::<i64>()
+                        .is_ok_and(|at| at - now >= 3000)
+                });
+            if found {
+                occurrence = Some(firsts[0]["occurrence"].clone());
+            }
+            found
+        },
+    );
+    let occurrence = occurrence.expect("found");
+    work.write_config(&format!(
+        "{head}{}{}{}",
+        job("zeroed", 0, "old", 5),
+        job("lowered", 1, "old", 5),
+        job("fixed", 3, "new", 0),
+    ));
+    for node in &nodes {
+        node.signal("HUP");
+    }
+    for node in &nodes {
+        node.wait_for_log(Duration::from_secs(3), "config reloaded");
+    }
+    let log = nodes[0].log();
+    let reloaded = log
+        .lines()
+        .find(|line| line.contains("config reloaded"))
+        .expect("summary");
+    assert!(
+        reloaded.contains(r#"removed=["removed"]"#)
+            && reloaded.contains(r#"changed=["zeroed", "lowered", "fixed"]"#),
+        "{reloaded}"
+    );
+    let retry_due = history(&redis, "removed")
+        .iter()
+        .find(|e| e["occurrence"] == occurrence)
+        .and_then(|e| e["retry_at"].parse::<i64>().ok())
+        .expect("retry_at");
+    assert!(
+        chrono::Utc::now().timestamp_millis() < retry_due,
+        "both nodes reloaded before the retries were due"
+    );
+    // Every retry of the occurrence is over once the next one has run.
+    let next = chrono::DateTime::parse_from_rfc3339(&occurrence).expect("occurrence")
+        + chrono::TimeDelta::seconds(20);
+    let next = common::cluster::rfc3339(next.with_timezone(&chrono::Utc));
+    wait_until(Duration::from_secs(40), "the next occurrence ran", || {
+        work.lines("runs")
+            .iter()
+            .any(|line| line.starts_with(&format!("fixed {next} 1 ")))
+    });
+    stop_all(&mut nodes);
+
+    let tried = |job: &str| -> Vec<(String, String)> {
+        let mut tried: Vec<(String, String)> = work
+            .lines("runs")
+            .iter()
+            .filter_map(|line| {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                (f.len() == 5 && f[0] == job && f[1] == occurrence)
+                    .then(|| (f[2].to_string(), f[4].to_string()))
+            })
+            .collect();
+        tried.sort();
+        tried
+    };
+    let old = |attempt: &str| (attempt.to_string(), "old".to_string());
+    assert_eq!(tried("removed"), [old("1")], "no retry of a removed job");
+    assert_eq!(tried("zeroed"), [old("1")], "no retry with retries = 0");
+    assert_eq!(tried("lowered"), [old("1"), old("2")], "retries = 1");
+    assert_eq!(
+        tried("fixed"),
+        [old("1"), ("2".to_string(), "new".to_string())],
+        "the pending retry ran the fixed command"
+    );
+    let lowered_last = history(&redis, "lowered")
+        .into_iter()
+        .find(|e| e["occurrence"] == occurrence && e["attempt"] == "2")
+        .expect("attempt 2 recorded");
+    assert!(
+        !lowered_last.contains_key("retry_at"),
+        "attempt 2 is the last: {lowered_last:?}"
+    );
+    // One notifier per occurrence, about its last attempt, from the node
+    // that ran it.
+    let sent = notified(&work);
+    for (job, kind, attempt) in [
+        ("removed", "on_failure", "1"),
+        ("zeroed", "on_failure", "1"),
+        ("lowered", "on_failure", "2"),
+        ("fixed", "on_success", "2"),
+    ] {
+        let about: Vec<&Notified> = sent
+            .iter()
+            .filter(|n| n.job == job && n.occurrence == occurrence)
+            .collect();
+        assert_eq!(about.len(), 1, "{job}: {about:?}");
+        assert_eq!(
+            (about[0].kind.as_str(), about[0].attempt.as_str()),
+            (kind, attempt),
+            "{job}: {about:?}"
+        );
+        let ran = history(&redis, job)
+            .into_iter()
+            .find(|e| e["occurrence"] == occurrence && e["attempt"] == attempt)
+            .expect("the last attempt's entry");
+        assert_eq!(about[0].node, ran["node"], "{job}: sent by its runner");
+    }
+    // Both nodes let the dropped retries go, and said so.
+    for node in &nodes {
+        let log = node.log();
+        for job in ["removed", "zeroed"] {
+            assert!(
+                log.lines().any(|line| line.contains("retry dropped")
+                    && line.contains(&format!("job={job} "))
+                    && line.contains(&format!("occurrence={occurrence}"))),
+                "{}: {job}\n{log}",
+                node.id
+            );
+        }
+    }
 }

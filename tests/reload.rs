@@ -266,6 +266,7 @@ fn a_job_renamed_during_its_run_does_not_run_that_occurrence_again() {
     );
     assert!(node.log().contains("no catch-up run"), "{}", node.log());
     assert!(history(&redis, "slow2").len() <= renamed.len() + 1);
+}
 
 /// A reload that changes what the daemon set up at start (`[redis]`,
 /// `history_max`, `metrics_listen`) keeps the old values and says so,

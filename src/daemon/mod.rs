@@ -42,7 +42,7 @@ use tracing::{error, info, warn};
 
 use chrono::{DateTime, Utc};
 
-use crate::config::{ClockSource, Config};
+use crate::config::{ClockSource, Config, Job};
 use crate::exec::Executor;
 use crate::lock::Locker;
 use crate::{metrics, notify, registry};
@@ -92,6 +92,10 @@ pub(crate) struct Shared {
     pub claims_in_flight: tokio::sync::Semaphore,
     /// `[daemon] env_file` of the loaded config, for the jobs' environment.
     env_file: RwLock<Arc<BTreeMap<String, String>>>,
+    /// The loaded config's jobs that have retries, by name: a retry runs
+    /// under the job's definition of the moment, or not at all once a
+    /// reload removed the job or took its retries ([`retry`]).
+    retry_jobs: RwLock<Arc<HashMap<String, Arc<Job>>>>,
     /// This node's wall clock minus Redis's instant at the last
     /// measurement, µs; `i64::MIN` = unknown.
     clock_offset_us: AtomicI64,
@@ -155,6 +159,24 @@ impl Shared {
         match self.env_file.read() {
             Ok(env) => Arc::clone(&env),
             Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    /// `name`'s definition in the loaded config if it has retries; `None`
+    /// once a reload removed the job or set its `retries` to 0.
+    pub fn retry_job(&self, name: &str) -> Option<Arc<Job>> {
+        let jobs = match self.retry_jobs.read() {
+            Ok(jobs) => Arc::clone(&jobs),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        };
+        jobs.get(name).map(Arc::clone)
+    }
+
+    fn set_retry_jobs(&self, jobs: &[Arc<Job>]) {
+        let jobs = Arc::new(with_retries(jobs));
+        match self.retry_jobs.write() {
+            Ok(mut current) => *current = jobs,
+            Err(poisoned) => *poisoned.into_inner() = jobs,
         }
     }
 
@@ -337,6 +359,7 @@ pub async fn run(
         claim_turns: Mutex::new(HashMap::new()),
         claims_in_flight: tokio::sync::Semaphore::new(occurrence::CLAIMS_IN_FLIGHT),
         env_file: RwLock::new(Arc::new(config.env.clone())),
+        retry_jobs: RwLock::new(Arc::new(with_retries(&config.jobs))),
         clock_offset_us: AtomicI64::new(i64::MIN),
         redis_at_base_us: AtomicI64::new(i64::MIN),
         clock_base: std::time::Instant::now(),
@@ -416,6 +439,15 @@ pub async fn run(
     }
     info!(node = %options.node, "stopped");
     Ok(())
+}
+
+/// The jobs of `jobs` that have retries, by name (only those: the map
+/// costs nothing for the many jobs without).
+fn with_retries(jobs: &[Arc<Job>]) -> HashMap<String, Arc<Job>> {
+    jobs.iter()
+        .filter(|job| job.retries > 0)
+        .map(|job| (job.name.clone(), Arc::clone(job)))
+        .collect()
 }
 
 /// The config's warnings, one line each (at start and after a reload).

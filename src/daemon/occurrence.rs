@@ -407,8 +407,8 @@ impl Attempt {
 /// end, keeping the lease alive until the last process of the run is gone,
 /// then releases it and records the outcome. `claim_sent` is when the
 /// winning claim was sent. Also answers when the next attempt may start,
-/// if this one failed and the job has a retry left (the release marked it
-/// pending).
+/// if this one failed and the job, as the daemon's loaded config defines
+/// it when the run ends, has a retry left (the release marked it pending).
 pub async fn run_lease(
     runner: &Runner<'_>,
     job: &Arc<Job>,
@@ -443,7 +443,13 @@ pub async fn run_lease(
     metrics::run_finished(&job.name, report.outcome.as_str(), report.duration);
     let retry_at = attempt.occurrence.and_then(|at| {
         let now = runner.shared.map_or_else(Utc::now, Shared::now);
-        retry::next_attempt_at(job, at, attempt.number, report.outcome, now)
+        // Retries follow the loaded file, which a reload may have changed
+        // during the run: a removed job or one without retries has none.
+        let current = match runner.shared {
+            Some(shared) => shared.retry_job(&job.name)?,
+            None => Arc::clone(job),
+        };
+        retry::next_attempt_at(&current, at, attempt.number, report.outcome, now)
     });
     log_finished(
         job,

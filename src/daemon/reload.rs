@@ -5,9 +5,11 @@
 //! keeps running. Otherwise the timetable compares jobs by fingerprint:
 //! added jobs start, removed jobs stop being scheduled (a run in progress
 //! finishes), changed jobs are rescheduled with the new settings, which apply
-//! from their next occurrence; unchanged jobs are not touched. A rescheduled
-//! job catches up like a starting node, and the claim script refuses what
-//! was already decided. `[redis]`, `history_max` and `metrics_listen`
+//! from their next occurrence; unchanged jobs are not touched. A
+//! rescheduled job catches up like a starting node, and the claim script
+//! refuses what was already decided. Pending retries follow the new file
+//! too: dropped when the job is gone or has fewer retries, else run under
+//! its new definition (`retry.rs`). `[redis]`, `history_max` and `metrics_listen`
 //! need a restart: a reload that changes them keeps the old values and
 //! names the changed keys in a warning; every other setting applies.
 
@@ -51,6 +53,7 @@ pub fn reload(
             keep_restart_only_settings(&current, &mut new, &options.node);
             super::log_warnings(&new, &options.node);
             shared.set_env_file(&new.env);
+            shared.set_retry_jobs(&new.jobs);
             shared.set_clock_source(new.daemon.clock);
             let diff = timetable.apply(shared, &new.jobs);
             info!(node = %options.node, added = ?diff.added, removed = ?diff.removed, changed = ?diff.changed,

@@ -16,6 +16,17 @@
 //! state every half backoff (at least 250 ms, at most 30 s) per node,
 //! while an attempt runs or a retry is pending.
 //!
+//! Reloads: the retries follow the loaded config, not the definition the
+//! occurrence started with. A run that ends marks a retry only if the job
+//! still has one left; a pending attempt is claimed under the job's
+//! definition of that moment (a fixed `command` applies to it), and is
+//! dropped by a node whose reload removed the job or lowered its
+//! `retries` below it: the occurrence then ends with its last attempt,
+//! whose node sends `on_failure` at once. The attempt stays marked pending
+//! in Redis until the next occurrence: a node that still has the old
+//! definition (a rollout in progress) claims and runs it, and tells the
+//! outcome of that run too.
+//!
 //! Failure model: if no node claims a pending attempt before the next
 //! occurrence (every node died, Redis away), the occurrence ends with its
 //! last recorded attempt; the node that ran that attempt, if alive, sends
@@ -110,9 +121,10 @@ pub fn notice_of(report: &Report) -> Notice {
 }
 
 /// Watches `job`'s occurrence `at` for pending retries and claims them, in
-/// the background; `ran` is this node's own failed attempt, if any.
+/// the background; `ran` is this node's own failed attempt, if any (then
+/// this node tells `on_failure` if no further attempt is made).
 pub fn watch(shared: &Arc<Shared>, job: &Arc<Job>, at: DateTime<Utc>, ran: Option<Ran>) {
-    if job.retries == 0 {
+    if ran.is_none() && shared.retry_job(&job.name).is_none() {
         return;
     }
     let shared = Arc::clone(shared);
@@ -120,23 +132,41 @@ pub fn watch(shared: &Arc<Shared>, job: &Arc<Job>, at: DateTime<Utc>, ran: Optio
     shared
         .tracker
         .clone()
-        .spawn(async move { follow(&shared, &job, at, ran).await });
+        .spawn(async move { follow(&shared, job, at, ran).await });
 }
 
-async fn follow(shared: &Arc<Shared>, job: &Arc<Job>, at: DateTime<Utc>, mut ran: Option<Ran>) {
+/// Why pending attempt `attempt` is not made under `current`, the job's
+/// definition in the loaded config (`None`: removed, or without retries).
+fn dropped(current: Option<&Job>, attempt: u32) -> Option<&'static str> {
+    match current {
+        None => Some("the loaded config has no retries for the job (removed, or `retries = 0`)"),
+        Some(job) if attempt > job.retries.saturating_add(1) => {
+            Some("the loaded config gives the job fewer retries")
+        }
+        Some(_) => None,
+    }
+}
+
+/// `job` is the definition this node last knew the job by: the one its
+/// attempt ran under, then the loaded config's at each step.
+async fn follow(shared: &Arc<Shared>, mut job: Arc<Job>, at: DateTime<Utc>, mut ran: Option<Ran>) {
     let name = rfc3339(at);
-    let until = deadline(job, at);
-    let poll = (job.extras.retry_backoff / 2).clamp(POLL_MIN, POLL_MAX);
     loop {
         if shared.cancel.is_cancelled() {
             return;
         }
+        let current = shared.retry_job(&job.name);
+        if let Some(current) = &current {
+            job = Arc::clone(current);
+        }
+        let until = deadline(&job, at);
+        let poll = (job.extras.retry_backoff / 2).clamp(POLL_MIN, POLL_MAX);
         if shared.now() >= until {
             // Nobody claimed the retry this node's failure asked for.
             if let Some(ran) = ran.take() {
                 warn!(job = %job.name, occurrence = %name, node = %shared.locker.node(), attempt = ran.attempt,
                     "retry not run: no node claimed it before the next occurrence; the occurrence ends with this attempt");
-                notify(shared, job, &name, ran);
+                notify(shared, &job, &name, ran);
             }
             return;
         }
@@ -167,6 +197,17 @@ async fn follow(shared: &Arc<Shared>, job: &Arc<Job>, at: DateTime<Utc>, mut ran
         };
         let (attempt, at_ms) = pending;
         let mine = ran.as_ref().is_some_and(|ran| ran.attempt + 1 == attempt);
+        if let Some(why) = dropped(current.as_deref(), attempt) {
+            drop_retry(
+                shared,
+                &job,
+                &name,
+                attempt,
+                why,
+                ran.take().filter(|_| mine),
+            );
+            return;
+        }
         let defer = if mine {
             (job.extras.retry_backoff / 4).min(DEFER_MAX)
         } else {
@@ -175,7 +216,7 @@ async fn follow(shared: &Arc<Shared>, job: &Arc<Job>, at: DateTime<Utc>, mut ran
         let start = DateTime::from_timestamp_millis(at_ms).unwrap_or_else(Utc::now);
         let wait = (start - shared.now()).to_std().unwrap_or(Duration::ZERO) + defer;
         pause(shared, wait).await;
-        match claim_and_run(shared, job, at, &name, attempt, until).await {
+        match claim_and_run(shared, &job, at, &name, attempt).await {
             Step::Ran(next) => match next {
                 Some(failed) => ran = Some(failed),
                 None => return,
@@ -184,11 +225,41 @@ async fn follow(shared: &Arc<Shared>, job: &Arc<Job>, at: DateTime<Utc>, mut ran
             Step::Stopping => return,
             Step::Over => {
                 if let Some(ran) = ran.take().filter(|_| mine) {
-                    notify(shared, job, &name, ran);
+                    notify(shared, &job, &name, ran);
                 }
                 return;
             }
+            Step::Dropped(why, last) => {
+                drop_retry(
+                    shared,
+                    &last,
+                    &name,
+                    attempt,
+                    why,
+                    ran.take().filter(|_| mine),
+                );
+                return;
+            }
         }
+    }
+}
+
+/// Pending attempt `attempt` of `job`'s occurrence `name` is not made on
+/// this node (`why`): the occurrence ends with the attempt before, and the
+/// node that ran that one (`ran`) tells `on_failure` now. A node that still
+/// has the old definition may claim the attempt all the same (a rollout).
+fn drop_retry(
+    shared: &Shared,
+    job: &Arc<Job>,
+    name: &str,
+    attempt: u32,
+    why: &str,
+    ran: Option<Ran>,
+) {
+    info!(job = %job.name, occurrence = %name, node = %shared.locker.node(), attempt, reason = why,
+        last_attempt = attempt.saturating_sub(1), "retry dropped: the occurrence ends with its last attempt");
+    if let Some(ran) = ran {
+        notify(shared, job, name, ran);
     }
 }
 
@@ -202,25 +273,24 @@ enum Step {
     /// Nothing to claim any more (the next occurrence is due, or the retry
     /// was not pending).
     Over,
+    /// A reload took the attempt away (why), before this node claimed it;
+    /// with the job's definition as this node last knew it.
+    Dropped(&'static str, Arc<Job>),
     /// The daemon is stopping: another node will claim the retry.
     Stopping,
 }
 
+/// Claims attempt `attempt` of `job`'s occurrence `at` and runs it if won,
+/// under the job's definition in the loaded config at the moment of each
+/// claim (a reload may change it, or drop the attempt, meanwhile).
 async fn claim_and_run(
     shared: &Arc<Shared>,
     job: &Arc<Job>,
     at: DateTime<Utc>,
     name: &str,
     attempt: u32,
-    until: DateTime<Utc>,
 ) -> Step {
     let node = shared.locker.node().to_string();
-    let target = Target::Retry {
-        at_ms: at.timestamp_millis(),
-        name: name.to_string(),
-        attempt,
-        deadline_ms: until.timestamp_millis(),
-    };
     let token = new_token();
     loop {
         if shared.cancel.is_cancelled() {
@@ -230,9 +300,21 @@ async fn claim_and_run(
         if shared.controls.draining() {
             return Step::Stopping;
         }
+        let current = shared.retry_job(&job.name);
+        if let Some(why) = dropped(current.as_deref(), attempt) {
+            return Step::Dropped(why, current.unwrap_or_else(|| Arc::clone(job)));
+        }
+        let job = current.unwrap_or_else(|| Arc::clone(job));
+        let until = deadline(&job, at);
         if shared.now() >= until {
             return Step::Over;
         }
+        let target = Target::Retry {
+            at_ms: at.timestamp_millis(),
+            name: name.to_string(),
+            attempt,
+            deadline_ms: until.timestamp_millis(),
+        };
         let sent = Instant::now();
         match shared
             .locker
@@ -250,11 +332,11 @@ async fn claim_and_run(
                 };
                 let runner = shared.runner();
                 let (report, retry_at) =
-                    run_lease(&runner, job, &lease, name, sent, attempt_of).await;
+                    run_lease(&runner, &job, &lease, name, sent, attempt_of).await;
                 if retry_at.is_some() {
                     return Step::Ran(Some(Ran::new(attempt, lease.fence, &report)));
                 }
-                notify(shared, job, name, Ran::new(attempt, lease.fence, &report));
+                notify(shared, &job, name, Ran::new(attempt, lease.fence, &report));
                 return Step::Ran(None);
             }
             Ok(Claim::Taken { by, fence, .. }) => {
