@@ -492,6 +492,69 @@ impl Schedule {
         previous_in(&form, self.tz, before.trunc_subsecs(0), inclusive)
     }
 
+    /// The shortest interval between two consecutive occurrences after
+    /// `from`, among the first [`WALKED`] intervals or those that end
+    /// within `span` of the first occurrence, whichever are fewer (at least
+    /// two); `None` if the schedule has fewer than two occurrences left. A
+    /// pattern's own rhythm (`*/7` minutes wrapping at the hour, weekdays,
+    /// the days of a list) shows within a week; what the walk does not see
+    /// is an interval that only a DST change or a rare date makes shorter,
+    /// further out. It ends early at an interval of 1 s, the shortest there
+    /// is; [`Schedule::interval_floor`] says without a search when it is
+    /// not worth making.
+    pub fn shortest_interval(&self, from: DateTime<Utc>, span: Duration) -> Option<Duration> {
+        let cron = parsed(self.pattern()).ok()?;
+        let first = self.next_after(from)?;
+        let end = TimeDelta::from_std(span)
+            .ok()
+            .and_then(|span| first.checked_add_signed(span))
+            .unwrap_or(DateTime::<Utc>::MAX_UTC);
+        let (mut at, mut shortest) = (first, None::<TimeDelta>);
+        for walked in 0..WALKED {
+            if walked >= 2 && at >= end {
+                break;
+            }
+            let Some(next) = self.next_with(&cron, at) else {
+                break;
+            };
+            let interval = next - at;
+            shortest = Some(shortest.map_or(interval, |known| known.min(interval)));
+            if interval <= TimeDelta::seconds(1) {
+                break;
+            }
+            at = next;
+        }
+        shortest.and_then(|shortest| shortest.to_std().ok())
+    }
+
+    /// A lower bound of the interval between two consecutive occurrences,
+    /// read from the pattern alone: 1 s, unless the second is one value (a
+    /// 5-field expression's is 0): then 1 min, or 30 min when the minute is
+    /// one value too (an hour, less a half-hour DST change), or 22 h when
+    /// the hour is too (a day, less a DST change).
+    pub fn interval_floor(&self) -> Duration {
+        let fields: Vec<&str> = self.pattern().split_whitespace().collect();
+        let (second, rest) = match fields.len() {
+            5 => ("0", &fields[..]),
+            _ => match fields.split_first() {
+                Some((second, rest)) => (*second, rest),
+                None => return Duration::ZERO,
+            },
+        };
+        let one_value =
+            |field: &str| !field.is_empty() && field.bytes().all(|b| b.is_ascii_digit());
+        let (minute, hour) = (rest.first().copied(), rest.get(1).copied());
+        if !one_value(second) {
+            Duration::from_secs(1)
+        } else if !minute.is_some_and(one_value) {
+            Duration::from_secs(60)
+        } else if !hour.is_some_and(one_value) {
+            Duration::from_secs(30 * 60)
+        } else {
+            Duration::from_secs(22 * 3600)
+        }
+    }
+
     /// The longest interval between two consecutive occurrences from the
     /// first one after `from` until `horizon` later (and over at least two
     /// intervals, so a yearly schedule gets one); `None` if the schedule
@@ -555,8 +618,13 @@ impl Schedule {
     }
 }
 
-/// [`Schedule::longest_interval`] walks this many occurrences one by one.
+/// [`Schedule::longest_interval`] and [`Schedule::shortest_interval`] walk
+/// this many occurrences one by one.
 pub const WALKED: usize = 64;
+/// How far ahead a job's period ([`Schedule::longest_interval`]) looks:
+/// two months hold every weekly pattern's week and the longest gap of most
+/// monthly ones.
+pub const PERIOD_HORIZON: Duration = Duration::from_secs(62 * 86_400);
 /// [`Schedule::longest_interval`] finds every interval longer than this.
 pub const EXACT_ABOVE: Duration = Duration::from_secs(6 * 3600);
 /// At most this many jumps: enough for a horizon of ten years.

@@ -229,6 +229,49 @@ fn check_prints_warnings_and_exits_0() {
     );
 }
 
+/// Retries that can never start (`retry_backoff` not shorter than the
+/// schedule's interval: a retry never starts once the next occurrence is
+/// due) are a warning of `check`, at the key, saying how many can happen
+/// and what to do; the file stays valid (exit 0).
+#[test]
+fn check_warns_when_retries_can_never_happen_before_the_next_occurrence() {
+    let text = "[redis]\nurl = \"redis://127.0.0.1:6379\"\n\n\
+                [defaults]\nretries = 3\nretry_backoff = \"5m\"\n\n\
+                [jobs.fixme]\nschedule = \"*/5 * * * * *\"\ncommand = \"true\"\nretries = 2\nretry_backoff = \"10s\"\n\n\
+                [jobs.every-minute]\nschedule = \"* * * * *\"\ncommand = \"true\"\n\n\
+                [jobs.nightly]\nschedule = \"0 2 * * *\"\ncommand = \"true\"\n";
+    let (_dir, path) = write_text(text);
+    let output = solocron(&["check"], &path);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let p = path.display();
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            format!(
+                "warning: {p}:6:17: [defaults] `retry_backoff`: for [jobs.every-minute], 5m is not \
+                 shorter than the 1m between its occurrences (`* * * * *`), and a retry never starts \
+                 once the next occurrence is due: none of its 3 retries can ever happen; give \
+                 [jobs.every-minute] a `retry_backoff` shorter than 1m (8s 571ms or less for all 3 \
+                 to fit), or `retries = 0` if it is not to be retried"
+            ),
+            format!(
+                "warning: {p}:12:17: [jobs.fixme] `retry_backoff`: 10s is not shorter than the 5s \
+                 between its occurrences (`*/5 * * * * *`), and a retry never starts once the next \
+                 occurrence is due: none of its 2 retries can ever happen; make `retry_backoff` \
+                 shorter than 5s (1s 666ms or less for both to fit), or set `retries = 0` if the job \
+                 is not to be retried"
+            ),
+        ]
+    );
+    assert!(
+        stdout.starts_with(&format!("{p}: valid, 3 job(s), 2 warning(s)\n")),
+        "{stdout}"
+    );
+}
+
 /// A splayed job's line in `check` says when it starts after each
 /// occurrence, and its list begins with the first occurrence still to
 /// start: with a splay longer than the period, one whose instant passed.

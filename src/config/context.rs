@@ -1,6 +1,7 @@
 //! What reading one `jobs.toml` carries from table to table: where `${VAR}`
-//! values come from, whether the load is for the read-only commands, and
-//! the errors and warnings found so far.
+//! values come from, whether the load is for the read-only commands, the
+//! errors and warnings found so far, and what the warnings looked up
+//! (programs in `PATH`, the intervals of schedules).
 //!
 //! Errors are collected, not returned, so that one bad key never hides the
 //! next (SPEC §2.7: `check` reports every error of a file). A reader
@@ -11,10 +12,15 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
 
 use super::error::ConfigError;
 use super::interpolate::{Filled, InterpolateError, interpolate};
 use super::warnings::Warning;
+use crate::schedule::{PERIOD_HORIZON, Schedule};
 
 /// The state of one load.
 pub(super) struct Context<'a> {
@@ -29,6 +35,11 @@ pub(super) struct Context<'a> {
     /// `PATH` look-ups of `argv` programs already done: (PATH, program) ->
     /// the warning, if any (10,000 jobs often run a handful of programs).
     programs: RefCell<HashMap<(String, String), Option<String>>>,
+    /// Shortest intervals between occurrences already computed, by
+    /// expression and zone (jobs with retries share a few schedules).
+    intervals: RefCell<HashMap<(String, Tz), Option<Duration>>>,
+    /// When the load started: where interval searches begin.
+    now: DateTime<Utc>,
 }
 
 impl<'a> Context<'a> {
@@ -40,6 +51,8 @@ impl<'a> Context<'a> {
             errors: RefCell::default(),
             warnings: RefCell::default(),
             programs: RefCell::default(),
+            intervals: RefCell::default(),
+            now: Utc::now(),
         }
     }
 
@@ -96,6 +109,37 @@ impl<'a> Context<'a> {
         let mut warnings = self.warnings.take();
         warnings.sort_by_key(|warning| (warning.line, warning.column));
         warnings
+    }
+
+    /// The shortest interval between two consecutive occurrences of
+    /// `schedule` from now on ([`Schedule::shortest_interval`]), computed
+    /// once per expression and zone, if it may be `within` or less: `None`
+    /// when the pattern alone says it is longer ([`Schedule::interval_floor`];
+    /// most are, and 10,000 jobs with `retries` in `[defaults]` then cost
+    /// no search).
+    pub fn shortest_interval(&self, schedule: &Schedule, within: Duration) -> Option<Duration> {
+        if within < schedule.interval_floor() {
+            return None;
+        }
+        let key = (schedule.expression().to_string(), schedule.timezone());
+        if let Some(known) = self.intervals.borrow().get(&key) {
+            return *known;
+        }
+        // A week shows every rhythm but a monthly or yearly one; a long
+        // backoff is compared with a few of the intervals it could span.
+        let span = within
+            .saturating_mul(4)
+            .max(Duration::from_secs(8 * 86_400));
+        let found = schedule.shortest_interval(self.now, span);
+        self.intervals.borrow_mut().insert(key, found);
+        found
+    }
+
+    /// The longest interval between two consecutive occurrences of
+    /// `schedule` over the coming [`PERIOD_HORIZON`] (what the job's period
+    /// gauge shows).
+    pub fn longest_interval(&self, schedule: &Schedule) -> Option<Duration> {
+        schedule.longest_interval(self.now, PERIOD_HORIZON)
     }
 
     /// The warning about `program` under `path` (see

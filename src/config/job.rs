@@ -11,7 +11,9 @@
 //! Every key is checked even after another one failed, and the checks of
 //! the job as a whole (a schedule, one action) run only when every key of
 //! the job and of `[defaults]` was fine: "`schedule` is required" after a
-//! refused `schedule` would only confuse.
+//! refused `schedule` would only confuse. So does the warning about
+//! retries that can never start before the next occurrence (a backoff not
+//! shorter than the schedule's shortest interval).
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -32,7 +34,7 @@ use super::model::{
 };
 use super::notifier::read_notifier;
 use super::table::{Table, closest};
-use super::warnings;
+use super::warnings::{self, Spot};
 use crate::schedule::{Schedule, ScheduleError};
 
 pub(super) use super::keys::JOB as JOB_KEYS;
@@ -63,6 +65,10 @@ pub(super) struct JobFields {
     on_failure: Option<Arc<Notifier>>,
     on_success: Option<Arc<Notifier>>,
     max_silence: Option<Duration>,
+    /// Where `retries` and `retry_backoff` are written in this table, for
+    /// the warning about retries that cannot happen.
+    retries_at: Option<Spot>,
+    retry_backoff_at: Option<Spot>,
     /// Some key of the table was refused (the error is recorded): the
     /// checks of the job as a whole would only repeat it.
     failed: bool,
@@ -107,6 +113,9 @@ impl JobFields {
         fields.retry_backoff = ctx
             .keep(table.duration("retry_backoff", ONE_SECOND))
             .flatten();
+        let spot = |key: &str| table.get(key).map(|value| table.spot(value.span(), key));
+        fields.retries_at = fields.retries.and_then(|_| spot("retries"));
+        fields.retry_backoff_at = fields.retry_backoff.and_then(|_| spot("retry_backoff"));
         fields.on_failure = read_notifier(table, "on_failure", ctx).map(Arc::new);
         fields.on_success = read_notifier(table, "on_success", ctx).map(Arc::new);
         fields.max_silence = ctx
@@ -195,6 +204,7 @@ impl JobFields {
         if self.failed || defaults.failed {
             return None;
         }
+        let retry_spots = (self.retries_at.take(), self.retry_backoff_at.take());
         let before = ctx.error_count();
         let set: Vec<String> = ACTIONS
             .iter()
@@ -244,7 +254,7 @@ impl JobFields {
             on_success: self.on_success.or_else(|| defaults.on_success.clone()),
             max_silence: self.max_silence.or(defaults.max_silence),
         };
-        Some(Job {
+        let job = Job {
             name: name.to_string(),
             schedule,
             lock_ttl: self
@@ -274,7 +284,67 @@ impl JobFields {
             retries: self.retries.or(defaults.retries).unwrap_or(0),
             extras: extras.shared(),
             fingerprint: Default::default(),
-        })
+        };
+        if !ctx.inspect {
+            warn_unreachable_retries(&job, &table.name, retry_spots, defaults, ctx);
+        }
+        Some(job)
+    }
+}
+
+/// Warns when `job`'s first retry waits as long as the shortest interval
+/// between its occurrences or longer ([`warnings::retries`]): a retry
+/// never starts once the next occurrence is due, so `retries` would do
+/// nothing, silently, after such an occurrence. The warning points at the
+/// job's own `retry_backoff`, else its own `retries` (the backoff comes
+/// from elsewhere), else at those of `[defaults]`, naming the job.
+/// `section` is the job's `[jobs.NAME]`; `own` are its own keys' spots.
+fn warn_unreachable_retries(
+    job: &Job,
+    section: &str,
+    own: (Option<Spot>, Option<Spot>),
+    defaults: &JobFields,
+    ctx: &Context<'_>,
+) {
+    if job.retries == 0 {
+        return;
+    }
+    let backoff = job.extras.retry_backoff;
+    let Some(shortest) = ctx
+        .shortest_interval(&job.schedule, backoff)
+        .filter(|shortest| backoff >= *shortest)
+    else {
+        return;
+    };
+    let shown = humantime::format_duration(backoff);
+    let named_elsewhere = if defaults.retry_backoff_at.is_some() {
+        format!("`retry_backoff` from [defaults] ({shown})")
+    } else {
+        format!("the default `retry_backoff` ({shown})")
+    };
+    let (own_retries, own_backoff) = own;
+    let (spot, backoff_named, job_named) = match (own_backoff, own_retries) {
+        (Some(spot), _) => (spot, shown.to_string(), None),
+        (None, Some(spot)) => (spot, named_elsewhere, None),
+        (None, None) => match (&defaults.retry_backoff_at, &defaults.retries_at) {
+            (Some(spot), _) => (spot.clone(), shown.to_string(), Some(section)),
+            (None, Some(spot)) => (spot.clone(), named_elsewhere, Some(section)),
+            (None, None) => return,
+        },
+    };
+    let retries = warnings::Retries {
+        retries: job.retries,
+        backoff,
+        shortest,
+        longest: ctx.longest_interval(&job.schedule),
+        expression: job.schedule.expression(),
+    };
+    let wording = warnings::RetryWording {
+        backoff: backoff_named,
+        job: job_named,
+    };
+    if let Some(message) = warnings::retries(&retries, &wording) {
+        ctx.warn(spot.warning(&message));
     }
 }
 

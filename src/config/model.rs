@@ -475,6 +475,34 @@ pub struct Notifier {
 pub const DEFAULT_NOTIFIER_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default `retry_backoff`: 30 s.
 pub const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_secs(30);
+/// Longest pause between two attempts, unless `retry_backoff` is longer.
+pub const RETRY_BACKOFF_CAP: Duration = Duration::from_secs(3600);
+
+/// The pause after failed attempt `attempt` before the next one: `base`
+/// (`retry_backoff`) doubled `attempt − 1` times, capped at an hour (or at
+/// `base` when that is longer).
+pub fn retry_backoff(base: Duration, attempt: u32) -> Duration {
+    let cap = RETRY_BACKOFF_CAP.max(base);
+    let factor = 2u32.saturating_pow(attempt.saturating_sub(1));
+    base.checked_mul(factor).unwrap_or(cap).min(cap)
+}
+
+/// How many of `retries` can start within `interval` of a failed first
+/// attempt (taken to end at its occurrence): a retry never starts once the
+/// next occurrence is due, and each waits [`retry_backoff`] after the one
+/// before (whose own run is taken to last no time).
+pub fn retries_within(base: Duration, retries: u32, interval: Duration) -> u32 {
+    let mut waited = Duration::ZERO;
+    let mut fit = 0;
+    for attempt in 1..=retries {
+        waited = waited.saturating_add(retry_backoff(base, attempt));
+        if waited >= interval {
+            break;
+        }
+        fit = attempt;
+    }
+    fit
+}
 
 /// Default of `output_log_max`: 64 KiB.
 pub const DEFAULT_OUTPUT_LOG_MAX: u64 = 64 * 1024;

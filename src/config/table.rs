@@ -15,7 +15,7 @@ use toml::de::{DeString, DeTable, DeValue};
 
 use super::context::Context;
 use super::error::{ConfigError, Position, Source, locate};
-use super::warnings::Warning;
+use super::warnings::{Spot, Warning};
 
 /// The longest duration any key accepts: 100 years. The daemon adds and
 /// subtracts durations to and from dates and clocks; `starting_deadline =
@@ -120,18 +120,23 @@ impl<'a, 'i> Table<'a, 'i> {
     /// A warning about the value of `key`, which sits at `span`, worded
     /// like [`Table::error`].
     pub fn warning(&self, span: Range<usize>, key: &str, message: impl AsRef<str>) -> Warning {
+        self.spot(span, key).warning(message.as_ref())
+    }
+
+    /// Where `key`'s value sits (`span`), for a warning worded later.
+    pub fn spot(&self, span: Range<usize>, key: &str) -> Spot {
         let Position { line, column, .. } = locate(self.src.text, span);
         let owner = if self.owner.is_empty() {
             String::new()
         } else {
             format!("{} ", self.owner)
         };
-        Warning {
+        Spot {
             path: self.src.path.to_path_buf(),
             line,
             column,
             key: self.key_path(key),
-            message: format!("{owner}`{}{key}`: {}", self.prefix, message.as_ref()),
+            label: format!("{owner}`{}{key}`", self.prefix),
         }
     }
 

@@ -1,11 +1,14 @@
-//! Warnings: what is probably wrong on *this* machine but not a reason to
-//! refuse the file.
+//! Warnings: what is probably wrong, on *this* machine or in the file, but
+//! not a reason to refuse it.
 //!
 //! Every node loads the same `jobs.toml`, and a program or directory may
 //! exist only on the nodes meant to run a job, so a missing `working_dir`
 //! or `argv` program is a warning, not an error: `check` prints it and
 //! still succeeds. Checking where the file is written, before `[defaults]`
-//! apply, makes each warning point at its own line, once. An `argv`
+//! apply, makes each warning point at its own line, once. Retries that
+//! can never start ([`retries`]) depend on the whole job, so that warning
+//! is worded once the job is built, one per job, at the [`Spot`] of the
+//! key that set the backoff (in `[defaults]` it names the job). An `argv`
 //! program named without `/` is searched in the job's `PATH` the way the
 //! launcher does (`env.PATH`, else the daemon's, else
 //! `/usr/local/bin:/usr/bin:/bin`); a relative path with a `/` depends on
@@ -14,6 +17,9 @@
 use std::fmt;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::model::retries_within;
 
 /// The launcher's `PATH` when the job's environment has none.
 pub(super) const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -47,6 +53,166 @@ impl fmt::Display for Warning {
         } = self;
         write!(f, "{}:{line}:{column}: {message}", path.display())
     }
+}
+
+/// Where a key is written, to point a warning at it that can only be
+/// worded later (a job's retries need its schedule and `[defaults]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Spot {
+    pub path: PathBuf,
+    pub line: usize,
+    pub column: usize,
+    /// Dotted path of the key.
+    pub key: String,
+    /// How messages name it: ``[jobs.x] `retries` ``.
+    pub label: String,
+}
+
+impl Spot {
+    /// The warning `message` about the key here.
+    pub fn warning(&self, message: &str) -> Warning {
+        Warning {
+            path: self.path.clone(),
+            line: self.line,
+            column: self.column,
+            key: self.key.clone(),
+            message: format!("{}: {message}", self.label),
+        }
+    }
+}
+
+/// A job's retries and the rhythm of its schedule, for [`retries`].
+pub(super) struct Retries<'a> {
+    pub retries: u32,
+    pub backoff: Duration,
+    /// The shortest and the longest interval between two consecutive
+    /// occurrences (`None`: not known).
+    pub shortest: Duration,
+    pub longest: Option<Duration>,
+    pub expression: &'a str,
+}
+
+/// How a [`retries`] warning names things: the backoff (its value alone
+/// when the warning points at `retry_backoff` itself), and the job when
+/// the warning points at `[defaults]`.
+pub(super) struct RetryWording<'a> {
+    pub backoff: String,
+    pub job: Option<&'a str>,
+}
+
+/// The warning when the first retry's backoff is not shorter than the
+/// shortest interval between the job's occurrences: a retry never starts
+/// once the next occurrence is due, so after such an occurrence no retry
+/// can happen; after a longer interval (an irregular schedule) some may.
+pub(super) fn retries(r: &Retries<'_>, wording: &RetryWording<'_>) -> Option<String> {
+    if r.retries == 0 || r.backoff < r.shortest {
+        return None;
+    }
+    let show = |d: Duration| humantime::format_duration(d).to_string();
+    let (shortest, count) = (show(r.shortest), r.retries);
+    let regular = r.longest.is_none_or(|longest| longest <= r.shortest);
+    let interval = if regular {
+        format!(
+            "the {shortest} between its occurrences (`{}`)",
+            r.expression
+        )
+    } else {
+        format!(
+            "the shortest interval between its occurrences ({shortest}, `{}`)",
+            r.expression
+        )
+    };
+    let after_longest = r
+        .longest
+        .map_or(0, |longest| retries_within(r.backoff, count, longest));
+    let outcome = match (after_longest, r.longest) {
+        (0, _) | (_, None) if count == 1 => "its retry can never happen".to_string(),
+        (0, _) | (_, None) => format!("none of its {count} retries can ever happen"),
+        (fit, Some(longest)) => {
+            let some = if fit == count {
+                format!("all {count} can")
+            } else {
+                format!("at most {fit} of its {count} can")
+            };
+            format!(
+                "no retry can happen after an occurrence that the next one follows {shortest} \
+                 later (after the longest interval, {}, {some})",
+                show(longest)
+            )
+        }
+    };
+    let all = fits_all(count, r.shortest)
+        .filter(|_| count > 1)
+        .map(|most| {
+            let all = if count == 2 {
+                "both".to_string()
+            } else {
+                format!("all {count}")
+            };
+            format!(" ({} or less for {all} to fit)", show(most))
+        })
+        .unwrap_or_default();
+    let fix = if r.shortest <= MIN_BACKOFF {
+        // `retry_backoff` is at least 1 s.
+        let whose = wording
+            .job
+            .map(|job| format!(" for {job}"))
+            .unwrap_or_default();
+        format!(
+            "no `retry_backoff` is shorter (it is at least 1s): set `retries = 0`{whose}, or \
+             run the job less often"
+        )
+    } else {
+        match wording.job {
+            Some(job) => format!(
+                "give {job} a `retry_backoff` shorter than {shortest}{all}, or `retries = 0` if \
+                 it is not to be retried"
+            ),
+            None => format!(
+                "make `retry_backoff` shorter than {shortest}{all}, or set `retries = 0` if the \
+                 job is not to be retried"
+            ),
+        }
+    };
+    let subject = wording
+        .job
+        .map(|job| format!("for {job}, "))
+        .unwrap_or_default();
+    Some(format!(
+        "{subject}{} is not shorter than {interval}, and a retry never starts once the next \
+         occurrence is due: {outcome}; {fix}",
+        wording.backoff
+    ))
+}
+
+/// The smallest `retry_backoff` the loader takes.
+const MIN_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The longest `retry_backoff` (at least its minimum of 1 s; in whole
+/// milliseconds, whole seconds from 10 s on) with which all `retries`
+/// start within `interval`; `None` when not even 1 s lets them.
+fn fits_all(retries: u32, interval: Duration) -> Option<Duration> {
+    let fits = |ms: u64| retries_within(Duration::from_millis(ms), retries, interval) == retries;
+    let min = u64::try_from(MIN_BACKOFF.as_millis()).unwrap_or(1000);
+    let (mut low, mut high) = (min, u64::try_from(interval.as_millis()).unwrap_or(u64::MAX));
+    if !fits(low) {
+        return None;
+    }
+    // `fits(low)` holds and `fits(high)` does not (a backoff as long as
+    // the interval lets no retry start).
+    while high - low > 1 {
+        let middle = low + (high - low) / 2;
+        if fits(middle) {
+            low = middle;
+        } else {
+            high = middle;
+        }
+    }
+    // A shorter backoff fits too: round the long ones down for reading.
+    if low >= 10_000 {
+        low -= low % 1000;
+    }
+    Some(Duration::from_millis(low))
 }
 
 /// What is wrong with `dir` as a working directory here, if anything.

@@ -37,10 +37,8 @@ use super::Shared;
 use crate::config::Job;
 use crate::inspect::history::read::{self, Filter};
 use crate::metrics;
+use crate::schedule::PERIOD_HORIZON;
 
-/// How far ahead a job's period looks: two months hold every weekly
-/// pattern's week and the longest gap of most monthly ones.
-pub const PERIOD_HORIZON: Duration = Duration::from_secs(62 * 86_400);
 /// Jobs whose history is read at once at start.
 const READS_AT_ONCE: usize = 8;
 /// Jobs whose period is computed in one blocking task (the worker checks

@@ -43,12 +43,10 @@ use super::Shared;
 use super::notifications::{self, Subject};
 use super::occurrence::{Attempt, run_lease};
 use super::timetable::rfc3339;
-use crate::config::Job;
+use crate::config::{Job, retry_backoff};
 use crate::exec::{Notice, Outcome, Report};
 use crate::lock::{Claim, RetryState, Target, new_token};
 
-/// Longest pause between two attempts, unless `retry_backoff` is longer.
-const BACKOFF_CAP: Duration = Duration::from_secs(3600);
 /// Bounds of the pause between two reads of the state.
 const POLL_MIN: Duration = Duration::from_millis(250);
 const POLL_MAX: Duration = Duration::from_secs(30);
@@ -71,16 +69,9 @@ pub fn next_attempt_at(
     if !matches!(outcome, Outcome::Failed | Outcome::TimedOut) || attempt > job.retries {
         return None;
     }
-    let backoff = backoff(job.extras.retry_backoff, attempt);
+    let backoff = retry_backoff(job.extras.retry_backoff, attempt);
     let when = now.checked_add_signed(TimeDelta::from_std(backoff).ok()?)?;
     (when < deadline(job, at)).then_some(when)
-}
-
-/// `base` doubled `attempt − 1` times, capped at an hour (or `base`).
-fn backoff(base: Duration, attempt: u32) -> Duration {
-    let cap = BACKOFF_CAP.max(base);
-    let factor = 2u32.saturating_pow(attempt.saturating_sub(1));
-    base.checked_mul(factor).unwrap_or(cap).min(cap)
 }
 
 /// Retries of `at` must start before this: the job's next occurrence.
@@ -368,21 +359,5 @@ async fn pause(shared: &Shared, wait: Duration) {
     tokio::select! {
         _ = shared.cancel.cancelled() => {}
         _ = tokio::time::sleep(wait) => {}
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_and_is_capped() {
-        let base = Duration::from_secs(30);
-        assert_eq!(backoff(base, 1), base);
-        assert_eq!(backoff(base, 2), Duration::from_secs(60));
-        assert_eq!(backoff(base, 3), Duration::from_secs(120));
-        assert_eq!(backoff(base, 40), BACKOFF_CAP);
-        let long = Duration::from_secs(7200);
-        assert_eq!(backoff(long, 3), long);
     }
 }

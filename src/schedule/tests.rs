@@ -1396,3 +1396,65 @@ fn a_load_keeps_none_of_its_patterns_among_the_recent_ones() {
         "{kept} of the load's 600 patterns among the recent ones"
     );
 }
+
+#[test]
+fn shortest_interval_finds_each_patterns_rhythm() {
+    let monday = utc_at("2026-03-02T10:00:00Z");
+    let week = std::time::Duration::from_secs(8 * 86_400);
+    let secs = std::time::Duration::from_secs;
+    for (expr, expected) in [
+        ("*/5 * * * * *", secs(5)),
+        ("* * * * * *", secs(1)),
+        // 56 -> 0 at every hour.
+        ("*/7 * * * *", secs(4 * 60)),
+        ("0 9,10 * * *", secs(3600)),
+        // Monday to Friday, never the weekend's 72 h.
+        ("0 9 * * 1-5", secs(86_400)),
+        ("@hourly", secs(3600)),
+        // 2 April -> 3 April, the only day apart in the list.
+        ("0 0 2,3,20 4 *", secs(86_400)),
+        // Yearly: at least two intervals even with a short span.
+        ("@yearly", secs(365 * 86_400)),
+    ] {
+        let schedule = Schedule::parse(expr, Tz::UTC).expect("parses");
+        assert_eq!(
+            schedule.shortest_interval(monday, week),
+            Some(expected),
+            "{expr}"
+        );
+    }
+    let last = Schedule::parse("@yearly", Tz::UTC).expect("parses");
+    assert_eq!(
+        last.shortest_interval(utc_at("2198-06-01T00:00:00Z"), week),
+        None,
+        "no interval after 2199-01-01"
+    );
+}
+
+#[test]
+fn interval_floor_is_never_above_the_shortest_interval() {
+    let monday = utc_at("2026-03-02T10:00:00Z");
+    let secs = std::time::Duration::from_secs;
+    for (expr, floor) in [
+        ("*/5 * * * * *", secs(1)),
+        ("30 * * * * *", secs(60)),
+        ("*/5 * * * *", secs(60)),
+        ("0 9,10 * * *", secs(30 * 60)),
+        ("0,30 9 * * *", secs(60)),
+        ("15 * * * *", secs(30 * 60)),
+        ("0 */2 * * *", secs(30 * 60)),
+        ("@hourly", secs(30 * 60)),
+        ("0 9 * * 1-5", secs(22 * 3600)),
+        ("@daily", secs(22 * 3600)),
+        ("@yearly", secs(22 * 3600)),
+    ] {
+        for tz in ["UTC", "America/New_York", "Australia/Lord_Howe"] {
+            let schedule = Schedule::parse(expr, zone(tz)).expect("parses");
+            assert_eq!(schedule.interval_floor(), floor, "{expr}");
+            let shortest = schedule
+                .shortest_interval(monday, SIXTY_TWO_DAYS)
+                .expect("fires");
+            assert!(floor <= shortest, "{expr} in {tz}: {shortest:?}");
+        }
+    }
+}

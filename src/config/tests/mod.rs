@@ -600,3 +600,20 @@ fn a_splayed_job_goes_on_from_the_first_occurrence_not_yet_fired() {
     let plain = job("[jobs.b]\nschedule = \"* * * * * *\"\ncommand = \"x\"\n");
     assert_eq!(plain.next_to_fire(now), plain.schedule.next_after(now));
 }
+
+#[test]
+fn the_retry_backoff_doubles_is_capped_and_counts_what_fits() {
+    let base = Duration::from_secs(30);
+    assert_eq!(retry_backoff(base, 1), base);
+    assert_eq!(retry_backoff(base, 2), Duration::from_secs(60));
+    assert_eq!(retry_backoff(base, 3), Duration::from_secs(120));
+    assert_eq!(retry_backoff(base, 40), RETRY_BACKOFF_CAP);
+    let long = Duration::from_secs(7200);
+    assert_eq!(retry_backoff(long, 3), long);
+    // 30 s, then 60 (90 in all), then 120 (210): before a 2-minute
+    // interval only the first two start; one as long as the interval none.
+    assert_eq!(retries_within(base, 3, Duration::from_secs(120)), 2);
+    assert_eq!(retries_within(base, 3, Duration::from_secs(211)), 3);
+    assert_eq!(retries_within(base, 3, Duration::from_secs(30)), 0);
+    assert_eq!(retries_within(base, 0, Duration::from_secs(3600)), 0);
+}

@@ -314,3 +314,82 @@ fn warnings_point_at_their_key_and_never_fail() {
         (2, 15)
     );
 }
+
+/// Retries that can never start (the first backoff is not shorter than
+/// the time to the next occurrence) are a warning at the key that set the
+/// backoff, else at `retries`, naming the job when that is `[defaults]`.
+#[test]
+fn retries_that_cannot_happen_are_a_warning_at_the_key_that_set_them() {
+    let text = complete(
+        "[defaults]\nretries = 3\nretry_backoff = \"5m\"\n\
+         [jobs.fast]\nschedule = \"*/2 * * * *\"\ncommand = \"true\"\n\
+         [jobs.fixme]\nschedule = \"*/5 * * * * *\"\ncommand = \"true\"\nretries = 2\nretry_backoff = \"10s\"\n\
+         [jobs.hourly]\nschedule = \"@hourly\"\ncommand = \"true\"\n\
+         [jobs.never]\nschedule = \"*/2 * * * *\"\ncommand = \"true\"\nretries = 0\n\
+         [jobs.pulse]\nschedule = \"* * * * * *\"\ncommand = \"true\"\nretries = 1\n",
+    );
+    let config = parse(&text, Path::new(PATH), &env).unwrap_or_else(|e| panic!("{e}"));
+    let shown: Vec<String> = config.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        shown,
+        [
+            "/etc/solocron/jobs.toml:3:17: [defaults] `retry_backoff`: for [jobs.fast], 5m is not \
+             shorter than the 2m between its occurrences (`*/2 * * * *`), and a retry never starts \
+             once the next occurrence is due: none of its 3 retries can ever happen; give \
+             [jobs.fast] a `retry_backoff` shorter than 2m (17s or less for all 3 to fit), or \
+             `retries = 0` if it is not to be retried",
+            "/etc/solocron/jobs.toml:11:17: [jobs.fixme] `retry_backoff`: 10s is not shorter than \
+             the 5s between its occurrences (`*/5 * * * * *`), and a retry never starts once the \
+             next occurrence is due: none of its 2 retries can ever happen; make `retry_backoff` \
+             shorter than 5s (1s 666ms or less for both to fit), or set `retries = 0` if the job \
+             is not to be retried",
+            "/etc/solocron/jobs.toml:22:11: [jobs.pulse] `retries`: `retry_backoff` from \
+             [defaults] (5m) is not shorter than the 1s between its occurrences (`* * * * * *`), \
+             and a retry never starts once the next occurrence is due: its retry can never \
+             happen; no `retry_backoff` is shorter (it is at least 1s): set `retries = 0`, or run \
+             the job less often",
+        ]
+    );
+    assert_eq!(config.warnings[1].key, "jobs.fixme.retry_backoff");
+    assert_eq!(config.warnings[2].key, "jobs.pulse.retries");
+
+    // The built-in backoff (30 s), named as such at the job's `retries`;
+    // an irregular schedule, whose longer intervals leave room for some.
+    let text = complete(
+        "[jobs.x]\nschedule = \"*/20 * * * * *\"\ncommand = \"true\"\nretries = 1\n\
+         [jobs.twice]\nschedule = \"0 9,10 * * *\"\ncommand = \"true\"\nretries = 3\nretry_backoff = \"2h\"\n",
+    );
+    let config = parse(&text, Path::new(PATH), &env).unwrap_or_else(|e| panic!("{e}"));
+    let shown: Vec<String> = config.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(shown.len(), 2, "{shown:?}");
+    assert!(
+        shown[0].starts_with(
+            "/etc/solocron/jobs.toml:4:11: [jobs.x] `retries`: the default `retry_backoff` (30s) \
+             is not shorter than the 20s between its occurrences"
+        ),
+        "{}",
+        shown[0]
+    );
+    assert!(
+        shown[1].contains(
+            "[jobs.twice] `retry_backoff`: 2h is not shorter than the shortest interval between \
+             its occurrences (1h, `0 9,10 * * *`), and a retry never starts once the next \
+             occurrence is due: no retry can happen after an occurrence that the next one follows \
+             1h later (after the longest interval, 23h, all 3 can)"
+        ),
+        "{}",
+        shown[1]
+    );
+
+    // Backoffs that fit say nothing; inspection computes no warning.
+    let fits = complete(
+        "[defaults]\nretries = 3\n\
+         [jobs.a]\nschedule = \"*/20 * * * * *\"\ncommand = \"true\"\nretry_backoff = \"4s\"\n\
+         [jobs.b]\nschedule = \"@hourly\"\ncommand = \"true\"\n",
+    );
+    let config = parse(&fits, Path::new(PATH), &env).unwrap_or_else(|e| panic!("{e}"));
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    let config =
+        parse_for_inspection(&text, Path::new(PATH), &env).unwrap_or_else(|e| panic!("{e}"));
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+}
