@@ -614,8 +614,20 @@ fn a_reload_between_attempts_drops_or_changes_the_pending_retries_on_every_node(
         Node::start(&work, &redis, "b", &[]),
     ];
     let jobs = ["removed", "zeroed", "lowered", "fixed"];
+    // Whether `node` took part in `occurrence` of every job (won or lost
+    // its claim), so that it follows the retries.
+    let took_part = |node: &Node, occurrence: &str| {
+        let log = node.log();
+        jobs.iter().all(|job| {
+            log.lines().any(|line| {
+                (line.contains("claim won") || line.contains("claim lost"))
+                    && line.contains(&format!("job={job} occurrence={occurrence} "))
+            })
+        })
+    };
     // An occurrence whose first attempts all failed, seen at least 3 s
-    // before their retries are due: time to reload both nodes.
+    // before their retries are due (time to reload both nodes), that both
+    // nodes took part in.
     let mut occurrence = None;
     wait_until(
         Duration::from_secs(60),
@@ -638,7 +650,10 @@ fn a_reload_between_attempts_drops_or_changes_the_pending_retries_on_every_node(
                     e["retry_at"]
                         .parse::<i64>()
                         .is_ok_and(|at| at - now >= 3000)
-                });
+                })
+                && nodes
+                    .iter()
+                    .all(|node| took_part(node, &firsts[0]["occurrence"]));
             if found {
                 occurrence = Some(firsts[0]["occurrence"].clone());
             }
