@@ -24,16 +24,30 @@
 //! the same way. [`init`] picks the format: `--log-format` if given, else
 //! `journal` when stderr is the journal (`JOURNAL_STREAM`), else text; a
 //! journal socket that cannot be reached at start means text on stderr.
+//!
+//! Text lines escape control characters in every field and message (`\u{1b}`,
+//! `\r`, `\n`): a job's output line, logged as a field, can neither forge a
+//! log line nor colour the terminal or the journal. With `--log-format
+//! json` everything on stderr is JSON, also what a command says for people
+//! ([`tell`], [`to_stderr`]).
+//!
+//! The filter ([`filter_directives`]): a bare level in `SOLOCRON_LOG`
+//! (`debug`) applies to solocron's own events only; other crates (the
+//! HTTP client, Redis) stay at `warn` unless a directive names them
+//! (`SOLOCRON_LOG=debug,reqwest=debug`): their debug lines print host
+//! names and addresses, which may hold an interpolated `${SECRET}`.
 
 pub mod journal;
 
 use std::fmt;
 use std::io::{IsTerminal as _, Write as _};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::time::Duration;
 
+use tracing::Level;
 use tracing::field::{Field, Visit};
+use tracing::level_filters::LevelFilter;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::field::RecordFields;
 use tracing_subscriber::fmt::format::{FormatFields, Writer};
@@ -51,6 +65,12 @@ const FINISH_WAIT: Duration = Duration::from_secs(1);
 /// Lines dropped (queue full) or not written (stderr or the journal
 /// failed) so far.
 static LOST: AtomicU64 = AtomicU64::new(0);
+
+/// `--log-format json`: what goes to stderr for people is JSON too.
+static STDERR_JSON: AtomicBool = AtomicBool::new(false);
+
+/// The crate's own target prefix: a bare level in `SOLOCRON_LOG` applies to it.
+const OWN_TARGET: &str = "solocron";
 
 /// Log lines lost since start: dropped because the writer fell behind, or
 /// not written because stderr failed (closed pipe, full disk) or journald
@@ -120,8 +140,11 @@ pub fn init(requested: Option<LogFormat>, default_filter: &str) -> Logging {
     let _ = std::thread::Builder::new()
         .name("solocron-log".to_string())
         .spawn(move || write_lines(&lines, sink));
+    STDERR_JSON.store(format == LogFormat::Json, Ordering::Relaxed);
+    let spec = std::env::var("SOLOCRON_LOG").ok();
     let filter = || {
-        EnvFilter::try_from_env("SOLOCRON_LOG").unwrap_or_else(|_| EnvFilter::new(default_filter))
+        EnvFilter::try_new(filter_directives(spec.as_deref(), default_filter))
+            .unwrap_or_else(|_| EnvFilter::new(filter_directives(None, default_filter)))
     };
     let writer = QueueWriter(queue.clone());
     let builder = tracing_subscriber::fmt()
@@ -187,9 +210,82 @@ impl Logging {
     }
 }
 
-/// Writes `text` to stderr for a person (`trigger`'s report, notes of the
-/// read-only commands); a closed or full stderr loses it, nothing else.
+/// The filter directives for `SOLOCRON_LOG` = `spec` (`None`: unset, then
+/// `default_level`). A bare level (`debug`) is solocron's own
+/// (`solocron=debug`); every other crate gets the same level but at most
+/// `warn`; directives that name a target (`reqwest=debug`,
+/// `solocron::lock=trace`) are kept as written, so third-party debug
+/// output is there only when asked for by name.
+pub fn filter_directives(spec: Option<&str>, default_level: &str) -> String {
+    let mut own = None;
+    let mut named = Vec::new();
+    for directive in spec
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|directive| !directive.is_empty())
+    {
+        match directive.parse::<LevelFilter>() {
+            Ok(level) => own = Some(level),
+            Err(_) => named.push(directive),
+        }
+    }
+    let own = own
+        .or_else(|| default_level.parse().ok())
+        .unwrap_or(LevelFilter::INFO);
+    let others = own.min(LevelFilter::WARN);
+    let mut directives = format!("{others},{OWN_TARGET}={own}");
+    for directive in named {
+        directives.push(',');
+        directives.push_str(directive);
+    }
+    directives
+}
+
+/// Whether stderr carries JSON (`--log-format json`).
+pub fn stderr_is_json() -> bool {
+    STDERR_JSON.load(Ordering::Relaxed)
+}
+
+/// Tells a person `text` on stderr (`trigger`'s report, notes of the
+/// commands): as written, or with `--log-format json` as one JSON object
+/// in the log's shape (`timestamp`, `level`, `message`: `text` without its
+/// trailing newline, then `fields`). A closed or full stderr loses it,
+/// nothing else.
+pub fn tell(level: Level, text: &str, fields: &[(&str, serde_json::Value)]) {
+    if stderr_is_json() {
+        write_stderr(&json_line(level, text.trim_end(), fields));
+    } else {
+        write_stderr(text);
+    }
+}
+
+/// [`tell`] at INFO without fields.
 pub fn to_stderr(text: &str) {
+    tell(Level::INFO, text, &[]);
+}
+
+/// One JSON log line (with its newline): `timestamp`, `level`, `message`,
+/// then `fields`, as the JSON log format writes an event.
+pub fn json_line(level: Level, message: &str, fields: &[(&str, serde_json::Value)]) -> String {
+    let mut object = serde_json::Map::new();
+    object.insert(
+        "timestamp".to_string(),
+        chrono::Utc::now()
+            .to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+            .into(),
+    );
+    object.insert("level".to_string(), level.as_str().into());
+    object.insert("message".to_string(), message.into());
+    for (name, value) in fields {
+        object.insert((*name).to_string(), value.clone());
+    }
+    let mut line = serde_json::Value::Object(object).to_string();
+    line.push('\n');
+    line
+}
+
+fn write_stderr(text: &str) {
     let mut err = std::io::stderr().lock();
     let _ = err.write_all(text.as_bytes()).and_then(|()| err.flush());
 }
@@ -316,6 +412,7 @@ impl TextVisitor<'_> {
         } else {
             " "
         };
+        let value = Escaped(value);
         self.result = if name == "message" {
             write!(self.writer, "{pad}{value}")
         } else {
@@ -329,6 +426,32 @@ impl TextVisitor<'_> {
             "exit_code" => self.field("exit", &value),
             name => self.field(name, &value),
         }
+    }
+}
+
+/// A value with its control characters escaped (`\u{1b}`, `\r`, `\n`,
+/// `\t`), so a text line stays one line and shows no job's colours.
+struct Escaped<'a>(&'a dyn fmt::Display);
+
+impl fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use fmt::Write as _;
+        struct Escaping<'a, 'b>(&'a mut fmt::Formatter<'b>);
+        impl fmt::Write for Escaping<'_, '_> {
+            fn write_str(&mut self, text: &str) -> fmt::Result {
+                for part in text.split_inclusive(char::is_control) {
+                    match part.chars().last() {
+                        Some(last) if last.is_control() => {
+                            self.0.write_str(&part[..part.len() - last.len_utf8()])?;
+                            write!(self.0, "{}", last.escape_default())?;
+                        }
+                        _ => self.0.write_str(part)?,
+                    }
+                }
+                Ok(())
+            }
+        }
+        write!(Escaping(f), "{}", self.0)
     }
 }
 
@@ -409,6 +532,75 @@ mod tests {
         assert_eq!(
             text.trim(),
             "run finished job=report stream=\"stdout\" exit=0 duration=41.2s"
+        );
+    }
+
+    #[test]
+    fn text_fields_escape_control_characters() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .without_time()
+            .with_level(false)
+            .with_target(false)
+            .fmt_fields(TextFields)
+            .finish();
+        let forged = "ok\u{1b}[31m red\rINFO run finished\nINFO claim won\t.";
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(line = %forged, quoted = forged, "job output\u{7}");
+        });
+        let text = String::from_utf8(captured.0.lock().expect("lines").clone()).expect("utf-8");
+        assert_eq!(
+            text,
+            "job output\\u{7} line=ok\\u{1b}[31m red\\rINFO run finished\\nINFO claim won\\t. \
+             quoted=\"ok\\u{1b}[31m red\\rINFO run finished\\nINFO claim won\\t.\"\n"
+        );
+    }
+
+    #[test]
+    fn a_bare_level_is_solocrons_own_and_other_crates_stay_at_warn() {
+        assert_eq!(filter_directives(None, "info"), "warn,solocron=info");
+        assert_eq!(filter_directives(None, "warn"), "warn,solocron=warn");
+        assert_eq!(
+            filter_directives(Some("debug"), "info"),
+            "warn,solocron=debug"
+        );
+        assert_eq!(
+            filter_directives(Some("error"), "info"),
+            "error,solocron=error"
+        );
+        assert_eq!(filter_directives(Some("off"), "info"), "off,solocron=off");
+        assert_eq!(
+            filter_directives(Some(" trace , reqwest=debug,hyper_util=trace"), "info"),
+            "warn,solocron=trace,reqwest=debug,hyper_util=trace"
+        );
+        assert_eq!(
+            filter_directives(Some("solocron::lock=trace"), "warn"),
+            "warn,solocron=warn,solocron::lock=trace"
+        );
+        for spec in ["debug", "reqwest=debug", "debug,reqwest=trace"] {
+            let directives = filter_directives(Some(spec), "info");
+            assert!(EnvFilter::try_new(&directives).is_ok(), "{directives}");
+        }
+    }
+
+    #[test]
+    fn a_json_line_has_the_log_events_shape() {
+        let line = json_line(Level::WARN, "job output", &[("line", "a\u{1b}b".into())]);
+        assert!(
+            line.ends_with('\n') && line.matches('\n').count() == 1,
+            "{line}"
+        );
+        let value: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+        assert_eq!(value["level"], "WARN");
+        assert_eq!(value["message"], "job output");
+        assert_eq!(value["line"], "a\u{1b}b");
+        assert!(
+            value["timestamp"]
+                .as_str()
+                .is_some_and(|t| t.ends_with('Z'))
         );
     }
 

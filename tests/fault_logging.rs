@@ -12,6 +12,9 @@
 //!
 //! `solocron trigger JOB | head -0`: the manual run still runs, releases the
 //! lock and records its outcome, with stdout and stderr both closed.
+//!
+//! A job printing control characters (ESC, CR) cannot forge a text log line
+//! or colour the terminal or journal: they are escaped in the text log.
 
 mod common;
 
@@ -21,7 +24,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    RedisServer, Workdir, free_port, history, scrape_metrics, solocron_bin, toml_path, wait_until,
+    Node, RedisServer, Workdir, caught_up_at_once, free_port, history, scrape_metrics,
+    solocron_bin, toml_path, wait_until,
 };
 use redis::Commands as _;
 
@@ -238,4 +242,30 @@ fn trigger_with_stdout_and_stderr_closed_still_releases_and_records() {
     );
     let lock: Option<String> = redis.conn().get("{solocron:report}:lock").expect("GET");
     assert_eq!(lock, None, "the lock is released");
+}
+
+#[test]
+fn a_jobs_control_characters_are_escaped_in_the_text_log() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    work.write_config(&format!(
+        "[jobs.forger]\n{}\ncommand = 'printf \"ok \\033[31mred\\rINFO claim won job=forger node=evil\\n\"; printf \"\\033[2J\\n\" >&2'\n",
+        caught_up_at_once()
+    ));
+    let node = Node::start(&work, &redis, "n1", &[]);
+    node.wait_for_log(Duration::from_secs(10), "run finished");
+    let log = node.log();
+    assert!(
+        !log.contains('\u{1b}') && !log.contains('\r'),
+        "raw control characters in the log: {log:?}"
+    );
+    assert!(
+        log.contains(r"line=ok \u{1b}[31mred\rINFO claim won job=forger node=evil"),
+        "{log}"
+    );
+    assert!(log.contains(r"stream=stderr line=\u{1b}[2J"), "{log}");
+    assert!(
+        !log.lines().any(|line| line.starts_with("INFO claim won")),
+        "{log}"
+    );
 }

@@ -164,3 +164,30 @@ fn a_local_trigger_gives_the_job_the_env_file_variables_as_the_daemon_does() {
         "the job's environment: {stdout}"
     );
 }
+
+#[test]
+fn debug_logging_leaves_third_party_lines_and_a_hooks_host_out_unless_named() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    work.write_config(
+        "[jobs.hook]\nschedule = \"0 0 1 1 *\"\ntimeout = \"3s\"\nhttp = { url = \"http://${HOOK_SECRET}.invalid:1/\" }\n",
+    );
+    let run = |filter: &str| {
+        let out = output(
+            trigger(&work, &redis, "hook")
+                .env("HOOK_SECRET", "s3cr3t-c0ffee")
+                .env("SOLOCRON_LOG", filter),
+        );
+        assert_eq!(out.status.code(), Some(1), "the hook fails: {out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    for filter in ["debug", "trace"] {
+        let said = run(filter);
+        assert!(!said.contains("s3cr3t"), "SOLOCRON_LOG={filter}:\n{said}");
+        assert!(!said.contains("starting new connection"), "{said}");
+        assert!(said.contains("run finished"), "{said}");
+    }
+    // Asked for by name, the client's debug lines are there.
+    let named = run("debug,reqwest=debug");
+    assert!(named.contains("starting new connection"), "{named}");
+}

@@ -4,7 +4,10 @@
 //! Each line becomes one `job output` event with the job's fields and
 //! `stream`; stdout at INFO, stderr at WARN. A notifier's lines are
 //! `notifier output` events instead, with the same fields (`job` names the
-//! job it reports on), so they are never taken for the job's own output. Memory per stream is bounded:
+//! job it reports on), so they are never taken for the job's own output.
+//! With an echo (`trigger`) each line is also written to this process's
+//! stdout or stderr; with `--log-format json` a stderr line's echo is its
+//! JSON event. Memory per stream is bounded:
 //! a line is kept up to [`LINE_CAP`] bytes and the rest of it is counted and
 //! thrown away as it arrives, so a job printing a gigabyte without a newline
 //! costs 4 KiB plus one read buffer. (`LinesCodec` with a max length would
@@ -206,6 +209,24 @@ fn emit_line(fields: &LineFields, stream: Stream, line: &str) {
         // Best effort: a closed terminal must not stop the job.
         let _ = match stream {
             Stream::Stdout => writeln!(std::io::stdout().lock(), "{line}"),
+            // With `--log-format json` stderr carries only JSON: the line
+            // is echoed as the `job output` event itself, which is then not
+            // logged a second time.
+            Stream::Stderr if crate::logging::stderr_is_json() => {
+                crate::logging::tell(
+                    tracing::Level::WARN,
+                    "job output",
+                    &[
+                        ("job", job.as_str().into()),
+                        ("occurrence", occurrence.as_str().into()),
+                        ("node", node.as_str().into()),
+                        ("fence", (*fence).into()),
+                        ("stream", stream.as_str().into()),
+                        ("line", line.into()),
+                    ],
+                );
+                return;
+            }
             Stream::Stderr => writeln!(std::io::stderr().lock(), "{line}"),
         };
     }

@@ -11,7 +11,6 @@
 //! still an error: it is what the operator pointed at, and guessing past it
 //! would hide the mistake.
 
-use std::io::Write as _;
 use std::path::Path;
 
 use crate::config::{self, Config, ConfigError, RedisConfig};
@@ -134,9 +133,10 @@ pub fn closest<'c>(typed: &str, candidates: impl Iterator<Item = &'c str>) -> Op
         .map(|(_, candidate)| candidate)
 }
 
-/// `note: TEXT` on stderr; a closed stderr is not worth failing for.
+/// `note: TEXT` on stderr (a JSON object with `--log-format json`,
+/// [`crate::logging::tell`]); a closed stderr is not worth failing for.
 pub fn note(text: &str) {
-    let _ = writeln!(std::io::stderr(), "note: {text}");
+    crate::logging::to_stderr(&format!("note: {text}\n"));
 }
 
 #[cfg(test)]
