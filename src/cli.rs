@@ -331,6 +331,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 crate::shutdown::reloads().context("cannot install the SIGHUP handler")?;
             let stops = crate::shutdown::stop_requests()
                 .context("cannot install the SIGTERM and SIGINT handlers")?;
+            crate::shutdown::refuse_suspend(|signal| {
+                tracing::warn!(
+                    signal,
+                    "not suspended: this daemon renews the locks of the jobs it runs, and a \
+                     suspended daemon would let them run on without their locks; SIGTERM \
+                     (Ctrl-C) stops it"
+                )
+            })
+            .context("cannot install the SIGTSTP and SIGTTIN handlers")?;
             let config = load(&args.file.config, args.redis.redis.as_deref())?;
             crate::memory::release_freed();
             let options = crate::daemon::Options {

@@ -13,7 +13,8 @@
 //! - [`exec`]: runs a job's action and classifies its [`exec::Outcome`].
 //! - [`daemon`]: the loop joining schedule, lock, exec and history.
 //! - [`cli`]: command-line types, logging set-up and the subcommands.
-//! - [`shutdown`]: the future that completes on SIGTERM or SIGINT; SIGHUP reloads.
+//! - [`shutdown`]: stop requests (SIGTERM, SIGINT), reloads (SIGHUP), and Ctrl-Z
+//!   (SIGTSTP, SIGTTIN, SIGTTOU) refused while locks are renewed.
 //! - [`trigger`]: `solocron trigger JOB`, a manual run under the lock.
 //! - [`ops`]: `pause`, `resume`, `drain`, `undrain`, `trigger --fleet`.
 //! - [`logging`]: log lines that never block or panic (a queue to one writer thread),

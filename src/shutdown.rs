@@ -1,4 +1,6 @@
-//! Stop requests (SIGTERM, SIGINT) and reload requests (SIGHUP).
+//! Stop requests (SIGTERM, SIGINT), reload requests (SIGHUP), and the
+//! suspend signals a process holding locks must not obey (SIGTSTP,
+//! SIGTTIN, SIGTTOU).
 //!
 //! `systemctl stop` sends SIGTERM, a terminal sends SIGINT; `ctrl_c()` alone
 //! would miss the first. Once a signal is handled its default action is
@@ -33,6 +35,47 @@ pub fn stop_requests() -> io::Result<mpsc::UnboundedReceiver<&'static str>> {
         }
     });
     Ok(rx)
+}
+
+/// Keeps job control from suspending this process, which renews the locks
+/// of the runs it watches: a suspended `trigger` (Ctrl-Z) or daemon would
+/// let a lock expire while its job, in a process group of its own, goes on,
+/// and another node's run of the same job would overlap it.
+///
+/// SIGTSTP (Ctrl-Z) and SIGTTIN are caught: `said` is called with the
+/// signal's name for each (to log or print one line) and nothing stops.
+/// SIGTTOU is ignored instead: a background process writing to a terminal
+/// with `stty tostop` gets it at each write, and a caught one makes the
+/// write fail and restart for ever, while an ignored one lets the write
+/// through. Jobs get every disposition back to its default
+/// ([`crate::exec`]). SIGSTOP cannot be caught (see the README's limits).
+pub fn refuse_suspend(said: impl Fn(&'static str) + Send + 'static) -> io::Result<()> {
+    ignore_ttou()?;
+    let mut tstp = signal(SignalKind::from_raw(libc::SIGTSTP))?;
+    let mut ttin = signal(SignalKind::from_raw(libc::SIGTTIN))?;
+    tokio::spawn(async move {
+        loop {
+            let name = tokio::select! {
+                Some(()) = tstp.recv() => "SIGTSTP",
+                Some(()) = ttin.recv() => "SIGTTIN",
+                else => return,
+            };
+            said(name);
+        }
+    });
+    Ok(())
+}
+
+/// SIGTTOU's disposition set to "ignore" (see [`refuse_suspend`]).
+#[allow(unsafe_code)]
+fn ignore_ttou() -> io::Result<()> {
+    use nix::sys::signal::{SigHandler, Signal};
+    // SAFETY: SIG_IGN runs no code of ours in a signal context; this
+    // replaces no handler another part of the process relies on (nothing
+    // else handles SIGTTOU).
+    unsafe { nix::sys::signal::signal(Signal::SIGTTOU, SigHandler::SigIgn) }
+        .map(drop)
+        .map_err(io::Error::from)
 }
 
 /// A message per SIGHUP (reload `jobs.toml`). Installs the handler at once;

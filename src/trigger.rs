@@ -7,8 +7,9 @@
 //! process's, plus the variables of `[daemon] env_file` (read with the
 //! file), the job's `env` and the `SOLOCRON_*` ones. The job's output is
 //! shown on the terminal as it runs; Ctrl-C stops it (recorded as
-//! `interrupted`). Exit codes: 0 succeeded, 1 failed (or Redis
-//! unreachable), 3 the lock is held.
+//! `interrupted`); Ctrl-Z does not suspend this process, which renews the
+//! lock ([`crate::shutdown::refuse_suspend`]). Exit codes: 0 succeeded, 1
+//! failed (or Redis unreachable), 3 the lock is held.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -23,7 +24,9 @@ use crate::config::Config;
 use crate::daemon::{Attempt, Runner, connect, run_lease};
 use crate::exec::{Executor, Outcome};
 use crate::lock::{Claim, Locker, Target, new_token};
-use crate::logging::to_stderr;
+use crate::logging::{tell, to_stderr};
+use serde_json::json;
+use tracing::Level;
 
 /// Exit status when the job's lock is held by a run in progress.
 pub const EXIT_BUSY: u8 = 3;
@@ -49,6 +52,20 @@ pub async fn run(config: Config, node: &str, job_name: &str) -> anyhow::Result<E
             }
         );
     };
+    // Before the claim: from then on a suspended process would let the
+    // lock expire under the running job.
+    let suspended_job = job.name.clone();
+    crate::shutdown::refuse_suspend(move |signal| {
+        tell(
+            Level::WARN,
+            &format!(
+                "not suspended ({signal}): this process renews the lock of job \
+                 `{suspended_job}` while it runs, and cannot be suspended; Ctrl-C interrupts the run\n"
+            ),
+            &[("job", json!(suspended_job)), ("signal", json!(signal))],
+        )
+    })
+    .context("cannot install the SIGTSTP and SIGTTIN handlers")?;
     let conn = connect(&config.redis)?;
     let locker = Locker::new(
         conn,

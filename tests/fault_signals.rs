@@ -8,6 +8,13 @@
 //!
 //! A second signal during the drain: `fault_stop.rs`.
 //!
+//! SIGTSTP (Ctrl-Z) to a `trigger` whose run holds the job's lock, and
+//! SIGTSTP / SIGTTIN to a daemon whose job runs, each in a process group of
+//! its own (as a terminal's foreground job): the process says it is not
+//! suspended and keeps renewing, so its run ends `succeeded` under its
+//! lock and no other node's run of the job overlaps it. Breaks if job
+//! control could stop the process that renews a running job's lock.
+//!
 //! SIGHUP under load: three nodes, ten every-second jobs; a broken file, a
 //! removed file and a valid change (one job changed, one added) are sent to
 //! every node. The audit over the whole window shows every occurrence of
@@ -17,12 +24,144 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt as _;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use chrono::{TimeDelta, Utc};
+use common::audit::Run;
 use common::cluster::{Cluster, JobSpec, sleep_until, wait_gone, whole_second_after, window_secs};
-use common::{RedisServer, history};
+use common::{
+    Node, RedisServer, history, process_state, solocron_bin, state_letter, toml_path, wait_until,
+};
 use redis::Commands as _;
+
+/// A child process continued and killed on drop, so a test that fails
+/// while it is stopped leaves nothing behind (its job dies with it: the
+/// parent-death signal).
+struct Spawned(Child);
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        common::signal(self.0.id() as i32, "CONT");
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Asserts that no two of `runs` (one job's) overlap in real time.
+fn assert_no_overlap(runs: &[Run]) {
+    let mut sorted: Vec<&Run> = runs.iter().collect();
+    sorted.sort_by_key(|run| run.start_ns);
+    for pair in sorted.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        let end = a
+            .end_ns
+            .unwrap_or_else(|| panic!("{a} never ended, and {b} started after it"));
+        assert!(b.start_ns >= end, "overlap:\n  {a}\n  {b}");
+    }
+}
+
+#[test]
+fn sigtstp_does_not_suspend_a_trigger_whose_run_holds_the_lock() {
+    let slow = JobSpec::new("slow", "* * * * * *", 5.0).with("lock_ttl = \"2s\"");
+    let mut cluster = Cluster::new(RedisServer::start(), "", &[slow]);
+    let stderr = cluster.work.path("trigger.err");
+    let config = toml_path(&cluster.work.path("jobs.toml"));
+    let url = cluster.redis.url();
+    let mut trigger = Spawned(
+        Command::new(solocron_bin())
+            .args(["trigger", "slow", "--config", &config, "--node-id", "cli"])
+            .args(["--redis", &url])
+            .env_remove("SOLOCRON_LOG")
+            .env_remove("SOLOCRON_LOG_FORMAT")
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).expect("create trigger.err"))
+            .spawn()
+            .expect("start solocron trigger"),
+    );
+    let pid = trigger.0.id() as i32;
+    let manual = cluster.wait_for_run(Duration::from_secs(10), "the manual run", |run| {
+        run.node == "cli"
+    });
+    // A daemon whose every-second occurrences meet the manual run's lock.
+    cluster.start_node("n1", &[]);
+    cluster
+        .node("n1")
+        .wait_for_log(Duration::from_secs(5), "holder=cli");
+    common::signal(pid, "TSTP");
+    let said = || std::fs::read_to_string(&stderr).unwrap_or_default();
+    wait_until(
+        Duration::from_secs(5),
+        "trigger says it is not suspended",
+        || said().contains("not suspended (SIGTSTP)"),
+    );
+    assert_ne!(state_letter(pid), Some('T'), "{}", process_state(pid));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = trigger.0.try_wait().expect("wait for trigger") {
+            break status;
+        }
+        assert_ne!(state_letter(pid), Some('T'), "trigger stopped: {}", said());
+        assert!(
+            Instant::now() < deadline,
+            "trigger did not exit: {}",
+            said()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0), "{}", said());
+    assert!(said().contains("succeeded (exit 0)"), "{}", said());
+    let entry = history(&cluster.redis, "slow")
+        .into_iter()
+        .find(|entry| entry["occurrence"] == manual.occurrence)
+        .expect("the manual run is in the history");
+    assert_eq!(entry["outcome"], "succeeded", "{entry:?}");
+    // The daemon's occurrences were skipped while the manual run held the
+    // lock; it runs the job again once the lock is free, not before.
+    cluster.wait_for_run(Duration::from_secs(10), "n1 runs the job", |run| {
+        run.node == "n1"
+    });
+    assert_no_overlap(&cluster.runs());
+}
+
+#[test]
+fn sigtstp_and_sigttin_do_not_suspend_a_daemon_whose_job_runs() {
+    let slow = JobSpec::new("slow", "* * * * * *", 5.0).with("lock_ttl = \"2s\"");
+    let mut cluster = Cluster::new(RedisServer::start(), "", &[slow]);
+    let config = toml_path(&cluster.work.path("jobs.toml"));
+    let url = cluster.redis.url();
+    let args = ["--config", config.as_str(), "--redis", url.as_str()];
+    cluster
+        .nodes
+        .push(Node::start_in_own_group(&cluster.work, "n1", &args, &[]));
+    let first = cluster.wait_for_run(Duration::from_secs(10), "a run on n1", |run| {
+        run.node == "n1"
+    });
+    cluster.start_node("n2", &[]);
+    let n1 = cluster.node("n1");
+    for signal in ["TSTP", "TTIN"] {
+        n1.signal(signal);
+        n1.wait_for_log(Duration::from_secs(5), &format!("signal=\"SIG{signal}\""));
+        assert_ne!(state_letter(n1.pid()), Some('T'), "{}", n1.log());
+    }
+    assert!(n1.log().contains("not suspended"), "{}", n1.log());
+    let done = cluster.wait_for_run(Duration::from_secs(15), "n1's run ends", |run| {
+        run.pid == first.pid && run.end_ns.is_some()
+    });
+    let entry = history(&cluster.redis, "slow")
+        .into_iter()
+        .find(|entry| entry["occurrence"] == done.occurrence)
+        .expect("n1's run is in the history");
+    assert_eq!(entry["outcome"], "succeeded", "{entry:?}");
+    assert_eq!(entry["node"], "n1");
+    cluster.wait_for_run(Duration::from_secs(10), "the next run", |run| {
+        run.fence > done.fence
+    });
+    assert_no_overlap(&cluster.runs());
+}
 
 #[test]
 fn sigterm_during_a_long_run_interrupts_it_after_the_grace_releases_the_lock_and_exits_0() {

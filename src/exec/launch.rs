@@ -168,7 +168,8 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     unsafe {
         let args = &*(arg as *const ChildArgs);
         // Default dispositions: the daemon's handlers must not run here,
-        // and Rust's ignored SIGPIPE must not reach the job.
+        // and what it ignores itself (Rust's SIGPIPE, the SIGTTOU of
+        // `shutdown::refuse_suspend`) must not reach the job.
         for signal in 1..=libc::SIGRTMAX() {
             if signal == libc::SIGKILL || signal == libc::SIGSTOP {
                 continue;
@@ -176,7 +177,9 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             let mut current: libc::sigaction = std::mem::zeroed();
             if libc::sigaction(signal, std::ptr::null(), &mut current) == 0
                 && (current.sa_sigaction != libc::SIG_DFL
-                    && (current.sa_sigaction != libc::SIG_IGN || signal == libc::SIGPIPE))
+                    && (current.sa_sigaction != libc::SIG_IGN
+                        || signal == libc::SIGPIPE
+                        || signal == libc::SIGTTOU))
             {
                 let mut default: libc::sigaction = std::mem::zeroed();
                 default.sa_sigaction = libc::SIG_DFL;

@@ -235,6 +235,13 @@ pub fn signal(pid: i32, sig: &str) {
     }
 }
 
+/// The state letter of a process (`R`, `S`, `T` stopped, `Z`...) from
+/// `/proc/PID/stat`; `None` once it is gone.
+pub fn state_letter(pid: i32) -> Option<char> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
 /// `State:` of a process, for failure messages.
 pub fn process_state(pid: i32) -> String {
     fs::read_to_string(format!("/proc/{pid}/status"))
@@ -395,6 +402,33 @@ impl Node {
         args: &[&str],
         extra_env: &[(&str, &str)],
     ) -> Node {
+        Node::spawn(work, id, args, extra_env, false)
+    }
+
+    /// Like [`Node::start_with_args`], in a process group of its own whose
+    /// parent (this test) is in another group of the same session: the
+    /// group is not orphaned, so the kernel delivers job-control stops
+    /// (SIGTSTP, SIGTTIN) to it rather than discarding them, as a terminal
+    /// would see it.
+    pub fn start_in_own_group(
+        work: &Workdir,
+        id: &str,
+        args: &[&str],
+        extra_env: &[(&str, &str)],
+    ) -> Node {
+        let node = Node::spawn(work, id, args, extra_env, true);
+        node.wait_for_log(Duration::from_secs(10), "solocron started");
+        node
+    }
+
+    fn spawn(
+        work: &Workdir,
+        id: &str,
+        args: &[&str],
+        extra_env: &[(&str, &str)],
+        own_group: bool,
+    ) -> Node {
+        use std::os::unix::process::CommandExt as _;
         let log = work.path(&format!("{id}.log"));
         let log_file = fs::File::create(&log).expect("create log file");
         let out_file = log_file.try_clone().expect("clone log file");
@@ -415,6 +449,9 @@ impl Node {
             .stderr(log_file);
         for (key, value) in extra_env {
             command.env(key, value);
+        }
+        if own_group {
+            command.process_group(0);
         }
         let child = command.spawn().expect("start solocron");
         Node {
