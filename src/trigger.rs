@@ -8,8 +8,9 @@
 //! file), the job's `env` and the `SOLOCRON_*` ones. The job's output is
 //! shown on the terminal as it runs; Ctrl-C stops it (recorded as
 //! `interrupted`); Ctrl-Z does not suspend this process, which renews the
-//! lock ([`crate::shutdown::refuse_suspend`]). Exit codes: 0 succeeded, 1
-//! failed (or Redis unreachable), 3 the lock is held.
+//! lock ([`crate::shutdown::refuse_suspend`]). With `--log-format json`
+//! every line on stderr is JSON ([`crate::logging::tell`]). Exit codes: 0
+//! succeeded, 1 failed (or Redis unreachable), 3 the lock is held.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -24,7 +25,7 @@ use crate::config::Config;
 use crate::daemon::{Attempt, Runner, connect, run_lease};
 use crate::exec::{Executor, Outcome};
 use crate::lock::{Claim, Locker, Target, new_token};
-use crate::logging::{tell, to_stderr};
+use crate::logging::tell;
 use serde_json::json;
 use tracing::Level;
 
@@ -102,19 +103,36 @@ pub async fn run(config: Config, node: &str, job_name: &str) -> anyhow::Result<E
     let lease = match claim {
         Claim::Won(lease) => lease,
         Claim::Busy { holder, fence } => {
-            to_stderr(&format!(
-                "job `{job_name}` is running on `{holder}` (fence {fence}); not started\n"
-            ));
+            tell(
+                Level::WARN,
+                &format!(
+                    "job `{job_name}` is running on `{holder}` (fence {fence}); not started\n"
+                ),
+                &[
+                    ("job", json!(job_name)),
+                    ("holder", json!(holder)),
+                    ("fence", json!(fence)),
+                ],
+            );
             return Ok(ExitCode::from(EXIT_BUSY));
         }
         Claim::Taken { .. } | Claim::TooLate | Claim::Superseded { .. } => {
             bail!("unexpected answer to the claim of a manual run of `{job_name}`: {claim:?}")
         }
     };
-    to_stderr(&format!(
-        "running job `{job_name}` as {name} on {node} (fence {})\n",
-        lease.fence
-    ));
+    tell(
+        Level::INFO,
+        &format!(
+            "running job `{job_name}` as {name} on {node} (fence {})\n",
+            lease.fence
+        ),
+        &[
+            ("job", json!(job_name)),
+            ("occurrence", json!(name)),
+            ("node", json!(node)),
+            ("fence", json!(lease.fence)),
+        ],
+    );
     // Ctrl-C stops the run (SIGTERM to its group, SIGKILL after the grace);
     // a second Ctrl-C kills it at once. The lock is released either way.
     let (interrupt, hurry) = (CancellationToken::new(), CancellationToken::new());
@@ -144,12 +162,30 @@ pub async fn run(config: Config, node: &str, job_name: &str) -> anyhow::Result<E
         .as_deref()
         .map(|e| format!(": {e}"))
         .unwrap_or_default();
-    to_stderr(&format!(
-        "job `{job_name}` {}{detail} in {:.1}s{error}\n",
-        report.outcome.as_str(),
-        report.duration.as_secs_f64()
-    ));
-    Ok(if report.outcome == Outcome::Succeeded {
+    let succeeded = report.outcome == Outcome::Succeeded;
+    tell(
+        if succeeded { Level::INFO } else { Level::WARN },
+        &format!(
+            "job `{job_name}` {}{detail} in {:.1}s{error}\n",
+            report.outcome.as_str(),
+            report.duration.as_secs_f64()
+        ),
+        &[
+            ("job", json!(job_name)),
+            ("occurrence", json!(name)),
+            ("node", json!(node)),
+            ("fence", json!(lease.fence)),
+            ("outcome", json!(report.outcome.as_str())),
+            ("exit_code", json!(report.exit_code)),
+            ("http_status", json!(report.http_status)),
+            (
+                "duration_ms",
+                json!(u64::try_from(report.duration.as_millis()).unwrap_or(u64::MAX)),
+            ),
+            ("error", json!(report.error)),
+        ],
+    );
+    Ok(if succeeded {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

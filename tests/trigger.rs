@@ -166,6 +166,63 @@ fn a_local_trigger_gives_the_job_the_env_file_variables_as_the_daemon_does() {
 }
 
 #[test]
+fn trigger_with_log_format_json_writes_only_json_to_stderr() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    work.write_config(
+        "[jobs.fails]\nschedule = \"0 0 1 1 *\"\ncommand = 'echo out; printf \"bad \\033[31mred\\rX\\n\" >&2; exit 4'\n",
+    );
+    let failed = output(trigger(&work, &redis, "fails").args(["--log-format", "json"]));
+    assert_eq!(failed.status.code(), Some(1), "{failed:?}");
+    assert_eq!(String::from_utf8_lossy(&failed.stdout), "out\n");
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    let events: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line)
+                .unwrap_or_else(|err| panic!("not JSON ({err}): {line:?}\n{stderr}"))
+        })
+        .collect();
+    let with = |message: &str| {
+        events
+            .iter()
+            .filter(|event| {
+                event["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with(message))
+            })
+            .collect::<Vec<_>>()
+    };
+    let running = with("running job `fails`");
+    assert_eq!(running.len(), 1, "{stderr}");
+    assert!(running[0]["fence"].is_u64(), "{stderr}");
+    let output_lines = with("job output");
+    assert_eq!(
+        output_lines.len(),
+        1,
+        "echoed once, not also logged: {stderr}"
+    );
+    assert_eq!(output_lines[0]["line"], "bad \u{1b}[31mred\rX");
+    assert_eq!(output_lines[0]["stream"], "stderr");
+    let outcome = with("job `fails` failed (exit 4)");
+    assert_eq!(outcome.len(), 1, "{stderr}");
+    assert_eq!(outcome[0]["outcome"], "failed");
+    assert_eq!(outcome[0]["exit_code"], 4);
+    // A busy lock is said in JSON too.
+    let mut conn = redis.conn();
+    let _: () = conn
+        .set("{solocron:fails}:lock", "some-token other")
+        .expect("SET a foreign lock");
+    let busy = output(trigger(&work, &redis, "fails").args(["--log-format", "json"]));
+    assert_eq!(busy.status.code(), Some(3), "{busy:?}");
+    for line in String::from_utf8_lossy(&busy.stderr).lines() {
+        let event: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|err| panic!("not JSON ({err}): {line:?}"));
+        assert_eq!(event["level"], "WARN", "{line}");
+    }
+}
+
+#[test]
 fn debug_logging_leaves_third_party_lines_and_a_hooks_host_out_unless_named() {
     let redis = RedisServer::start();
     let work = Workdir::new();
