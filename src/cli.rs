@@ -162,8 +162,8 @@ pub struct StatusArgs {
 pub struct HistoryArgs {
     /// Only this job (default: every job in the config, or without one every job a live node runs).
     pub job: Option<String>,
-    /// Show at most this many entries.
-    #[arg(long, default_value_t = 20)]
+    /// Show at most this many entries (at least 1).
+    #[arg(long, default_value_t = 20, value_parser = parse_limit)]
     pub limit: usize,
     /// Only occurrences at or after WHEN: an RFC 3339 instant, or a duration back from now (`90s`, `2h`, `1d`).
     #[arg(long, value_name = "WHEN", value_parser = TimeBound::parse)]
@@ -276,6 +276,18 @@ pub struct UndrainArgs {
     pub node: Option<String>,
     #[command(flatten)]
     pub source: InspectArgs,
+}
+
+/// `history --limit`: a count of at least 1 (0 would show nothing, and
+/// say there is no history when there is).
+fn parse_limit(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(0) => Err("`--limit 0` would show no entry; give at least 1 (default 20)".to_string()),
+        Ok(limit) => Ok(limit),
+        Err(_) => Err(format!(
+            "`{text}` is not a count; give a whole number of entries, at least 1"
+        )),
+    }
 }
 
 /// A duration above zero (`--for`), in the config's notation.
@@ -418,14 +430,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Exit status for a usage error (as the argument parser's).
+pub const EXIT_USAGE: u8 = 2;
+
 /// The exit code for a fatal error of `command`: 78 for a bad config at the
-/// start of `run`, 1 otherwise.
+/// start of `run`, 2 for a usage error found after parsing
+/// ([`crate::inspect::UsageError`]), 1 otherwise.
 pub fn exit_code_for(command: &Command, err: &anyhow::Error) -> u8 {
     let bad_config = err.chain().any(|cause| {
         cause.is::<config::ConfigError>() || cause.is::<crate::daemon::StartRefused>()
     });
+    let usage = err
+        .chain()
+        .any(|cause| cause.is::<crate::inspect::UsageError>());
     match command {
         Command::Run(_) if bad_config => EXIT_BAD_CONFIG,
+        _ if usage => EXIT_USAGE,
         _ => 1,
     }
 }

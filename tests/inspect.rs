@@ -1026,11 +1026,35 @@ fn since_and_until_take_rfc3339_instants_and_durations_back_from_now() {
         names(&[600])
     );
     assert_eq!(window(&["--until", &rfc3339(ago(600))]), names(&[600]));
+    // `--since` after `--until` is a usage error (exit 2), found without
+    // Redis when both are durations or both instants.
     let reversed = solocron(&work, &url, &["history", "--since", "1m", "--until", "5m"]);
-    assert_eq!(reversed.status.code(), Some(1), "{reversed:?}");
+    assert_eq!(reversed.status.code(), Some(2), "{reversed:?}");
     assert!(
-        stderr(&reversed).contains("is after `--until`"),
+        stderr(&reversed).contains("is after `--until`")
+            && stderr(&reversed).contains("`--since 2h --until 1h`"),
         "{reversed:?}"
+    );
+    let nobody = format!("redis://127.0.0.1:{}/", free_port());
+    let offline = solocron(
+        &work,
+        &nobody,
+        &["history", "--since", "1m", "--until", "5m"],
+    );
+    assert_eq!(offline.status.code(), Some(2), "{offline:?}");
+    let mixed = solocron(
+        &work,
+        &url,
+        &["history", "--since", "1m", "--until", &rfc3339(ago(300))],
+    );
+    assert_eq!(mixed.status.code(), Some(2), "{mixed:?}");
+    assert!(stderr(&mixed).contains("swap them"), "{mixed:?}");
+    // `--limit 0` would print "no history" over a history: refused.
+    let zero = solocron(&work, &url, &["history", "a", "--limit", "0"]);
+    assert_eq!(zero.status.code(), Some(2), "{zero:?}");
+    assert!(
+        stderr(&zero).contains("`--limit 0` would show no entry; give at least 1"),
+        "{zero:?}"
     );
     let bad = solocron(&work, &url, &["history", "--since", "yesterday"]);
     assert_eq!(bad.status.code(), Some(2), "{bad:?}");

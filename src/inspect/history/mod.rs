@@ -101,27 +101,59 @@ pub struct HistoryQuery {
     pub json: bool,
 }
 
+/// A request that is wrong as asked (`--since` after `--until`): the
+/// command exits 2, as for the usage errors the argument parser finds.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// `Err` if `--since` lies after `--until` once both are resolved against
+/// `now_ms` (Redis `TIME`).
+fn check_window(query: &HistoryQuery, now_ms: i64) -> Result<(), UsageError> {
+    let (Some(since), Some(until)) = (query.since, query.until) else {
+        return Ok(());
+    };
+    let (since_ms, until_ms) = (since.resolve(now_ms), until.resolve(now_ms));
+    if since_ms <= until_ms {
+        return Ok(());
+    }
+    let hint = match (since, until) {
+        (TimeBound::Ago(_), TimeBound::Ago(_)) => {
+            "; durations count back from now, so the older end is the longer one \
+             (`--since 2h --until 1h`)"
+        }
+        _ => "; swap them",
+    };
+    Err(UsageError(format!(
+        "`--since` ({}) is after `--until` ({}): no occurrence can match{hint}",
+        instant(since_ms),
+        instant(until_ms)
+    )))
+}
+
 /// Prints the history `query` asks for. `Err`: an unknown JOB (with the
-/// closest known name), `--since` after `--until`, Redis unreachable or
-/// failed, or stdout gone.
+/// closest known name), `--since` after `--until` ([`UsageError`]), Redis
+/// unreachable or failed, or stdout gone.
 pub async fn history(source: &Source, query: &HistoryQuery) -> anyhow::Result<()> {
+    // Two instants, or two durations, compare the same at any "now": that
+    // usage error needs no Redis.
+    if matches!(
+        (query.since, query.until),
+        (Some(TimeBound::At(_)), Some(TimeBound::At(_)))
+            | (Some(TimeBound::Ago(_)), Some(TimeBound::Ago(_)))
+    ) {
+        check_window(query, chrono::Utc::now().timestamp_millis())?;
+    }
     let redis = &source.redis;
     let (coordinator, now_ms) = super::open(redis).await?;
     let conn = coordinator.first();
+    check_window(query, now_ms)?;
     let filter = Filter {
         since_ms: query.since.map(|bound| bound.resolve(now_ms)),
         until_ms: query.until.map(|bound| bound.resolve(now_ms)),
         nodes: query.nodes.clone(),
         outcomes: query.outcomes.clone(),
     };
-    if let (Some(since), Some(until)) = (filter.since_ms, filter.until_ms) {
-        anyhow::ensure!(
-            since <= until,
-            "`--since` ({}) is after `--until` ({}): no occurrence can match",
-            instant(since),
-            instant(until)
-        );
-    }
     let jobs = match &query.job {
         Some(job) => {
             check_job(&conn, source, job).await?;
