@@ -1270,3 +1270,42 @@ fn status_names_a_splayed_jobs_next_occurrence_and_when_it_starts() {
         .unwrap_or_else(|| panic!("no row for plain: {text}"));
     assert!(!row.contains("starts"), "{row}");
 }
+
+#[test]
+fn status_text_puts_every_free_text_on_one_line() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    jobs_config(&work, &["a"]);
+    let url = redis.url();
+    let reason = "db\nmigration \u{1b}[31mred\u{1b}[0m\rnow";
+    for args in [
+        &["pause", "a", "--reason", reason][..],
+        &["drain", "--node", "n9", "--reason", reason][..],
+    ] {
+        let said = solocron(&work, &url, args);
+        assert!(said.status.success(), "{said:?}");
+        assert!(!stdout(&said).contains('\u{1b}'), "{said:?}");
+    }
+    let output = solocron(&work, &url, &["status"]);
+    assert!(output.status.success(), "{output:?}");
+    let text = stdout(&output);
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\r'),
+        "raw control characters: {text:?}"
+    );
+    let flat = "db migration  [31mred [0m now";
+    let paused = text
+        .lines()
+        .find(|line| line.starts_with("a ") && line.contains("paused by"))
+        .unwrap_or_else(|| panic!("no PAUSED row: {text}"));
+    assert!(paused.ends_with(flat), "{paused:?}");
+    let drained = text
+        .lines()
+        .find(|line| line.starts_with("n9 "))
+        .unwrap_or_else(|| panic!("no DRAINED NODES row: {text}"));
+    assert!(drained.ends_with(flat), "{drained:?}");
+    // The JSON form keeps the reason as it was given.
+    let status = json(&work, &redis, &["status", "--json"]);
+    assert_eq!(status["jobs"][0]["paused"]["reason"], reason);
+    assert_eq!(status["drains"][0]["reason"], reason);
+}

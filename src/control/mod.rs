@@ -79,7 +79,10 @@ impl Mark {
     }
 
     /// `by alice@web-1 since 2026-…Z until 2026-…Z: reason`, for messages
-    /// and the history entry of a paused occurrence.
+    /// and the history entry of a paused occurrence: one line, whatever
+    /// the reason holds (control characters become spaces, so a newline
+    /// or a terminal's escape code in `--reason` cannot break a table or
+    /// colour a terminal).
     pub fn describe(&self) -> String {
         let time = instant;
         let mut text = format!("by {} since {}", self.by, time(self.since_ms));
@@ -89,7 +92,9 @@ impl Mark {
         if let Some(reason) = self.reason.as_deref().filter(|r| !r.is_empty()) {
             text.push_str(&format!(": {reason}"));
         }
-        text
+        text.chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect()
     }
 }
 

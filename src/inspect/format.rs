@@ -36,7 +36,8 @@ pub fn duration_ms(ms: i64) -> String {
     }
 }
 
-/// `text` on one line: control characters (newlines, tabs) become spaces.
+/// `text` on one line: control characters (newlines, tabs, the escape
+/// that starts a terminal's colour codes) become spaces.
 pub fn flat(text: &str) -> String {
     text.chars()
         .map(|c| if c.is_control() { ' ' } else { c })
@@ -56,9 +57,13 @@ impl Table {
         }
     }
 
-    /// Adds a row (cells beyond the header count are kept, missing ones are empty).
+    /// Adds a row (cells beyond the header count are kept, missing ones
+    /// are empty). Every cell is put on one line ([`flat`]): a reason, an
+    /// error or a name read from Redis can hold newlines or a terminal's
+    /// escape codes, which would break the table or colour the terminal.
     pub fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
+        self.rows
+            .push(cells.into_iter().map(|cell| flat(&cell)).collect());
     }
 
     /// The table, one line per row, trailing spaces trimmed.
@@ -107,6 +112,13 @@ mod tests {
     fn flat_puts_text_on_one_line() {
         assert_eq!(flat("exit 3"), "exit 3");
         assert_eq!(flat("a\nb\tc\r\n"), "a b c  ");
+    }
+
+    #[test]
+    fn table_cells_are_flattened() {
+        let mut table = Table::new(&["JOB", "PAUSE"]);
+        table.row(vec!["a".into(), "db\nmigration \u{1b}[31mred\r".into()]);
+        assert_eq!(table.render(), "JOB  PAUSE\na    db migration  [31mred\n");
     }
 
     #[test]

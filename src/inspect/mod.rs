@@ -25,6 +25,7 @@ use crate::coordinator::Coordinator;
 use crate::config::RedisConfig;
 use crate::lock::coordinator_time_ms;
 
+pub(crate) use format::flat;
 pub use history::{HistoryQuery, OUTCOMES, TimeBound, UsageError, history};
 pub use source::{DEFAULT_KEY_PREFIX, Source};
 pub(crate) use source::{closest, node_jobs, note};

@@ -84,7 +84,7 @@ pub async fn pause(source: &Source, request: &PauseRequest) -> anyhow::Result<()
             mark.by,
             mark.reason
                 .as_deref()
-                .map(|reason| format!(": {reason}"))
+                .map(|reason| format!(": {}", crate::inspect::flat(reason)))
                 .unwrap_or_default()
         ));
     }
