@@ -2,14 +2,18 @@
 //! as scheduled runs and with a new fence.
 //!
 //! A manual run is named `manual-<start instant>` and never touches the
-//! job's occurrence record, so it neither consumes nor suppresses a scheduled
-//! occurrence. The job gets the environment the daemon would give it: this
-//! process's, plus the variables of `[daemon] env_file` (read with the
-//! file), the job's `env` and the `SOLOCRON_*` ones. The job's output is
-//! shown on the terminal as it runs; Ctrl-C stops it (recorded as
-//! `interrupted`); Ctrl-Z does not suspend this process, which renews the
-//! lock ([`crate::shutdown::refuse_suspend`]). With `--log-format json`
-//! every line on stderr is JSON ([`crate::logging::tell`]). Exit codes: 0
+//! job's occurrence record, so it consumes no scheduled occurrence; like
+//! any run it holds the job's lock, so an occurrence due meanwhile is
+//! `skipped` (`overlap = "skip"`). It runs no `on_failure` / `on_success`:
+//! the outcome is on the terminal. A paused job runs all the same (the
+//! operator asked for it), with a note that its occurrences stay paused.
+//! The job gets the environment the daemon would give it: this process's,
+//! plus the variables of `[daemon] env_file` (read with the file), the
+//! job's `env` and the `SOLOCRON_*` ones. The job's output is shown on the
+//! terminal as it runs; Ctrl-C stops it (recorded as `interrupted`);
+//! Ctrl-Z does not suspend this process, which renews the lock
+//! ([`crate::shutdown::refuse_suspend`]). With `--log-format json` every
+//! line on stderr is JSON ([`crate::logging::tell`]). Exit codes: 0
 //! succeeded, 1 failed (or Redis unreachable), 3 the lock is held.
 
 use std::process::ExitCode;
@@ -120,6 +124,18 @@ pub async fn run(config: Config, node: &str, job_name: &str) -> anyhow::Result<E
             bail!("unexpected answer to the claim of a manual run of `{job_name}`: {claim:?}")
         }
     };
+    // Best effort: Redis answered the claim, but a failed read of the
+    // pauses only costs the note.
+    let prefix = &config.redis.key_prefix;
+    if let Ok(Some((mark, all))) =
+        crate::control::current_pause(locker.coordinator(), prefix, job_name).await
+    {
+        tell(
+            Level::WARN,
+            &crate::control::paused_trigger_note(job_name, &mark, all),
+            &[("job", json!(job_name)), ("paused", json!(true))],
+        );
+    }
     tell(
         Level::INFO,
         &format!(

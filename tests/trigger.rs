@@ -165,6 +165,92 @@ fn a_local_trigger_gives_the_job_the_env_file_variables_as_the_daemon_does() {
     );
 }
 
+/// Runs `solocron ARGS --config jobs.toml --redis URL` (pause, trigger --fleet...).
+fn cli(work: &Workdir, redis: &RedisServer, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_solocron"))
+        .args(args)
+        .arg("--config")
+        .arg(work.path("jobs.toml"))
+        .args(["--redis", &redis.url()])
+        .env_remove("SOLOCRON_LOG")
+        .env_remove("SOLOCRON_LOG_FORMAT")
+        .env("USER", "tester")
+        .output()
+        .expect("run solocron")
+}
+
+#[test]
+fn trigger_of_a_paused_job_runs_it_and_says_its_occurrences_stay_paused() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let runs = toml_path(&work.path("runs"));
+    work.write_config(&format!(
+        "[jobs.tick]\nschedule = \"* * * * * *\"\nstarting_deadline = \"1s\"\ncommand = 'echo \"$SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE\" >> {runs}'\n"
+    ));
+    let node = Node::start(&work, &redis, "n1", &[]);
+    let paused = cli(
+        &work,
+        &redis,
+        &["pause", "tick", "--reason", "db\nmigration \u{1b}[31mnow"],
+    );
+    assert!(paused.status.success(), "{paused:?}");
+    node.wait_for_log(Duration::from_secs(10), "job paused fleet-wide");
+    let paused_entries = || {
+        history(&redis, "tick")
+            .iter()
+            .filter(|entry| entry["outcome"] == "paused")
+            .count()
+    };
+    wait_until(
+        Duration::from_secs(10),
+        "an occurrence recorded paused",
+        || paused_entries() >= 1,
+    );
+    let note = |output: &Output| {
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(
+            stderr.contains("note: job `tick` is paused by tester@")
+                && stderr.contains(": db migration  [31mnow; this manual run goes ahead")
+                && stderr.contains("scheduled occurrences stay paused")
+                && stderr.contains("until `solocron resume tick`")
+                && !stderr.contains('\u{1b}'),
+            "{stderr}"
+        );
+    };
+    let local = output(&mut trigger(&work, &redis, "tick"));
+    assert_eq!(local.status.code(), Some(0), "{local:?}");
+    note(&local);
+    let fleet = cli(&work, &redis, &["trigger", "tick", "--fleet"]);
+    assert_eq!(fleet.status.code(), Some(0), "{fleet:?}");
+    note(&fleet);
+    let manual: Vec<_> = records(&work.lines("runs"))
+        .into_iter()
+        .filter(|run| run.occurrence.starts_with("manual-"))
+        .collect();
+    assert_eq!(manual.len(), 2, "both manual runs ran: {manual:?}");
+    // The scheduled occurrences stay paused: more are recorded so, and
+    // none from the first paused one on ran.
+    let before = paused_entries();
+    wait_until(
+        Duration::from_secs(10),
+        "another occurrence recorded paused",
+        || paused_entries() > before,
+    );
+    let first_paused = history(&redis, "tick")
+        .into_iter()
+        .find(|entry| entry["outcome"] == "paused")
+        .map(|entry| entry["occurrence"].clone())
+        .expect("a paused entry");
+    assert!(
+        records(&work.lines("runs"))
+            .iter()
+            .filter(|run| !run.occurrence.starts_with("manual-"))
+            .all(|run| run.occurrence < first_paused),
+        "scheduled runs from {first_paused} on: {:?}",
+        work.lines("runs")
+    );
+}
+
 #[test]
 fn trigger_with_log_format_json_writes_only_json_to_stderr() {
     let redis = RedisServer::start();

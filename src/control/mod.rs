@@ -164,6 +164,47 @@ pub async fn read_marks(conn: &Conn, key: &str) -> redis::RedisResult<BTreeMap<S
     Ok(parse_marks(fields))
 }
 
+/// The pause covering `job` now (Redis `TIME`), read from every member
+/// and merged; with `true` when it is `pause --all`'s. For `trigger`'s
+/// note on a paused job.
+pub async fn current_pause(
+    coordinator: &crate::coordinator::Coordinator,
+    prefix: &str,
+    job: &str,
+) -> redis::RedisResult<Option<(Mark, bool)>> {
+    let now_ms = crate::lock::coordinator_time_ms(coordinator).await?;
+    let key = pauses_key(prefix);
+    let key = key.as_str();
+    let lists = coordinator
+        .on_members(|conn| async move { read_marks(&conn, key).await })
+        .await?;
+    let pauses = Pauses::from_marks(merge(lists));
+    Ok(pauses
+        .covering(job, now_ms)
+        .map(|(mark, all)| (mark.clone(), all)))
+}
+
+/// What `trigger JOB` (and `trigger JOB --fleet`) says when a pause covers
+/// JOB: the run goes ahead (the operator asked for it), the scheduled
+/// occurrences stay paused. One line ([`Mark::describe`]).
+pub fn paused_trigger_note(job: &str, mark: &Mark, all: bool) -> String {
+    let (scope, resume) = if all {
+        (" (pause --all)", "solocron resume --all".to_string())
+    } else {
+        ("", format!("solocron resume {job}"))
+    };
+    let until = if mark.until_ms.is_some() {
+        format!("until the pause ends or `{resume}`")
+    } else {
+        format!("until `{resume}`")
+    };
+    format!(
+        "note: job `{job}` is paused{scope} {}; this manual run goes ahead, but its \
+         scheduled occurrences stay paused (each recorded `paused`) {until}\n",
+        mark.describe()
+    )
+}
+
 /// Per field, the mark with the newest stamp among several masters' lists.
 pub fn merge(lists: Vec<BTreeMap<String, Mark>>) -> BTreeMap<String, Mark> {
     let mut merged: BTreeMap<String, Mark> = BTreeMap::new();

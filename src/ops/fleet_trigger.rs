@@ -6,7 +6,8 @@
 //! that runs the job and is not drained takes it and runs it as a manual
 //! run, exactly as `trigger JOB` would on that node. This command then
 //! prints which node took it, the run's name and fence, the output tail
-//! and the outcome. Exit codes: 0 succeeded, 1 failed (or Redis
+//! and the outcome (a paused job runs all the same, after a note that its
+//! scheduled occurrences stay paused). Exit codes: 0 succeeded, 1 failed (or Redis
 //! unreachable, or the run's node stopped reporting), 3 the lock is held
 //! by a run in progress, 4 no daemon took it within [`TAKE_WITHIN`] (the
 //! request is withdrawn then: it never runs later).
@@ -26,7 +27,8 @@ use super::{check_jobs, known_jobs};
 use crate::control::requests::{self, Report, Request, TAKE_WITHIN};
 use crate::control::{drains_key, who};
 use crate::inspect::Source;
-use crate::logging::to_stderr;
+use crate::logging::{tell, to_stderr};
+use tracing::Level;
 
 /// Exit status when no daemon took the request in time.
 pub const EXIT_NOT_TAKEN: u8 = 4;
@@ -48,6 +50,16 @@ pub async fn run(source: &Source, job: &str) -> anyhow::Result<ExitCode> {
     let lock_ttl = defined.map_or(Duration::from_secs(30), |job| job.lock_ttl);
     let timeout = defined.map_or(Some(Duration::from_secs(3600)), |job| job.timeout);
     let prefix = &redis.key_prefix;
+    let paused = crate::control::current_pause(&coordinator, prefix, job)
+        .await
+        .map_err(|err| crate::inspect::redis_failed("cannot read the pauses from", redis, &err))?;
+    if let Some((mark, all)) = paused {
+        tell(
+            Level::WARN,
+            &crate::control::paused_trigger_note(job, &mark, all),
+            &[("job", job.into()), ("paused", true.into())],
+        );
+    }
     let conn = coordinator.first();
     let request = Request {
         id: requests::new_id(),
