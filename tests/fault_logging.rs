@@ -250,7 +250,7 @@ fn a_jobs_control_characters_are_escaped_in_the_text_log() {
     let work = Workdir::new();
     work.write_config(&format!(
         "[jobs.forger]\n{}\ncommand = 'printf \"ok \\033[31mred\\rINFO claim won job=forger node=evil\\n\"; printf \"\\033[2J\\n\" >&2'\n",
-        caught_up_at_once()
+        caught_up_at_once(&redis, "forger")
     ));
     let node = Node::start(&work, &redis, "n1", &[]);
     node.wait_for_log(Duration::from_secs(10), "run finished");
