@@ -16,6 +16,8 @@
 //!   `retries` went to 0 make no further attempt, one lowered to 1 stops
 //!   after attempt 2, a fixed command runs as the pending retry; each
 //!   occurrence is notified once, about its last attempt.
+//! - A `pause`, or every node drained, while a retry is pending: no further
+//!   attempt, and one `on_failure` about attempt 1 by the node that ran it.
 
 mod common;
 
@@ -771,4 +773,104 @@ fn a_reload_between_attempts_drops_or_changes_the_pending_retries_on_every_node(
             );
         }
     }
+}
+
+/// `solocron ARGS --config jobs.toml --redis URL`, which must succeed.
+fn cli_ok(work: &Workdir, redis: &RedisServer, args: &[&str]) {
+    let output = std::process::Command::new(common::solocron_bin())
+        .args(args)
+        .args(["--config", &toml_path(&work.path("jobs.toml"))])
+        .args(["--redis", &redis.url()])
+        .env("USER", "tester")
+        .output()
+        .expect("run solocron");
+    assert!(output.status.success(), "{args:?}: {output:?}");
+}
+
+/// A failing job with retries on two nodes; after its first attempt of
+/// some occurrence failed, `act` runs (a `pause`, a `drain` of every
+/// node). The occurrence must then get no further attempt, and
+/// `on_failure` must run exactly once for it, about attempt 1, by the
+/// node that ran it: `told once when a job fails`.
+fn retry_stopped_by(act: impl Fn(&Workdir, &RedisServer)) {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let runs = toml_path(&work.path("runs"));
+    work.write_config(&format!(
+        "[jobs.hammer]\nschedule = \"*/10 * * * * *\"\nretries = 3\nretry_backoff = \"4s\"\n\
+         starting_deadline = \"1s\"\nlock_ttl = \"3s\"\n\
+         command = 'echo \"$SOLOCRON_OCCURRENCE $SOLOCRON_ATTEMPT $SOLOCRON_NODE\" >> {runs}; exit 5'\n{}",
+        notifiers(&work)
+    ));
+    let mut nodes = vec![
+        Node::start(&work, &redis, "a", &[]),
+        Node::start(&work, &redis, "b", &[]),
+    ];
+    // A first attempt that failed with its retry at least 2 s away.
+    let mut failed = None;
+    wait_until(Duration::from_secs(30), "a first attempt failed", || {
+        let now = chrono::Utc::now().timestamp_millis();
+        failed = entries(&redis, "hammer", "failed").into_iter().rfind(|e| {
+            e["attempt"] == "1"
+                && e.get("retry_at")
+                    .and_then(|at| at.parse::<i64>().ok())
+                    .is_some_and(|at| at - now >= 2000)
+        });
+        failed.is_some()
+    });
+    let failed = failed.expect("found");
+    let occurrence = failed["occurrence"].clone();
+    act(&work, &redis);
+    // The retry would have started 4 s after the failure; the occurrence
+    // is over once the next one is due (10 s after it).
+    let over = chrono::DateTime::parse_from_rfc3339(&occurrence).expect("occurrence")
+        + chrono::TimeDelta::seconds(11);
+    wait_until(Duration::from_secs(20), "the occurrence is over", || {
+        chrono::Utc::now() > over
+    });
+    wait_until(Duration::from_secs(10), "its notifier ran", || {
+        notified(&work).iter().any(|n| n.occurrence == occurrence)
+    });
+    stop_all(&mut nodes);
+    let attempts: Vec<String> = work
+        .lines("runs")
+        .into_iter()
+        .filter(|line| line.starts_with(&occurrence))
+        .collect();
+    assert_eq!(
+        attempts.len(),
+        1,
+        "no attempt after attempt 1: {attempts:?}"
+    );
+    let told: Vec<Notified> = notified(&work)
+        .into_iter()
+        .filter(|n| n.occurrence == occurrence)
+        .collect();
+    assert_eq!(told.len(), 1, "notified once: {told:?}");
+    assert_eq!(
+        (told[0].kind.as_str(), told[0].outcome.as_str()),
+        ("on_failure", "failed")
+    );
+    assert_eq!(told[0].attempt, "1");
+    assert_eq!(told[0].node, failed["node"]);
+}
+
+/// A pause stops the pending retries of a failing job too (pausing it is
+/// how an operator stops it hammering a service); its failure is still
+/// told once. Before, every retry ran after the pause.
+#[test]
+fn a_pause_stops_a_failing_jobs_pending_retries_and_it_is_told_once() {
+    retry_stopped_by(|work, redis| cli_ok(work, redis, &["pause", "hammer"]));
+}
+
+/// Every node drained while a retry is pending: nobody claims it, and the
+/// node whose attempt failed still tells `on_failure` once the next
+/// occurrence is due. Before, the drained node stopped following the
+/// retry and the failure was told to nobody.
+#[test]
+fn every_node_drained_with_a_retry_pending_still_tells_the_failure_once() {
+    retry_stopped_by(|work, redis| {
+        cli_ok(work, redis, &["drain", "--node", "a"]);
+        cli_ok(work, redis, &["drain", "--node", "b"]);
+    });
 }

@@ -27,6 +27,12 @@
 //! definition (a rollout in progress) claims and runs it, and tells the
 //! outcome of that run too.
 //!
+//! A pause of the job drops its pending attempts the same way (the
+//! operator stops a failing job hammering a service). A drained node
+//! claims none, but keeps following a retry its own failure asked for, so
+//! that with every node drained it still tells `on_failure` at the next
+//! occurrence.
+//!
 //! Failure model: if no node claims a pending attempt before the next
 //! occurrence (every node died, Redis away), the occurrence ends with its
 //! last recorded attempt; the node that ran that attempt, if alive, sends
@@ -214,6 +220,10 @@ async fn follow(shared: &Arc<Shared>, mut job: Arc<Job>, at: DateTime<Utc>, mut 
             },
             Step::Taken => ran = None,
             Step::Stopping => return,
+            Step::Drained => {
+                pause(shared, poll).await;
+                continue;
+            }
             Step::Over => {
                 if let Some(ran) = ran.take().filter(|_| mine) {
                     notify(shared, &job, &name, ran);
@@ -269,6 +279,9 @@ enum Step {
     Dropped(&'static str, Arc<Job>),
     /// The daemon is stopping: another node will claim the retry.
     Stopping,
+    /// This node is drained: another node may claim the retry; this one
+    /// only watches until it is taken or the next occurrence is due.
+    Drained,
 }
 
 /// Claims attempt `attempt` of `job`'s occurrence `at` and runs it if won,
@@ -288,12 +301,28 @@ async fn claim_and_run(
             return Step::Stopping;
         }
         // A drained node claims nothing, retries included: the others do.
+        // It keeps following the retry, so that if nobody claims it (every
+        // node drained) the node whose attempt failed still tells
+        // `on_failure` once the next occurrence is due.
         if shared.controls.draining() {
-            return Step::Stopping;
+            return Step::Drained;
         }
         let current = shared.retry_job(&job.name);
         if let Some(why) = dropped(current.as_deref(), attempt) {
             return Step::Dropped(why, current.unwrap_or_else(|| Arc::clone(job)));
+        }
+        // A pause stops the retries of an occurrence due before it too:
+        // pausing a failing job is how an operator stops it hammering a
+        // service. The occurrence ends with its last attempt.
+        if shared
+            .controls
+            .pause_for(&job.name, Utc::now().timestamp_millis())
+            .is_some()
+        {
+            return Step::Dropped(
+                "the job is paused (`solocron pause`)",
+                current.unwrap_or_else(|| Arc::clone(job)),
+            );
         }
         let job = current.unwrap_or_else(|| Arc::clone(job));
         let until = deadline(&job, at);
