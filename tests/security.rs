@@ -543,7 +543,7 @@ fn planted_secrets_appear_in_no_output_and_no_key() {
     );
     let wrong_exit = wrong_node.wait_exit(Duration::from_secs(15));
     assert_eq!(wrong_exit.code(), Some(78), "{}", wrong_node.log());
-    down_node.wait_for_log(Duration::from_secs(15), "claim failed");
+    down_node.wait_for_log(Duration::from_secs(15), "redis unreachable");
     nodes.extend([wrong_node, down_node]);
 
     for node in &mut nodes {

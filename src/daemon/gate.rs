@@ -40,6 +40,10 @@ use crate::lock::Paused;
 const KNOWN_WAIT: Duration = Duration::from_secs(5);
 /// What that wait leaves of the time to the occurrence's claim deadline.
 const KNOWN_MARGIN: Duration = Duration::from_millis(250);
+/// How long past its deadline (by this node's clock) an occurrence still
+/// waits for the start-up check: Redis's clock decides the deadline, and a
+/// claim it finds late is refused there.
+const STARTED_GRACE: Duration = Duration::from_millis(200);
 /// First and longest pause between retries of a `paused` record.
 const RETRY_FIRST: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(1);
@@ -49,30 +53,20 @@ const RECORD_FOR: Duration = Duration::from_secs(3600);
 /// Decides the occurrence `at` of `job` on this node; see the module doc.
 pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catch_up: bool) {
     let deadline = claim_deadline(&job, at);
-    // Leave the claim time before its deadline (a claim is a round trip).
-    let left = (deadline - Utc::now())
-        .to_std()
-        .unwrap_or(Duration::ZERO)
-        .saturating_sub(KNOWN_MARGIN);
     // Nothing is claimed before the start-up check passed (a user missing
-    // a command is stopped there); Redis down at start makes every claim
-    // wait here until it answers or the occurrence's deadline is near.
-    if !shared.wait_started(left).await {
-        if !shared.health.missed() {
+    // a command is stopped there). With Redis down at start the occurrence
+    // waits here up to its deadline; past it, it is counted and logged as
+    // missed, and recorded by the job's next decision (its gap), as an
+    // occurrence nobody claimed: never run without the lock.
+    let until_deadline = (deadline - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+    if !shared.wait_started(until_deadline + STARTED_GRACE).await {
+        if !shared.cancel.is_cancelled() && !catch_up && !shared.health.missed() {
             error!(job = %job.name, occurrence = %rfc3339(at), node = %shared.locker.node(),
-                "occurrence missed: redis did not answer the start-up check before its deadline (never run without the lock)");
-        }
-        if !shared.cancel.is_cancelled() {
-            recording::spawn_record_missed(
-                &shared,
-                &job,
-                at,
-                "redis did not answer this node's start-up check before its deadline",
-                "",
-            );
+                "occurrence missed: redis did not answer this node's start-up check before its deadline (never run without the lock)");
         }
         return;
     }
+    // Leave the claim time before its deadline (a claim is a round trip).
     let left = (deadline - Utc::now())
         .to_std()
         .unwrap_or(Duration::ZERO)
