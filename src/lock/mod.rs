@@ -688,7 +688,12 @@ pub async fn coordinator_time_us(coordinator: &Coordinator) -> Result<i64, redis
 }
 
 fn timed_out(what: &'static str) -> redis::RedisError {
-    redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, what))
+    redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!(
+            "no answer to {what} in time (redis does not answer, or a TLS handshake never completes: a `rediss://` url for a server without TLS?)"
+        ),
+    ))
 }
 
 /// Redis `TIME` of `conn` as UTC epoch ms.
