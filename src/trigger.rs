@@ -120,7 +120,10 @@ pub async fn run(config: Config, node: &str, job_name: &str) -> anyhow::Result<E
             );
             return Ok(ExitCode::from(EXIT_BUSY));
         }
-        Claim::Taken { .. } | Claim::TooLate | Claim::Superseded { .. } => {
+        Claim::Taken { .. }
+        | Claim::TooLate
+        | Claim::TooEarly { .. }
+        | Claim::Superseded { .. } => {
             bail!("unexpected answer to the claim of a manual run of `{job_name}`: {claim:?}")
         }
     };

@@ -431,3 +431,58 @@ fn every_occurrence_once(
     let report = cluster.audit(&[job.window(from, to)]);
     assert!(report.is_clean(), "{report}\n{}", cluster.logs());
 }
+
+/// A node with `clock = "local"` whose clock is an hour ahead (a wrong
+/// clock beyond the job's period, outside what guarantee 1 covers): Redis
+/// refuses its claims of occurrences still in Redis's future by more than
+/// their window, and the node says so. Before, it decided those future
+/// occurrences: every occurrence up to an hour ahead was recorded `missed`
+/// and looked decided to the nodes with the right time, which ran nothing
+/// until real time caught up, also after the fast node was stopped.
+#[test]
+fn a_node_an_hour_ahead_with_a_local_clock_decides_no_future_occurrence() {
+    let quick = JobSpec::new("quick", "* * * * * *", 0.005).with("lock_ttl = \"2s\"");
+    let mut cluster = Cluster::new(
+        RedisServer::start(),
+        "shutdown_grace = \"1s\"\nclock = \"local\"",
+        std::slice::from_ref(&quick),
+    );
+    cluster.start_node("right", &[]);
+    cluster.start_node("ahead", &faketime_env("+3600"));
+    cluster.node("ahead").wait_for_log(
+        Duration::from_secs(15),
+        "occurrence not claimed: it is still",
+    );
+    let from = whole_second_after(2, 1);
+    let to = from + TimeDelta::seconds(window_secs(6, 60));
+    cluster.wait_for_run(
+        Duration::from_secs(window_secs(6, 60) as u64 + 20),
+        "the window's last run",
+        |run| run.is("quick", to) && run.end_ns.is_some(),
+    );
+    // Stopped, the fast node leaves nothing behind: the next occurrences
+    // run as before.
+    let ahead = cluster.node_mut("ahead");
+    ahead.signal("TERM");
+    assert!(ahead.wait_exit(Duration::from_secs(20)).success());
+    let after = whole_second_after(1, 1);
+    cluster.wait_for_run(
+        Duration::from_secs(15),
+        "runs after the fast node stopped",
+        |run| run.is("quick", after + TimeDelta::seconds(2)),
+    );
+    let report = cluster.audit(&[quick.window(from, after + TimeDelta::seconds(2))]);
+    assert!(report.is_clean(), "{report}\n{}", cluster.logs());
+    assert!(
+        cluster.runs().iter().all(|run| run.node == "right"),
+        "the fast node ran nothing: {:?}",
+        cluster.runs()
+    );
+    let future = chrono::Utc::now() + TimeDelta::seconds(60);
+    let decided_ahead: Vec<_> = cluster
+        .decisions(&["quick"])
+        .into_iter()
+        .filter(|d| chrono::DateTime::parse_from_rfc3339(&d.occurrence).is_ok_and(|at| at > future))
+        .collect();
+    assert!(decided_ahead.is_empty(), "{decided_ahead:?}");
+}

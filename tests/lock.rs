@@ -40,7 +40,10 @@ async fn ten_concurrent_claimers_one_winner_nine_told_who_won() {
         match claim {
             Claim::Won(lease) => winners.push((node, lease.fence)),
             Claim::Taken { by, fence, .. } => told.push((by, fence)),
-            Claim::Busy { .. } | Claim::TooLate | Claim::Superseded { .. } => {
+            Claim::Busy { .. }
+            | Claim::TooLate
+            | Claim::TooEarly { .. }
+            | Claim::Superseded { .. } => {
                 panic!("a claimer of the same occurrence must be told it was taken")
             }
         }

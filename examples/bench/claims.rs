@@ -395,6 +395,7 @@ fn kind(claim: &Claim) -> &'static str {
         Claim::Taken { .. } => "taken",
         Claim::Busy { .. } => "busy",
         Claim::TooLate => "late",
+        Claim::TooEarly { .. } => "early",
         Claim::Superseded { .. } => "superseded",
     }
 }

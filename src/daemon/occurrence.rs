@@ -336,6 +336,12 @@ async fn decided(
             warn!(job = %job.name, occurrence = %name, node = %node, newer = %last,
                 "occurrence not run here: a newer occurrence was decided before this claim reached redis (run elsewhere, or missed)");
         }
+        Claim::TooEarly { redis_ms } => {
+            let ahead_ms = at.timestamp_millis() - redis_ms;
+            error!(job = %job.name, occurrence = %name, node = %node, ahead_ms,
+                "occurrence not claimed: it is still {} s in redis's future, more than the job's period; this node's clock is ahead of redis's (clock = \"local\" with a wrong clock: fix NTP, or use clock = \"redis\"); the nodes with the right time claim it",
+                ahead_ms / 1000);
+        }
         Claim::TooLate => {
             if !shared.health.missed() {
                 error!(job = %job.name, occurrence = %name, node = %node,

@@ -365,7 +365,9 @@ async fn claim_and_run(
                 return Step::Taken;
             }
             Ok(Claim::Busy { .. }) => {}
-            Ok(Claim::TooLate | Claim::Superseded { .. }) => return Step::Over,
+            Ok(Claim::TooLate | Claim::TooEarly { .. } | Claim::Superseded { .. }) => {
+                return Step::Over;
+            }
             Err(err) => {
                 shared.health.failed("retry claim", &err, err.trouble());
             }

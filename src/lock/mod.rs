@@ -257,6 +257,10 @@ pub enum Claim {
     /// Redis received the claim after the occurrence's deadline: nothing was
     /// taken or recorded.
     TooLate,
+    /// Redis's clock (`redis_ms`) is before the occurrence by more than its
+    /// window to the deadline: the node's clock is ahead of Redis's by more
+    /// than the job's period. Nothing was taken or recorded.
+    TooEarly { redis_ms: i64 },
     /// A newer occurrence (UTC epoch ms) was decided before this claim
     /// arrived: this one was run elsewhere or missed, it is too old to say.
     Superseded { last_ms: i64 },

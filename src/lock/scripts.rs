@@ -107,6 +107,9 @@ end
 ///   `claimed`, `skipped` or `missed`; `pttl` of the lock (-2: free).
 /// - `{"superseded", last}`: a newer occurrence (epoch ms `last`) was decided
 ///   before this claim arrived; who decided this one is not known any more.
+/// - `{"early", now}`: Redis `TIME` is before the occurrence by more than
+///   the time from it to its deadline: the claiming node's clock is ahead
+///   of Redis's by more than the job's period; nothing is taken.
 /// - `{"late", now}`: Redis `TIME` is past the deadline. A claim can reach
 ///   Redis long after it was sent (it sat in a paused server's socket), when
 ///   its node has already given up: it must not take the lock then.
@@ -191,6 +194,13 @@ if mode == 'scheduled' and last and occ <= last then
 end
 if mode == 'scheduled' and now > tonumber(ARGV[8]) then
   return {'late', ms_str(now)}
+end
+-- Early by more than the occurrence's own window (up to its deadline): the
+-- claiming node's clock is ahead of Redis's by more than the job's period
+-- (`clock = "local"` and a wrong clock). Deciding it would make every
+-- occurrence up to it look decided to the nodes with the right time.
+if mode == 'scheduled' and occ - now > tonumber(ARGV[8]) - occ then
+  return {'early', ms_str(now)}
 end
 local prev = st[1] or ''
 if current then

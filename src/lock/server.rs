@@ -760,6 +760,9 @@ fn parse_claim(
             }
         }
         "late" => Claim::TooLate,
+        "early" => Claim::TooEarly {
+            redis_ms: number(1).ok_or_else(bad)?,
+        },
         "superseded" => Claim::Superseded {
             last_ms: number(1).ok_or_else(bad)?,
         },

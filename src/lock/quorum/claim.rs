@@ -446,7 +446,9 @@ async fn conclude(
     if busy.len() >= needed {
         return Ok(busy[0].clone());
     }
-    if let Some(reply) = replies(&answers).find(|reply| reply.claim == Claim::TooLate) {
+    if let Some(reply) = replies(&answers)
+        .find(|reply| matches!(reply.claim, Claim::TooLate | Claim::TooEarly { .. }))
+    {
         return Ok(reply.clone());
     }
     let first_error = answers
