@@ -512,8 +512,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn text_fields_rename_exit_code_and_duration_ms() {
+    /// What `log` writes through the text format's fields, without time,
+    /// level or target.
+    fn text_of(log: impl FnOnce()) -> String {
         let captured = Captured::default();
         let writer = captured.clone();
         let subscriber = tracing_subscriber::fmt()
@@ -524,11 +525,16 @@ mod tests {
             .with_target(false)
             .fmt_fields(TextFields)
             .finish();
-        tracing::subscriber::with_default(subscriber, || {
+        tracing::subscriber::with_default(subscriber, log);
+        String::from_utf8(captured.0.lock().expect("lines").clone()).expect("utf-8")
+    }
+
+    #[test]
+    fn text_fields_rename_exit_code_and_duration_ms() {
+        let text = text_of(|| {
             tracing::info!(job = %"report", stream = "stdout", exit_code = 0, duration_ms = 41_200_u64,
                 "run finished");
         });
-        let text = String::from_utf8(captured.0.lock().expect("lines").clone()).expect("utf-8");
         assert_eq!(
             text.trim(),
             "run finished job=report stream=\"stdout\" exit=0 duration=41.2s"
@@ -537,21 +543,10 @@ mod tests {
 
     #[test]
     fn text_fields_escape_control_characters() {
-        let captured = Captured::default();
-        let writer = captured.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .without_time()
-            .with_level(false)
-            .with_target(false)
-            .fmt_fields(TextFields)
-            .finish();
         let forged = "ok\u{1b}[31m red\rINFO run finished\nINFO claim won\t.";
-        tracing::subscriber::with_default(subscriber, || {
+        let text = text_of(|| {
             tracing::info!(line = %forged, quoted = forged, "job output\u{7}");
         });
-        let text = String::from_utf8(captured.0.lock().expect("lines").clone()).expect("utf-8");
         assert_eq!(
             text,
             "job output\\u{7} line=ok\\u{1b}[31m red\\rINFO run finished\\nINFO claim won\\t. \

@@ -22,6 +22,17 @@ fn tick(work: &Workdir) {
     work.write_config("[jobs.tick]\nschedule = \"* * * * * *\"\ncommand = 'true'\n");
 }
 
+/// `tick` every second, each run appending `OCCURRENCE NODE` to `runs`; an
+/// occurrence may still be claimed up to 2 s late.
+fn tick_recording_runs(work: &Workdir) {
+    work.write_config(&format!(
+        "[defaults]\nstarting_deadline = \"2s\"\n\
+         [jobs.tick]\nschedule = \"* * * * * *\"\n\
+         command = 'echo $SOLOCRON_OCCURRENCE $SOLOCRON_NODE >> {}'\n",
+        common::toml_path(&work.path("runs"))
+    ));
+}
+
 fn exits_78_with_one_refusal_line(url: &str, redacted: &str) {
     let work = Workdir::new();
     tick(&work);
@@ -263,12 +274,7 @@ fn a_command_taken_from_the_user_while_daemons_run_stops_runs_without_running_an
     setuser(&[]);
     let url = format!("redis://solocron:{PASSWORD}@127.0.0.1:{}/", redis.port);
     let work = Workdir::new();
-    work.write_config(&format!(
-        "[defaults]\nstarting_deadline = \"2s\"\n\
-         [jobs.tick]\nschedule = \"* * * * * *\"\n\
-         command = 'echo $SOLOCRON_OCCURRENCE $SOLOCRON_NODE >> {}'\n",
-        common::toml_path(&work.path("runs"))
-    ));
+    tick_recording_runs(&work);
     let mut nodes: Vec<Node> = ["n1", "n2"]
         .iter()
         .map(|id| Node::start_with_url(&work, &url, id, &[]))
@@ -427,12 +433,7 @@ fn a_database_number_the_server_does_not_have_stops_the_daemon_at_start() {
 fn a_redis_out_of_memory_is_one_line_when_it_starts_and_one_when_it_ends() {
     let redis = RedisServer::start_with_args(&["--maxmemory-policy", "noeviction"]);
     let work = Workdir::new();
-    work.write_config(&format!(
-        "[defaults]\nstarting_deadline = \"2s\"\n\
-         [jobs.tick]\nschedule = \"* * * * * *\"\n\
-         command = 'echo $SOLOCRON_OCCURRENCE >> {}'\n",
-        common::toml_path(&work.path("runs"))
-    ));
+    tick_recording_runs(&work);
     let mut nodes: Vec<Node> = ["n1", "n2"]
         .iter()
         .map(|id| Node::start(&work, &redis, id, &[]))
