@@ -101,13 +101,22 @@ impl<'a, 'i> Table<'a, 'i> {
     /// Records an error for every key (in file order) that is not in
     /// `allowed`.
     pub fn check_keys(&self, allowed: &[&str], ctx: &Context<'_>) {
-        for (key, _) in self.in_file_order() {
+        for (key, value) in self.in_file_order() {
             let key_name: &str = key.get_ref();
             if allowed.contains(&key_name) {
                 continue;
             }
             let mut message = format!("unknown key `{key_name}` in {}", self.name);
-            if let Some(close) = closest(key_name, allowed.iter().copied()) {
+            let job = self
+                .name
+                .strip_prefix("[jobs.")
+                .and_then(|rest| rest.strip_suffix(']'));
+            if let (Some(job), DeValue::Table(_)) = (job, value.get_ref()) {
+                // `[jobs.db.backup]`: TOML reads a dot as a nested table.
+                message.push_str(&format!(
+                    "; a job name with a dot is written in quotes: [jobs.\"{job}.{key_name}\"]"
+                ));
+            } else if let Some(close) = closest(key_name, allowed.iter().copied()) {
                 message.push_str(&format!(", did you mean `{close}`?"));
             }
             ctx.error(
