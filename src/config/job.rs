@@ -96,7 +96,12 @@ impl JobFields {
         }
         if let Some(name) = ctx.keep(table.string("timezone")).flatten() {
             match time_zone(name.get_ref()) {
-                Ok(zone) => fields.timezone = Some(zone),
+                Ok(zone) => {
+                    if let Some(warning) = warnings::fixed_offset_zone(name.get_ref()) {
+                        ctx.warn(table.warning(name.span(), "timezone", warning));
+                    }
+                    fields.timezone = Some(zone);
+                }
                 Err(message) => ctx.error(table.error(name.span(), "timezone", message)),
             }
         }

@@ -274,6 +274,40 @@ fn executable(path: &Path) -> Option<bool> {
     Some(meta.is_file() && meta.permissions().mode() & 0o111 != 0)
 }
 
+/// The warning for a zone that is a fixed offset, or a POSIX-style rule,
+/// rather than a place: `EST` is UTC−5 all year (New York is
+/// `America/New_York`), and `Etc/GMT-2` is UTC+2 (the POSIX sign is the
+/// other way round). Valid, and what some mean; too easy to mean otherwise.
+pub(super) fn fixed_offset_zone(name: &str) -> Option<String> {
+    const NO_DST: &[(&str, &str)] = &[
+        ("EST", "America/New_York"),
+        (
+            "MST",
+            "America/Denver (or America/Phoenix, which keeps no DST)",
+        ),
+        ("HST", "Pacific/Honolulu"),
+    ];
+    const POSIX_RULES: &[&str] = &["EST5EDT", "CST6CDT", "MST7MDT", "PST8PDT"];
+    if let Some((_, place)) = NO_DST.iter().find(|(zone, _)| *zone == name) {
+        return Some(format!(
+            "`{name}` is a fixed offset from UTC with no daylight saving time; for the local time of a place use its IANA name, e.g. `{place}`"
+        ));
+    }
+    if POSIX_RULES.contains(&name) {
+        return Some(format!(
+            "`{name}` is an old POSIX-style rule, not a place: it follows the current US rules for every year; prefer the IANA name of the place (e.g. `America/New_York`)"
+        ));
+    }
+    let offset = name.strip_prefix("Etc/GMT")?;
+    let hours: i32 = offset.parse().ok()?;
+    (hours != 0).then(|| {
+        format!(
+            "`{name}` is UTC{:+} (an `Etc/GMT` name has the POSIX sign, the opposite of ISO 8601) with no daylight saving time; check that this is the offset you mean",
+            -hours
+        )
+    })
+}
+
 /// The warning for an HTTP method outside [`USUAL_METHODS`] (upper case).
 pub(super) fn method(method: &str) -> Option<String> {
     if USUAL_METHODS.contains(&method) {
@@ -321,6 +355,23 @@ mod tests {
             )
         );
         assert!(program("sh", "/nonexistent").is_some());
+    }
+
+    #[test]
+    fn fixed_offset_zones() {
+        assert!(fixed_offset_zone("EST").is_some_and(|w| w.contains("America/New_York")));
+        assert!(fixed_offset_zone("Etc/GMT-2").is_some_and(|w| w.contains("UTC+2")));
+        assert!(fixed_offset_zone("Etc/GMT+5").is_some_and(|w| w.contains("UTC-5")));
+        assert!(fixed_offset_zone("EST5EDT").is_some());
+        for fine in [
+            "UTC",
+            "Etc/GMT",
+            "Etc/GMT+0",
+            "Europe/Berlin",
+            "America/New_York",
+        ] {
+            assert_eq!(fixed_offset_zone(fine), None, "{fine}");
+        }
     }
 
     #[test]

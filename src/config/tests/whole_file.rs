@@ -289,7 +289,8 @@ fn warnings_point_at_their_key_and_never_fail() {
          [jobs.a]\nschedule = \"@daily\"\nargv = [\"/nonexistent/bin/tool\", \"x\"]\n\
          [jobs.b]\nschedule = \"@daily\"\nargv = [\"surely-not-on-path-solocron\"]\nenv = { PATH = \"/nonexistent:${WARM_TOKEN}\" }\n\
          [jobs.c]\nschedule = \"@daily\"\nhttp = { url = \"http://h/\", method = \"purge\" }\nworking_dir = \"/\"\n\
-         [jobs.d]\nschedule = \"@daily\"\nargv = [\"sh\", \"-c\", \"true\"]\n",
+         [jobs.d]\nschedule = \"@daily\"\nargv = [\"sh\", \"-c\", \"true\"]\n\
+         [jobs.e]\nschedule = \"0 2 * * *\"\ntimezone = \"EST\"\ncommand = \"true\"\n",
     );
     let config = parse(&text, Path::new(PATH), &env).unwrap_or_else(|e| panic!("{e}"));
     let shown: Vec<String> = config.warnings.iter().map(ToString::to_string).collect();
@@ -304,6 +305,8 @@ fn warnings_point_at_their_key_and_never_fail() {
              PATH on this machine; the job cannot start here: give its full path, or set `PATH` in `env`",
             "/etc/solocron/jobs.toml:12:38: [jobs.c] `http.method`: `PURGE` is an unusual HTTP method \
              (expected one of GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS); check the spelling",
+            "/etc/solocron/jobs.toml:19:12: [jobs.e] `timezone`: `EST` is a fixed offset from UTC with no \
+             daylight saving time; for the local time of a place use its IANA name, e.g. `America/New_York`",
         ]
     );
     assert_eq!(config.warnings[2].key, "jobs.b.argv");
