@@ -215,8 +215,16 @@ fn fits_all(retries: u32, interval: Duration) -> Option<Duration> {
     Some(Duration::from_millis(low))
 }
 
-/// What is wrong with `dir` as a working directory here, if anything.
+/// What is wrong with `dir` as a working directory here, if anything. A
+/// relative one is resolved against the daemon's working directory when
+/// the job runs (not this file's, nor `check`'s), so it is not looked up.
 pub(super) fn working_dir(dir: &Path) -> Option<String> {
+    if dir.is_relative() {
+        return Some(format!(
+            "`{}` is relative: it is resolved against the daemon's working directory when the job runs (`/var/lib/solocron` under the unit), not against this file's directory; write an absolute path",
+            dir.display()
+        ));
+    }
     match std::fs::metadata(dir) {
         Ok(meta) if meta.is_dir() => None,
         Ok(_) => Some(format!(
@@ -333,6 +341,10 @@ mod tests {
         );
         let file = working_dir(Path::new("/bin/sh")).expect("warning");
         assert!(file.contains("is not a directory"), "{file}");
+        // Relative: the daemon's directory decides, not `check`'s (`.`
+        // exists wherever `check` runs).
+        let relative = working_dir(Path::new(".")).expect("warning");
+        assert!(relative.contains("is relative"), "{relative}");
     }
 
     #[test]
