@@ -360,3 +360,76 @@ fn a_reload_that_changes_restart_only_settings_names_the_keys_and_keeps_the_old_
     );
     assert!(!node.log().contains("hunter2"), "a password in the log");
 }
+
+/// Edits that change when a job runs, applied by a reload, page nobody: a
+/// schedule made denser (`*/4` -> every second) and a job taken out of the
+/// file and put back. The occurrences of the new definition before the
+/// reload, and those while the job was out of the file, were not due under
+/// the config then in force: none is recorded `missed` (the record that
+/// sends `on_failure`), none is run late. Before, the next decision
+/// recorded each of them `missed` ("no node claimed it: redis was
+/// unreachable or every node was down").
+#[test]
+fn a_denser_schedule_or_a_job_back_in_the_file_records_nothing_missed() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let runs = toml_path(&work.path("runs"));
+    let dense = |schedule: &str| {
+        format!(
+            "[jobs.dense]\nschedule = \"{schedule}\"\nstarting_deadline = \"10s\"\n\
+             command = 'echo \"$SOLOCRON_OCCURRENCE dense\" >> {runs}'\n"
+        )
+    };
+    let blink = job("blink", "blink", &runs);
+    work.write_config(&format!("{}{blink}", dense("*/4 * * * * *")));
+    let node = Node::start(&work, &redis, "n1", &[]);
+    wait_until(Duration::from_secs(15), "dense and blink run", || {
+        !runs_tagged(&work, "dense").is_empty() && runs_tagged(&work, "blink").len() >= 2
+    });
+    // Every second now, and blink out of the file.
+    work.write_config(&dense("* * * * * *"));
+    node.signal("HUP");
+    wait_until(Duration::from_secs(5), "the first reload", || {
+        node.log().matches("config reloaded").count() == 1
+    });
+    let out = Utc::now();
+    wait_until(Duration::from_secs(10), "blink stays out for 3 s", || {
+        Utc::now() > out + chrono::TimeDelta::seconds(3)
+    });
+    work.write_config(&format!("{}{blink}", dense("* * * * * *")));
+    node.signal("HUP");
+    wait_until(Duration::from_secs(5), "the second reload", || {
+        node.log().matches("config reloaded").count() == 2
+    });
+    let back = Utc::now();
+    wait_until(Duration::from_secs(15), "both run after it", || {
+        runs_tagged(&work, "blink")
+            .iter()
+            .filter(|at| **at > back)
+            .count()
+            >= 2
+            && runs_tagged(&work, "dense")
+                .iter()
+                .filter(|at| **at > back)
+                .count()
+                >= 2
+    });
+    for job in ["dense", "blink"] {
+        let missed: Vec<_> = history(&redis, job)
+            .into_iter()
+            .filter(|entry| entry["outcome"] == "missed")
+            .collect();
+        assert!(missed.is_empty(), "{job}: {missed:?}\n{}", node.log());
+    }
+    // Nothing ran late for an occurrence it was not due at.
+    let gone = runs_tagged(&work, "blink")
+        .into_iter()
+        .filter(|at| *at > out + chrono::TimeDelta::seconds(1) && *at < back)
+        .count();
+    assert_eq!(
+        gone,
+        0,
+        "blink ran while out of the file: {:?}",
+        work.lines("runs")
+    );
+}

@@ -96,6 +96,11 @@ pub(crate) struct Shared {
     /// under the job's definition of the moment, or not at all once a
     /// reload removed the job or took its retries ([`retry`]).
     retry_jobs: RwLock<Arc<HashMap<String, Arc<Job>>>>,
+    /// Per job added, or whose schedule or zone changed, at a reload: the
+    /// instant (ms) of the reload, unsplayed. Occurrences of the new
+    /// definition before it were not due under the config then in force
+    /// here, so this node's gap records leave them out ([`recording`]).
+    gap_floors: Mutex<HashMap<String, i64>>,
     /// This node's wall clock minus Redis's instant at the last
     /// measurement, µs; `i64::MIN` = unknown.
     clock_offset_us: AtomicI64,
@@ -178,6 +183,25 @@ impl Shared {
             Ok(mut current) => *current = jobs,
             Err(poisoned) => *poisoned.into_inner() = jobs,
         }
+    }
+
+    /// The first instant (ms) this node's gap records of `job` may cover,
+    /// if a reload set one (see `gap_floors`).
+    pub fn gap_floor(&self, job: &str) -> Option<i64> {
+        self.gap_floors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(job)
+            .copied()
+    }
+
+    /// After a reload: `job` was added, or its schedule or zone changed,
+    /// at `at_ms` (see `gap_floors`).
+    fn set_gap_floor(&self, job: &str, at_ms: i64) {
+        self.gap_floors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(job.to_string(), at_ms);
     }
 
     fn set_env_file(&self, env: &BTreeMap<String, String>) {
@@ -360,6 +384,7 @@ pub async fn run(
         claims_in_flight: tokio::sync::Semaphore::new(occurrence::CLAIMS_IN_FLIGHT),
         env_file: RwLock::new(Arc::new(config.env.clone())),
         retry_jobs: RwLock::new(Arc::new(with_retries(&config.jobs))),
+        gap_floors: Mutex::new(HashMap::new()),
         clock_offset_us: AtomicI64::new(i64::MIN),
         redis_at_base_us: AtomicI64::new(i64::MIN),
         clock_base: std::time::Instant::now(),

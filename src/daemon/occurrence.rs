@@ -98,7 +98,7 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
     // in no record at all. An older one gives up at the newer one's time.
     let turn = shared.claim_turn(&job.name);
     let _turn = turn.lock().await;
-    if catch_up && !decided_before(&shared, &job, &name).await {
+    if catch_up && !decided_before(&shared, &job, &name, at).await {
         return;
     }
     if !catch_up {
@@ -232,14 +232,23 @@ async fn peek_after_first(shared: &Shared, job: &Job, target: &Target, name: &st
     }
 }
 
-/// Whether a catch-up occurrence of `job` may be claimed: only if the job
-/// was ever decided before. A job nobody ever decided is new to the fleet,
+/// Whether a catch-up occurrence of `job` may be claimed: not if a reload
+/// added the job or changed its schedule after it (it was not due under
+/// the config then in force), and only if the job was ever decided before. A job nobody ever decided is new to the fleet,
 /// or renamed (a new name has no state): its occurrence before this start
 /// or reload was not due for it, and a renamed job whose old name ran that
 /// occurrence (maybe still running) would run it twice, overlapping. Its
 /// first run is its next occurrence, as for a job added between two of
 /// its occurrences. If Redis cannot say, the claim decides (as before).
-async fn decided_before(shared: &Shared, job: &Job, name: &str) -> bool {
+async fn decided_before(shared: &Shared, job: &Job, name: &str, at: DateTime<Utc>) -> bool {
+    if shared
+        .gap_floor(&job.name)
+        .is_some_and(|floor| at.timestamp_millis() <= floor)
+    {
+        info!(job = %job.name, occurrence = %name, node = %shared.locker.node(),
+            "no catch-up run: the reload added this job or changed its schedule after this occurrence; it first runs at its next occurrence");
+        return false;
+    }
     match shared.locker.ever_decided(&job.name).await {
         Ok(true) => true,
         Ok(false) => {

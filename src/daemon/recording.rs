@@ -334,7 +334,13 @@ pub async fn record_gap_before(
     let Some(previous_ms) = previous_ms else {
         return;
     };
-    let entries = gap_entries(job, previous_ms, at, |occurrence_ms| {
+    // Not before a reload that added the job or changed its schedule here:
+    // those occurrences were not due under the config then in force.
+    let from_ms = match shared.gap_floor(&job.name) {
+        Some(floor) if floor > previous_ms => floor,
+        _ => previous_ms,
+    };
+    let entries = gap_entries(job, from_ms, at, |occurrence_ms| {
         shared
             .controls
             .pause_for(&job.name, occurrence_ms)

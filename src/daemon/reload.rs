@@ -55,6 +55,22 @@ pub fn reload(
             shared.set_env_file(&new.env);
             shared.set_retry_jobs(&new.jobs);
             shared.set_clock_source(new.daemon.clock);
+            // The occurrences of an added job, or of a new schedule, before
+            // now were not due under the config in force here: this node
+            // neither catches them up nor records them `missed` (a job
+            // commented out and back, an hourly job made every 15 minutes).
+            // Set before the timetable spawns the catch-ups.
+            let now = shared.now();
+            for job in &new.jobs {
+                let before = current.jobs.iter().find(|old| old.name == job.name);
+                let rescheduled = before.is_none_or(|old| {
+                    old.schedule.expression() != job.schedule.expression()
+                        || old.schedule.timezone() != job.schedule.timezone()
+                });
+                if rescheduled {
+                    shared.set_gap_floor(&job.name, job.unsplayed(now).timestamp_millis());
+                }
+            }
             let diff = timetable.apply(shared, &new.jobs);
             info!(node = %options.node, added = ?diff.added, removed = ?diff.removed, changed = ?diff.changed,
                 unchanged = diff.unchanged, "config reloaded");
