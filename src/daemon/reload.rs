@@ -5,9 +5,12 @@
 //! keeps running. Otherwise the timetable compares jobs by fingerprint:
 //! added jobs start, removed jobs stop being scheduled (a run in progress
 //! finishes), changed jobs are rescheduled with the new settings, which apply
-//! from their next occurrence; unchanged jobs are not touched. A
-//! rescheduled job catches up like a starting node, and the claim script
-//! refuses what was already decided. Pending retries follow the new file
+//! from their next occurrence; unchanged jobs are not touched. A changed
+//! job catches up like a starting node, and the claim script refuses what
+//! was already decided; but a job the reload adds, or whose schedule or
+//! zone it changes, starts afresh: its occurrences before the reload were
+//! not due under the old file, so they are neither caught up nor recorded
+//! `missed` by this node (`Shared::gap_floor`). Pending retries follow the new file
 //! too: dropped when the job is gone or has fewer retries, else run under
 //! its new definition (`retry.rs`). `[redis]`, `history_max` and `metrics_listen`
 //! need a restart: a reload that changes them keeps the old values and
@@ -61,9 +64,13 @@ pub fn reload(
             // commented out and back, an hourly job made every 15 minutes).
             // Set before the timetable spawns the catch-ups.
             let now = shared.now();
+            let before: std::collections::HashMap<&str, &config::Job> = current
+                .jobs
+                .iter()
+                .map(|old| (old.name.as_str(), old.as_ref()))
+                .collect();
             for job in &new.jobs {
-                let before = current.jobs.iter().find(|old| old.name == job.name);
-                let rescheduled = before.is_none_or(|old| {
+                let rescheduled = before.get(job.name.as_str()).is_none_or(|old| {
                     old.schedule.expression() != job.schedule.expression()
                         || old.schedule.timezone() != job.schedule.timezone()
                 });
