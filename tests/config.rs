@@ -107,6 +107,16 @@ fn write_text(text: &str) -> (tempfile::TempDir, PathBuf) {
     (dir, path)
 }
 
+/// `solocron check` of the valid file `path`: its stderr lines (the
+/// warnings) and its stdout.
+fn check_valid(path: &Path) -> (Vec<String>, String) {
+    let output = solocron(&["check"], path);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let lines = stderr.lines().map(str::to_string).collect();
+    (lines, String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
 /// `solocron SUBCOMMAND --config PATH` with a clean environment.
 fn solocron(args: &[&str], path: &Path) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_solocron"))
@@ -200,12 +210,8 @@ fn check_prints_warnings_and_exits_0() {
                 [jobs.rotate]\nschedule = \"@hourly\"\nargv = [\"/nonexistent/logrotate\", \"/etc/x\"]\n\n\
                 [jobs.hook]\nschedule = \"@hourly\"\nhttp = { url = \"http://127.0.0.1/\", method = \"PURGE\" }\n";
     let (_dir, path) = write_text(text);
-    let output = solocron(&["check"], &path);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let (lines, stdout) = check_valid(&path);
     let p = path.display();
-    let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(
         lines,
         [
@@ -241,12 +247,8 @@ fn check_warns_when_retries_can_never_happen_before_the_next_occurrence() {
                 [jobs.every-minute]\nschedule = \"* * * * *\"\ncommand = \"true\"\n\n\
                 [jobs.nightly]\nschedule = \"0 2 * * *\"\ncommand = \"true\"\n";
     let (_dir, path) = write_text(text);
-    let output = solocron(&["check"], &path);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let (lines, stdout) = check_valid(&path);
     let p = path.display();
-    let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(
         lines,
         [

@@ -33,6 +33,48 @@ fn tick_recording_runs(work: &Workdir) {
     ));
 }
 
+/// Waits until every node logged `said` (Redis refuses it), then while
+/// four occurrences pass (a node counts its misses during a trouble rather
+/// than logging each): at most one run starts meanwhile (one whose claim
+/// was decided before). Returns the runs recorded after the window.
+fn nothing_runs_while_refused(work: &Workdir, nodes: &[Node], said: &str) -> usize {
+    common::wait_until(Duration::from_secs(20), "every node refused", || {
+        nodes.iter().all(|node| node.log().contains(said))
+    });
+    let runs_then = work.lines("runs").len();
+    let refused_at = std::time::Instant::now();
+    common::wait_until(Duration::from_secs(10), "occurrences pass refused", || {
+        refused_at.elapsed() > Duration::from_secs(4)
+    });
+    let runs = work.lines("runs");
+    assert!(runs.len() <= runs_then + 1, "ran while refused: {runs:?}");
+    runs.len()
+}
+
+/// Stops every node with SIGTERM; each exits 0.
+fn stop(nodes: &mut [Node]) {
+    for node in nodes {
+        node.signal("TERM");
+        assert!(node.wait_exit(Duration::from_secs(20)).success());
+    }
+}
+
+/// `job`'s history, after checking that it has each occurrence once.
+fn each_occurrence_recorded_once(
+    redis: &RedisServer,
+    job: &str,
+) -> Vec<std::collections::HashMap<String, String>> {
+    let history = common::history(redis, job);
+    let mut recorded = std::collections::BTreeMap::new();
+    for entry in &history {
+        *recorded
+            .entry(entry.get("occurrence").cloned().unwrap_or_default())
+            .or_insert(0) += 1;
+    }
+    assert!(recorded.values().all(|n| *n == 1), "{history:?}");
+    history
+}
+
 fn exits_78_with_one_refusal_line(url: &str, redacted: &str) {
     let work = Workdir::new();
     tick(&work);
@@ -283,29 +325,12 @@ fn a_command_taken_from_the_user_while_daemons_run_stops_runs_without_running_an
         work.lines("runs").len() >= 3
     });
     setuser(&["-hset"]);
-    common::wait_until(Duration::from_secs(20), "both nodes refused", || {
-        nodes
-            .iter()
-            .all(|node| node.log().contains("redis refuses this node"))
-    });
-    let runs_then = work.lines("runs").len();
-    // Four occurrences pass while it refuses (a node counts its misses
-    // during the trouble rather than logging each).
-    let refused_at = std::time::Instant::now();
-    common::wait_until(Duration::from_secs(10), "occurrences pass refused", || {
-        refused_at.elapsed() > Duration::from_secs(4)
-    });
-    let refused_runs = work.lines("runs").len() - runs_then;
-    // A run whose claim was decided before the change may still start.
-    assert!(refused_runs <= 1, "{:?}", work.lines("runs"));
+    let runs_then = nothing_runs_while_refused(&work, &nodes, "redis refuses this node");
     setuser(&["+hset"]);
     common::wait_until(Duration::from_secs(30), "runs again", || {
-        work.lines("runs").len() >= runs_then + refused_runs + 3
+        work.lines("runs").len() >= runs_then + 3
     });
-    for node in &mut nodes {
-        node.signal("TERM");
-        assert!(node.wait_exit(Duration::from_secs(20)).success());
-    }
+    stop(&mut nodes);
     let runs = work.lines("runs");
     let mut seen = std::collections::BTreeSet::new();
     for run in &runs {
@@ -315,14 +340,7 @@ fn a_command_taken_from_the_user_while_daemons_run_stops_runs_without_running_an
             "twice: {run}\n{runs:?}"
         );
     }
-    let history = common::history(&redis, "tick");
-    let mut recorded = std::collections::BTreeMap::new();
-    for entry in &history {
-        *recorded
-            .entry(entry.get("occurrence").cloned().unwrap_or_default())
-            .or_insert(0) += 1;
-    }
-    assert!(recorded.values().all(|n| *n == 1), "{history:?}");
+    let history = each_occurrence_recorded_once(&redis, "tick");
     let missed = history
         .iter()
         .filter(|entry| entry.get("outcome").map(String::as_str) == Some("missed"))
@@ -450,30 +468,12 @@ fn a_redis_out_of_memory_is_one_line_when_it_starts_and_one_when_it_ends() {
             .expect("CONFIG SET");
     };
     config_set("1");
-    common::wait_until(Duration::from_secs(20), "both nodes see it", || {
-        nodes
-            .iter()
-            .all(|node| node.log().contains("redis refuses this node's writes"))
-    });
-    let runs_then = work.lines("runs").len();
-    // Four occurrences pass while it refuses (a node counts its misses
-    // during the trouble rather than logging each).
-    let refused_at = std::time::Instant::now();
-    common::wait_until(Duration::from_secs(10), "occurrences pass refused", || {
-        refused_at.elapsed() > Duration::from_secs(4)
-    });
-    assert!(
-        work.lines("runs").len() <= runs_then + 1,
-        "ran while refused"
-    );
+    let runs_then = nothing_runs_while_refused(&work, &nodes, "redis refuses this node's writes");
     config_set("0");
     common::wait_until(Duration::from_secs(30), "runs again", || {
         work.lines("runs").len() >= runs_then + 3
     });
-    for node in &mut nodes {
-        node.signal("TERM");
-        assert!(node.wait_exit(Duration::from_secs(20)).success());
-    }
+    stop(&mut nodes);
     for node in &nodes {
         let log = node.log();
         assert_eq!(
@@ -488,11 +488,5 @@ fn a_redis_out_of_memory_is_one_line_when_it_starts_and_one_when_it_ends() {
         );
         assert!(!log.contains("redis unreachable"), "{log}");
     }
-    let mut seen = std::collections::BTreeMap::new();
-    for entry in common::history(&redis, "tick") {
-        *seen
-            .entry(entry.get("occurrence").cloned().unwrap_or_default())
-            .or_insert(0) += 1;
-    }
-    assert!(seen.values().all(|n| *n == 1), "{seen:?}");
+    each_occurrence_recorded_once(&redis, "tick");
 }
