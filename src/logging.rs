@@ -68,6 +68,9 @@ static LOST: AtomicU64 = AtomicU64::new(0);
 
 /// `--log-format json`: what goes to stderr for people is JSON too.
 static STDERR_JSON: AtomicBool = AtomicBool::new(false);
+/// The log is text on stderr: an echo of a job's line there (`trigger`)
+/// already is what its `job output` event would say.
+static LOG_IS_STDERR_TEXT: AtomicBool = AtomicBool::new(false);
 
 /// The crate's own target prefix: a bare level in `SOLOCRON_LOG` applies to it.
 const OWN_TARGET: &str = "solocron";
@@ -141,6 +144,7 @@ pub fn init(requested: Option<LogFormat>, default_filter: &str) -> Logging {
         .name("solocron-log".to_string())
         .spawn(move || write_lines(&lines, sink));
     STDERR_JSON.store(format == LogFormat::Json, Ordering::Relaxed);
+    LOG_IS_STDERR_TEXT.store(format == LogFormat::Text, Ordering::Relaxed);
     let spec = std::env::var("SOLOCRON_LOG").ok();
     let filter = || {
         EnvFilter::try_new(filter_directives(spec.as_deref(), default_filter))
@@ -245,6 +249,11 @@ pub fn filter_directives(spec: Option<&str>, default_level: &str) -> String {
 /// Whether stderr carries JSON (`--log-format json`).
 pub fn stderr_is_json() -> bool {
     STDERR_JSON.load(Ordering::Relaxed)
+}
+
+/// Whether the log is text on stderr (not JSON, not the journal).
+pub fn log_is_stderr_text() -> bool {
+    LOG_IS_STDERR_TEXT.load(Ordering::Relaxed)
 }
 
 /// Tells a person `text` on stderr (`trigger`'s report, notes of the

@@ -75,10 +75,13 @@ fn trigger_runs_under_the_lock_shows_output_and_returns_3_while_held() {
     // A failing job exits 1; an unknown job exits 1 naming the jobs there are.
     let failed = output(&mut trigger(&work, &redis, "fails"));
     assert_eq!(failed.status.code(), Some(1), "{failed:?}");
-    assert!(
-        String::from_utf8_lossy(&failed.stderr).contains("bad"),
-        "{failed:?}"
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert_eq!(
+        stderr.matches("bad").count(),
+        1,
+        "the job's stderr line on the terminal once, not also as a log line: {stderr}"
     );
+    assert!(stderr.lines().any(|line| line == "bad"), "{stderr}");
     let unknown = output(&mut trigger(&work, &redis, "nope"));
     assert_eq!(unknown.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&unknown.stderr);

@@ -5,9 +5,11 @@
 //! `stream`; stdout at INFO, stderr at WARN. A notifier's lines are
 //! `notifier output` events instead, with the same fields (`job` names the
 //! job it reports on), so they are never taken for the job's own output.
-//! With an echo (`trigger`) each line is also written to this process's
-//! stdout or stderr; with `--log-format json` a stderr line's echo is its
-//! JSON event. Memory per stream is bounded:
+//! With an echo (`trigger`) each line is written to this process's stdout
+//! or stderr instead: with a text log it is not logged as well (the
+//! terminal would show it twice), with `--log-format json` a stderr line's
+//! echo is its JSON event, and only the journal gets both. Memory per
+//! stream is bounded:
 //! a line is kept up to [`LINE_CAP`] bytes and the rest of it is counted and
 //! thrown away as it arrives, so a job printing a gigabyte without a newline
 //! costs 4 KiB plus one read buffer. (`LinesCodec` with a max length would
@@ -229,6 +231,11 @@ fn emit_line(fields: &LineFields, stream: Stream, line: &str) {
             }
             Stream::Stderr => writeln!(std::io::stderr().lock(), "{line}"),
         };
+        // A text log on the same terminal would show the line a second
+        // time as its `job output` event; the journal keeps its event.
+        if crate::logging::log_is_stderr_text() {
+            return;
+        }
     }
     if !output.admit(line.len()) {
         return;
