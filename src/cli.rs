@@ -42,6 +42,66 @@ impl Cli {
 
 pub use crate::logging::LogFormat;
 
+/// Parses the command line, or exits on a usage error as clap words it
+/// (exit 2; `--help` and `--version` print and exit 0). Where JSON logs
+/// were asked for (`--log-format json`, or `SOLOCRON_LOG_FORMAT=json` for
+/// `run` and `trigger`, the commands that have the option), the error is
+/// one JSON `ERROR` object in the log's shape instead, so a program that
+/// reads stderr as JSON gets JSON from the first line.
+pub fn parse_or_exit() -> Cli {
+    use clap::error::ErrorKind;
+    let err = match Cli::try_parse() {
+        Ok(cli) => return cli,
+        Err(err) => err,
+    };
+    let shown = matches!(
+        err.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    );
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|arg| arg.to_string_lossy().into_owned())
+        .collect();
+    let env = std::env::var("SOLOCRON_LOG_FORMAT").ok();
+    if shown || !json_requested(&args, env.as_deref()) {
+        err.exit()
+    }
+    let text = err.render().to_string();
+    let line = crate::logging::json_line(
+        tracing::Level::ERROR,
+        "usage error",
+        &[("error", text.trim_end().into())],
+    );
+    // A closed stderr loses the line, nothing else.
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    std::process::exit(err.exit_code())
+}
+
+/// Whether `args` (without the program name) ask for JSON logs: the last
+/// `--log-format` given, else `env` (`SOLOCRON_LOG_FORMAT`) when the
+/// subcommand is one that has the option.
+fn json_requested(args: &[String], env: Option<&str>) -> bool {
+    let mut given = None;
+    let mut words = args.iter();
+    while let Some(arg) = words.next() {
+        if arg == "--" {
+            break;
+        }
+        if let Some(value) = arg.strip_prefix("--log-format=") {
+            given = Some(value.to_string());
+        } else if arg == "--log-format" {
+            given = words.next().cloned();
+        }
+    }
+    if let Some(value) = given {
+        return value == "json";
+    }
+    let subcommand = args.iter().find(|arg| !arg.starts_with('-'));
+    env == Some("json") && matches!(subcommand.map(String::as_str), Some("run" | "trigger"))
+}
+
 /// The subcommands; each has only the options that apply to it.
 #[derive(Debug, Clone, Subcommand)]
 pub enum Command {

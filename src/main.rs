@@ -8,14 +8,13 @@
 
 use std::process::ExitCode;
 
-use clap::Parser as _;
 use solocron::cli::{self, Cli, Command};
 
 /// `EX_OSERR`: the process could not get what it needs from the system.
 const EXIT_NO_RUNTIME: u8 = 71;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = cli::parse_or_exit();
     solocron::memory::limit_arenas(match cli.command {
         Command::Run(_) => solocron::memory::DAEMON_ARENAS,
         _ => solocron::memory::COMMAND_ARENAS,

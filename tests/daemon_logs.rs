@@ -172,7 +172,7 @@ fn an_outage_is_one_line_when_it_starts_and_one_when_it_ends() {
 }
 
 #[test]
-fn json_logs_carry_numbers_and_a_fatal_error_is_json_too() {
+fn json_logs_carry_numbers_and_a_fatal_or_usage_error_is_json_too() {
     let redis = RedisServer::start();
     let work = Workdir::new();
     work.write_config("[jobs.tick]\nschedule = \"* * * * * *\"\ncommand = 'exit 3'\n");
@@ -217,6 +217,39 @@ fn json_logs_carry_numbers_and_a_fatal_error_is_json_too() {
             .is_some_and(|error| error.contains("jobs.toml:4:")),
         "{fatal}"
     );
+
+    // A usage error is JSON too when JSON was asked for, by the option or
+    // (for `run`) by the environment; still exit 2.
+    let usage = |args: &[&str], env: Option<&str>| {
+        let mut command = Command::new(common::solocron_bin());
+        command.args(args).env_remove("SOLOCRON_LOG_FORMAT");
+        if let Some(format) = env {
+            command.env("SOLOCRON_LOG_FORMAT", format);
+        }
+        command.output().expect("run solocron")
+    };
+    for (args, env, names) in [
+        (&["trigger", "--log-format", "json"][..], None, "<JOB>"),
+        (&["run", "--nodeid", "x"][..], Some("json"), "--nodeid"),
+    ] {
+        let output = usage(args, env);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: one line: {stderr}");
+        let error: serde_json::Value = serde_json::from_str(lines[0]).expect("a JSON object");
+        assert_eq!(error["level"], "ERROR", "{error}");
+        assert!(
+            error["error"]
+                .as_str()
+                .is_some_and(|text| text.contains(names)),
+            "{error}"
+        );
+    }
+    // Without JSON asked for, clap's own words.
+    let plain = usage(&["trigger"], None);
+    assert_eq!(plain.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&plain.stderr).starts_with("error: "));
 }
 
 /// Every command of the README's ACL line that a daemon needs to run jobs
