@@ -124,20 +124,6 @@ impl Controls {
     }
 }
 
-/// Whether a controls read failed because Redis refuses this node (ACL,
-/// credentials) rather than being away.
-fn is_refused(error: &str) -> bool {
-    [
-        "NOPERM",
-        "no permissions",
-        "can't run this command",
-        "WRONGPASS",
-        "NOAUTH",
-    ]
-    .iter()
-    .any(|sign| error.contains(sign))
-}
-
 /// Per member: the pauses version and marks last read from it.
 #[derive(Default, Clone)]
 struct MemberView {
@@ -179,7 +165,7 @@ pub async fn run(shared: Arc<Shared>, config_rx: watch::Receiver<Arc<Config>>) {
             }
             Err(error) => {
                 crate::metrics::redis_error("controls");
-                let refused = is_refused(&error);
+                let refused = super::health::is_refusal_text(&error);
                 if refused {
                     shared.controls.mark_known();
                 }

@@ -207,10 +207,25 @@ pub fn is_refusal(err: &redis::RedisError) -> bool {
     {
         return true;
     }
-    let text = err.to_string();
-    text.contains("NOPERM")
-        || text.contains("can't run this command")
-        || text.contains("can't access at least one of the keys")
+    is_refusal_text(&err.to_string())
+}
+
+/// The signs of a refusal in an error's text, for errors that reach us as
+/// text only (a Redlock vote's first error, the fleet controls read of
+/// several members): the codes (`WRONGPASS`, `NOAUTH`, `NOPERM`), redis-rs's
+/// "authentication" failure, and Redis 7.0's code-less script refusals.
+pub fn is_refusal_text(text: &str) -> bool {
+    [
+        "WRONGPASS",
+        "NOAUTH",
+        "NOPERM",
+        "no permissions",
+        "authentication",
+        "can't run this command",
+        "can't access at least one of the keys",
+    ]
+    .iter()
+    .any(|sign| text.contains(sign))
 }
 
 /// Whether Redis answered but refused to write: out of memory, a
@@ -240,5 +255,35 @@ pub fn trouble_of(err: &redis::RedisError) -> Trouble {
         Trouble::Rejected
     } else {
         Trouble::Unreachable
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_refusal_text;
+
+    /// The texts Redis 7.0 and redis-rs give for a refusal, as they reach
+    /// the Redlock vote and the controls read; and outages that are not.
+    #[test]
+    fn refusals_are_told_from_outages_by_their_text() {
+        for refusal in [
+            "WRONGPASS invalid username-password pair or user is disabled.",
+            "NOAUTH Authentication required.",
+            "NOPERM this user has no permissions to run the 'hset' command",
+            "NOPERM this user has no permissions to access one of the keys used as arguments",
+            "ERR The user executing the script can't run this command or subcommand script: 1",
+            "ERR The user executing the script can't access at least one of the keys mentioned",
+            "AuthenticationFailed: authentication failed",
+        ] {
+            assert!(is_refusal_text(refusal), "{refusal}");
+        }
+        for outage in [
+            "Connection refused (os error 111)",
+            "timed out",
+            "LOADING Redis is loading the dataset in memory",
+            "READONLY You can't write against a read only replica.",
+        ] {
+            assert!(!is_refusal_text(outage), "{outage}");
+        }
     }
 }

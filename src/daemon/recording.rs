@@ -576,11 +576,7 @@ impl LockError {
     pub fn is_refusal(&self) -> bool {
         match self {
             LockError::Redis { cause, .. } => super::health::is_refusal(cause),
-            LockError::NoQuorum { first_error, .. } => {
-                ["WRONGPASS", "NOAUTH", "NOPERM", "authentication"]
-                    .iter()
-                    .any(|sign| first_error.contains(sign))
-            }
+            LockError::NoQuorum { first_error, .. } => super::health::is_refusal_text(first_error),
             LockError::Reply { .. }
             | LockError::Unacknowledged { .. }
             | LockError::ReplicaLost { .. }
