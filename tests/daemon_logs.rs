@@ -89,8 +89,25 @@ fn exits_78_with_one_refusal_line(url: &str, redacted: &str) {
         .filter(|line| line.contains("refused node"))
         .count();
     assert_eq!(refusals, 1, "one clear line, not a loop:\n{log}");
+    only_the_refusal_is_told(&log);
     assert!(log.contains(redacted), "names the server:\n{log}");
     assert!(!log.contains("wr0ng"), "never the password:\n{log}");
+}
+
+/// A start Redis refused says so in its one error line, and nothing else
+/// blames a command or tells the operator to fix something else (before,
+/// a wrong password also logged that the user may not run `INFO`, that
+/// the fleet controls read needs the README's commands, the same refusal
+/// as an `abandon check` error, and a refused registry withdraw).
+fn only_the_refusal_is_told(log: &str) {
+    for told in [
+        "may not run INFO",
+        "fleet controls",
+        "refuses this node",
+        "cannot withdraw",
+    ] {
+        assert!(!log.contains(told), "`{told}` besides the refusal:\n{log}");
+    }
 }
 
 #[test]
@@ -128,6 +145,7 @@ fn an_acl_user_that_may_not_run_scripts_stops_the_daemon_at_once() {
         "{log}"
     );
     assert_eq!(log.matches("refused node").count(), 1, "{log}");
+    only_the_refusal_is_told(&log);
 }
 
 #[test]

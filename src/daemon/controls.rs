@@ -169,7 +169,12 @@ pub async fn run(shared: Arc<Shared>, config_rx: watch::Receiver<Arc<Config>>) {
                 if refused {
                     shared.controls.mark_known();
                 }
-                if refused && refused_warned.is_none_or(|at| at.elapsed() >= REFUSED_REPEAT) {
+                // Before the start-up check passed a refusal is its to tell
+                // (a wrong password refuses everything): said from then on.
+                if refused
+                    && shared.is_started()
+                    && refused_warned.is_none_or(|at| at.elapsed() >= REFUSED_REPEAT)
+                {
                     refused_warned = Some(tokio::time::Instant::now());
                     warn!(node = %node, error = %error,
                         "redis refuses the fleet controls read: `pause`, `drain` and `trigger --fleet` are not seen by this node; give its ACL user the commands README \"A Redis user for solocron\" lists");

@@ -1,5 +1,5 @@
-//! Whether Redis may evict solocron's keys: checked at start and every
-//! [`PERIOD`], said in the log and in `status`.
+//! Whether Redis may evict solocron's keys: checked once the start-up check
+//! passed and every [`PERIOD`], said in the log and in `status`.
 //!
 //! A Redis with `maxmemory` set and any `maxmemory-policy` but
 //! `noeviction` deletes keys when it is full: `volatile-*` the keys with a
@@ -90,8 +90,14 @@ fn warning(shown: &str, memory: &[Memory]) -> Option<String> {
     ))
 }
 
-/// Runs until shutdown: checks every member now and every [`PERIOD`].
+/// Runs until shutdown: checks every member once the start-up check
+/// passed, then every [`PERIOD`]. Not before: a Redis that refuses the
+/// node's password refuses `INFO` too, and that is the start-up check's
+/// one error to tell (this loop would blame `INFO`).
 pub async fn check_loop(shared: Arc<Shared>) {
+    if !shared.until_started().await {
+        return;
+    }
     let node = shared.locker.node().to_string();
     let mut said: Option<Option<String>> = None;
     let mut told_refused = false;

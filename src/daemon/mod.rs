@@ -295,6 +295,22 @@ impl Shared {
         self.started.send_replace(true);
     }
 
+    /// Whether the start-up check passed.
+    fn is_started(&self) -> bool {
+        *self.started.borrow()
+    }
+
+    /// Waits, without a limit but not past shutdown, for the start-up
+    /// check; whether it passed (`false`: the daemon stops, e.g. Redis
+    /// refused its password, which the check alone reports).
+    async fn until_started(&self) -> bool {
+        let mut started = self.started.subscribe();
+        tokio::select! {
+            waited = started.wait_for(|started| *started) => waited.is_ok(),
+            _ = self.cancel.cancelled() => false,
+        }
+    }
+
     /// Waits at most `limit` (and not past shutdown) for the start-up
     /// check; whether it passed.
     async fn wait_started(&self, limit: std::time::Duration) -> bool {
@@ -456,11 +472,13 @@ pub async fn run(
             async move { registry::withdraw(&conn, prefix, node, instance).await }
         })
         .await;
-    if let Err(err) = withdrawn {
-        warn!(node = %options.node, error = %err, "cannot withdraw from the node registry; it expires by itself");
-    }
+    // Refused at start, the one error says why: a withdraw refused too
+    // (a wrong password) is not worth a line of its own.
     if let Some(reason) = shared.fatal_reason() {
         return Err(StartRefused(reason).into());
+    }
+    if let Err(err) = withdrawn {
+        warn!(node = %options.node, error = %err, "cannot withdraw from the node registry; it expires by itself");
     }
     info!(node = %options.node, "stopped");
     Ok(())

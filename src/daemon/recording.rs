@@ -478,12 +478,18 @@ pub fn watch_lock(shared: &Arc<Shared>, job: &Arc<Job>, fence: u64, ttl_left: Op
     });
 }
 
-/// At start: every job whose last run's lock expired unreleased while no
-/// node looked (the whole fleet was down) is recorded `abandoned` now.
+/// At start, once the start-up check passed: every job whose last run's
+/// lock expired unreleased while no node looked (the whole fleet was down)
+/// is recorded `abandoned` now.
 pub fn spawn_startup_check(shared: &Arc<Shared>, jobs: &[Arc<Job>]) {
     let shared = Arc::clone(shared);
     let jobs: Vec<Arc<Job>> = jobs.to_vec();
     shared.tracker.clone().spawn(async move {
+        // After the start-up check: a refused password is its one error,
+        // not also this check's.
+        if !shared.until_started().await {
+            return;
+        }
         for job in &jobs {
             if shared.cancel.is_cancelled() {
                 return;
