@@ -210,7 +210,7 @@ pub struct CheckArgs {
 /// `solocron status`.
 #[derive(Debug, Clone, Args)]
 pub struct StatusArgs {
-    /// One JSON object (`jobs`, `nodes`, `divergences`) instead of tables.
+    /// One JSON object (`jobs`, `nodes`, `divergences`, `drains`) instead of tables.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]

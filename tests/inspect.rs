@@ -666,7 +666,7 @@ fn each_subcommand_lists_only_its_own_options() {
     };
     expect(
         "check",
-        &["--config"],
+        &["--config", "--quiet"],
         &["--node-id", "--redis", "--log-format", "--key-prefix"],
     );
     expect(
@@ -681,7 +681,14 @@ fn each_subcommand_lists_only_its_own_options() {
     );
     expect(
         "status",
-        &["--config", "--redis", "--key-prefix", "--json"],
+        // Every key of the `--json` object, as the README lists them.
+        &[
+            "--config",
+            "--redis",
+            "--key-prefix",
+            "--json",
+            "`divergences`, `drains`",
+        ],
         &["--node-id", "--log-format"],
     );
     expect(
