@@ -365,3 +365,39 @@ fn a_starting_node_reads_each_jobs_last_success_from_the_history() {
         "{body}"
     );
 }
+
+/// A `metrics_listen` port another process holds stops `run` at start
+/// (exit 1, not 78: the file is valid) with one error naming the address,
+/// said once (it read `cannot serve metrics: cannot serve metrics on ...`).
+#[test]
+fn a_metrics_port_in_use_stops_the_daemon_with_one_error_naming_it() {
+    let redis = RedisServer::start();
+    let busy = TcpListener::bind("127.0.0.1:0").expect("bind a port");
+    let addr = busy.local_addr().expect("local addr").to_string();
+    let work = Workdir::new();
+    work.write_config(&format!(
+        "[daemon]\nmetrics_listen = \"{addr}\"\n\
+         [jobs.tick]\nschedule = \"* * * * * *\"\ncommand = 'true'\n"
+    ));
+    let config = work.path("jobs.toml");
+    let args = [
+        "--config",
+        &common::toml_path(&config),
+        "--redis",
+        &redis.url(),
+    ];
+    let mut node = Node::spawn_with_args(&work, "n1", &args, &[]);
+    let status = node.wait_exit(Duration::from_secs(10));
+    let log = node.log();
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains(&format!("`{addr}`")),
+        "names the address:\n{log}"
+    );
+    assert_eq!(
+        log.matches("cannot serve metrics").count(),
+        1,
+        "said once:\n{log}"
+    );
+    drop(busy);
+}

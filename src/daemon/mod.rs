@@ -372,7 +372,9 @@ pub async fn run(
     mut reloads: mpsc::UnboundedReceiver<()>,
 ) -> anyhow::Result<()> {
     if let Some(listen) = &config.daemon.metrics_listen {
-        metrics::install(listen).context("cannot serve metrics")?;
+        // The error already says what failed and where (`cannot serve
+        // metrics on ADDRESS`): no context repeating it.
+        metrics::install(listen)?;
     }
     let conn = connect(&config.redis)?;
     let locker = Locker::new(
