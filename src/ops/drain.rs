@@ -8,11 +8,17 @@
 //! `status` shows it `draining` while it still runs jobs, then `drained`.
 //!
 //! Failure model: see [`super`]. Draining a node that is not live is
-//! allowed (it starts drained), with a note.
+//! allowed (it starts drained), with a note. Draining the last live node
+//! that was not drained is allowed too (a maintenance of the whole fleet),
+//! but then nothing runs at all, so the command says so on stderr instead
+//! of "the other nodes take them" ([`undrained_live`]).
+
+use std::collections::BTreeMap;
 
 use super::{read_merged, write_everywhere};
 use crate::control::{Mark, drains_key, who};
 use crate::inspect::{Source, note, print};
+use crate::registry::NodeInfo;
 
 /// Drains `node` (`undrain`: `drain = false`); prints what it did.
 pub async fn drain(
@@ -54,6 +60,14 @@ pub async fn drain(
     )
     .await?;
     let within = crate::control::REFRESH.as_secs().max(1);
+    let mut after = current;
+    after.insert(node.to_string(), mark.clone());
+    let left = undrained_live(&live, &after);
+    let others = if left.is_empty() {
+        "no live node is left to take them: see the warning below"
+    } else {
+        "the other nodes take them"
+    };
     let text = match (drain, was_drained) {
         (true, true) => format!(
             "node `{node}` was drained already; the drain is now {}\n",
@@ -61,7 +75,7 @@ pub async fn drain(
         ),
         (true, false) => format!(
             "node `{node}` drains ({}): within about {within}s it claims no new occurrences and \
-             takes no trigger requests (the other nodes take them); its running jobs finish. \
+             takes no trigger requests ({others}); its running jobs finish. \
              `solocron status` shows it `draining`, then `drained`; it stays drained across \
              restarts until `solocron undrain --node {node}`.\n",
             mark.describe()
@@ -72,6 +86,17 @@ pub async fn drain(
         ),
     };
     print(&text)?;
+    if drain && left.is_empty() && !live.is_empty() {
+        let mut ids: Vec<&str> = live.iter().map(|info| info.node.as_str()).collect();
+        ids.sort_unstable();
+        crate::logging::to_stderr(&format!(
+            "warning: every live node is drained now ({}): no node claims occurrences or takes \
+             trigger requests, so no job runs until `solocron undrain --node ID` (or a node that \
+             is not drained starts); the occurrences due meanwhile are recorded `missed` by the \
+             first decision after that\n",
+            ids.join(", ")
+        ));
+    }
     if !is_live {
         note(&format!(
             "node `{node}` is not live now (it has not published itself under key prefix `{prefix}` \
@@ -85,4 +110,13 @@ pub async fn drain(
         ));
     }
     Ok(())
+}
+
+/// The live nodes that `marks` (every drain mark, by node id) leaves
+/// undrained, by id: the ones that still claim occurrences.
+pub fn undrained_live<'a>(live: &'a [NodeInfo], marks: &BTreeMap<String, Mark>) -> Vec<&'a str> {
+    live.iter()
+        .map(|info| info.node.as_str())
+        .filter(|id| !marks.get(*id).is_some_and(|mark| mark.active))
+        .collect()
 }

@@ -152,6 +152,28 @@ pub fn paused_text(jobs: &[JobStatus]) -> String {
     out
 }
 
+/// Whether there are live nodes and every one of them is drained: then no
+/// node claims anything, and no job runs.
+pub fn every_live_node_drained(nodes: &[NodeInfo], drains: &[DrainShown]) -> bool {
+    !nodes.is_empty()
+        && nodes
+            .iter()
+            .all(|info| drains.iter().any(|drain| drain.node == info.node))
+}
+
+/// The line under DRAINED NODES when every live node is drained (empty
+/// otherwise): nothing runs, which the tables alone do not say.
+pub fn nobody_claims_text(nodes: &[NodeInfo], drains: &[DrainShown]) -> String {
+    if every_live_node_drained(nodes, drains) {
+        "NO JOB RUNS: every live node is drained, so no node claims occurrences or takes trigger \
+         requests until `solocron undrain --node ID` (or a node that is not drained starts); the \
+         occurrences due meanwhile are recorded `missed` by the first decision after that\n"
+            .to_string()
+    } else {
+        String::new()
+    }
+}
+
 /// The DRAINED NODES section of the text form (empty if none is drained).
 pub fn drains_text(drains: &[DrainShown], now_ms: i64) -> String {
     let mut out = String::new();

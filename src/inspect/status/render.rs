@@ -155,6 +155,7 @@ pub fn text(view: &View<'_>) -> String {
         out.push_str(&nodes_table(view.nodes, view.now_ms).render());
     }
     out.push_str(&controls::drains_text(view.drains, view.now_ms));
+    out.push_str(&controls::nobody_claims_text(view.nodes, view.drains));
     if !view.drift.is_empty() {
         out.push_str("\nCONFIG DRIFT: live nodes disagree on these jobs (fingerprint: nodes)\n");
         let mut table = Table::new(&["JOB", "DEFINITIONS"]);
