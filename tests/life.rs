@@ -1,14 +1,16 @@
 //! A fleet over time, with real daemons on a real Redis: what an operator
 //! does on day 10 rather than at minute 1. Draining node after node until
 //! none is left says that nothing runs any more (the command and
-//! `status`), instead of "the other nodes take them".
+//! `status`), instead of "the other nodes take them". A node whose clock
+//! stays off warns once (then every 5 minutes), not at every measurement,
+//! and says when it is right again.
 
 mod common;
 
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use common::{Node, RedisServer, Workdir, solocron_bin, toml_path, wait_until};
+use common::{Node, RedisServer, Workdir, faketime_file_env, solocron_bin, toml_path, wait_until};
 
 /// `solocron ARGS --config jobs.toml`.
 fn cli(work: &Workdir, args: &[&str]) -> Output {
@@ -81,4 +83,32 @@ fn draining_every_live_node_says_that_no_job_runs_until_an_undrain() {
     ok(&cli(&work, &["undrain", "--node", "n1"]));
     let status = status_text(&work);
     assert!(!status.contains("NO JOB RUNS"), "{status}");
+}
+
+#[test]
+fn a_clock_that_stays_off_is_warned_once_not_at_every_measurement_and_its_end_is_said() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    work.write_config(&format!(
+        "[redis]\nurl = \"{}\"\n\n[jobs.x]\nschedule = \"@hourly\"\ncommand = \"true\"\n",
+        redis.url()
+    ));
+    let offset = work.path("faketime");
+    std::fs::write(&offset, "+2\n").expect("write the offset");
+    let mut env = faketime_file_env(&offset);
+    env.push(("SOLOCRON_LOG".to_string(), "debug".to_string()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let node = Node::start(&work, &redis, "skewed", &env);
+    // Measured at start, then 1, 2 and 4 s apart: four measurements, each
+    // a line (the warning, or the debug line of a check).
+    let warnings = || node.log().matches("clock differs from redis").count();
+    let measured = || warnings() + node.log().matches("clock checked against redis").count();
+    wait_until(Duration::from_secs(20), "four clock measurements", || {
+        measured() >= 4
+    });
+    assert_eq!(warnings(), 1, "{}", node.log());
+    assert!(node.log().contains("said again every 5m while it lasts"));
+    std::fs::write(&offset, "+0\n").expect("write the offset");
+    node.wait_for_log(Duration::from_secs(10), "clock agrees with redis again");
+    assert_eq!(warnings(), 1, "{}", node.log());
 }

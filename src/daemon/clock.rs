@@ -22,8 +22,10 @@
 //! (`date -s`, a VM resumed, NTP stepping) never makes it fire early or
 //! late; the wall clock is compared with it every second and a move of
 //! more than 100 ms is logged and measured again at once.
-//! Ops still want to know: warn above 500 ms, and when the offset jumps by
-//! more than 100 ms between checks (a stepped clock). Until Redis first
+//! Ops still want to know: warn above 500 ms (when it starts, then every
+//! [`WARN_REPEAT`] while it lasts, and once when it ends: not at every
+//! measurement), and when the offset jumps by more than 100 ms between
+//! checks (a stepped clock). Until Redis first
 //! answers, the check is retried every second and the node fires by its
 //! own clock; if Redis becomes unreachable later, the last offset stays
 //! in use (a node that cannot reach Redis runs nothing anyway).
@@ -44,6 +46,10 @@ use crate::{metrics, notify};
 
 /// Offsets above this are logged as warnings.
 pub const WARN_ABOVE_MS: i64 = 500;
+/// How often a lasting offset above [`WARN_ABOVE_MS`] is warned about
+/// again (it is measured every [`PERIOD`]: a warning each time was 8,640
+/// lines a day from one node with a broken NTP).
+const WARN_REPEAT: Duration = Duration::from_secs(300);
 /// Between checks once Redis has answered and the first few quick ones
 /// (1, 2, 4 and 8 s apart: the start-up round trips are the slowest) are
 /// done. Three `TIME` per node every 10 s.
@@ -115,6 +121,7 @@ pub async fn check_loop(shared: Arc<Shared>) {
     let locker = &shared.locker;
     let mut answered = false;
     let mut estimate = RedisInstant::default();
+    let mut off = OffWatch::default();
     // Before the first answer, then the quick checks after it.
     let mut pause = FIRST_RETRY;
     loop {
@@ -146,9 +153,14 @@ pub async fn check_loop(shared: Arc<Shared>) {
                         "clock offset against redis changed: a clock was stepped; firing by the new offset");
                 }
                 metrics::clock_offset(offset);
-                if offset.abs() > WARN_ABOVE_MS {
+                let now = tokio::time::Instant::now();
+                if offset.abs() > WARN_ABOVE_MS && off.should_warn(now) {
                     warn!(node = %locker.node(), offset_ms = offset,
-                        "clock differs from redis by more than {WARN_ABOVE_MS} ms; check NTP on this server");
+                        "clock differs from redis by more than {WARN_ABOVE_MS} ms; check NTP on this server \
+                         (said again every {} while it lasts)", humantime::format_duration(WARN_REPEAT));
+                } else if offset.abs() <= WARN_ABOVE_MS && off.ended() {
+                    info!(node = %locker.node(), offset_ms = offset,
+                        "clock agrees with redis again (within {WARN_ABOVE_MS} ms)");
                 } else if !answered {
                     info!(node = %locker.node(), offset_ms = offset, "clock checked against redis");
                 } else {
@@ -200,5 +212,50 @@ pub async fn check_loop(shared: Arc<Shared>) {
             warn!(node = %locker.node(), moved_ms = moved.div_euclid(1000),
                 "this node's wall clock moved against redis's since the last check (stepped?); measuring the offset again");
         }
+    }
+}
+
+/// Whether this node's clock is off by more than [`WARN_ABOVE_MS`], and
+/// when that was last warned about: once when it starts, again every
+/// [`WARN_REPEAT`] while it lasts, and its end once.
+#[derive(Debug, Default)]
+struct OffWatch {
+    warned_at: Option<tokio::time::Instant>,
+}
+
+impl OffWatch {
+    /// The offset is too large at `now`: whether to warn now.
+    fn should_warn(&mut self, now: tokio::time::Instant) -> bool {
+        let due = self
+            .warned_at
+            .is_none_or(|at| now.duration_since(at) >= WARN_REPEAT);
+        if due {
+            self.warned_at = Some(now);
+        }
+        due
+    }
+
+    /// The offset is fine again: whether it was not before (say so once).
+    fn ended(&mut self) -> bool {
+        self.warned_at.take().is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lasting_offset_is_warned_once_then_every_repeat_and_its_end_once() {
+        let start = tokio::time::Instant::now();
+        let mut off = OffWatch::default();
+        assert!(!off.ended(), "nothing to end before a warning");
+        assert!(off.should_warn(start));
+        assert!(!off.should_warn(start + PERIOD));
+        assert!(!off.should_warn(start + WARN_REPEAT - PERIOD));
+        assert!(off.should_warn(start + WARN_REPEAT));
+        assert!(off.ended());
+        assert!(!off.ended(), "its end is said once");
+        assert!(off.should_warn(start + WARN_REPEAT + PERIOD), "a new one");
     }
 }
