@@ -267,12 +267,15 @@ pub fn claim(job: &str, result: ClaimResult) {
 
 /// Records a finished run: `solocron_runs_total{job,outcome}` and
 /// `solocron_run_duration_seconds{job}`; a `succeeded` run also sets
-/// `solocron_last_success_timestamp_seconds{job}` to now.
-pub fn run_finished(job: &str, outcome: &str, duration: Duration) {
+/// `solocron_last_success_timestamp_seconds{job}` to `finished_at` (Unix
+/// seconds, on the clock occurrences fire by: a node whose wall clock was
+/// stepped a day ahead would set a success a day in the future, and the
+/// silence alert would stay blind for that day).
+pub fn run_finished(job: &str, outcome: &str, duration: Duration, finished_at: f64) {
     counter!(RUNS, "job" => job.to_string(), "outcome" => outcome.to_string()).increment(1);
     histogram!(RUN_DURATION, "job" => job.to_string()).record(duration.as_secs_f64());
     if outcome == "succeeded" {
-        last_success(job, unix_now());
+        last_success(job, finished_at);
     }
 }
 
@@ -423,7 +426,7 @@ mod tests {
     #[test]
     fn calls_without_a_recorder_do_nothing() {
         claim("a", ClaimResult::Won);
-        run_finished("a", "succeeded", Duration::from_millis(5));
+        run_finished("a", "succeeded", Duration::from_millis(5), 1.0);
         clock_offset(-12);
     }
 

@@ -3,14 +3,21 @@
 //! none is left says that nothing runs any more (the command and
 //! `status`), instead of "the other nodes take them". A node whose clock
 //! stays off warns once (then every 5 minutes), not at every measurement,
-//! and says when it is right again.
+//! and says when it is right again. A node started with its wall clock a
+//! day off (a VM booted before NTP) runs its occurrences at Redis's
+//! instants, and one whose clock is stepped a day ahead records its runs
+//! at the true time, in `history` and in the last-success gauge.
 
 mod common;
 
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use common::{Node, RedisServer, Workdir, faketime_file_env, solocron_bin, toml_path, wait_until};
+use chrono::{DateTime, Utc};
+use common::{
+    Node, RedisServer, Workdir, faketime_env, faketime_file_env, free_port, scrape_metrics,
+    solocron_bin, toml_path, wait_until,
+};
 
 /// `solocron ARGS --config jobs.toml`.
 fn cli(work: &Workdir, args: &[&str]) -> Output {
@@ -111,4 +118,109 @@ fn a_clock_that_stays_off_is_warned_once_not_at_every_measurement_and_its_end_is
     std::fs::write(&offset, "+0\n").expect("write the offset");
     node.wait_for_log(Duration::from_secs(10), "clock agrees with redis again");
     assert_eq!(warnings(), 1, "{}", node.log());
+}
+
+/// `solocron history tick --json` as (occurrence, started_at, finished_at).
+fn tick_runs(work: &Workdir) -> Vec<(DateTime<Utc>, DateTime<Utc>, DateTime<Utc>)> {
+    let (json, _) = ok(&cli(
+        work,
+        &["history", "tick", "--json", "--limit", "1000"],
+    ));
+    let entries: serde_json::Value = serde_json::from_str(&json).expect("history --json");
+    let at = |entry: &serde_json::Value, key: &str| {
+        DateTime::parse_from_rfc3339(entry[key].as_str().unwrap_or_default())
+            .map(|at| at.with_timezone(&Utc))
+            .unwrap_or_else(|err| panic!("{key} of {entry}: {err}"))
+    };
+    entries
+        .as_array()
+        .expect("an array")
+        .iter()
+        .filter(|entry| entry["outcome"] == "succeeded")
+        .map(|entry| {
+            (
+                at(entry, "occurrence"),
+                at(entry, "started_at"),
+                at(entry, "finished_at"),
+            )
+        })
+        .collect()
+}
+
+/// Every run started and ended within 5 s after its occurrence.
+fn assert_at_true_time(runs: &[(DateTime<Utc>, DateTime<Utc>, DateTime<Utc>)]) {
+    for (occurrence, started, finished) in runs {
+        let late = |at: &DateTime<Utc>| (*at - *occurrence).num_milliseconds();
+        assert!(
+            (0..5_000).contains(&late(started)) && (0..5_000).contains(&late(finished)),
+            "occurrence {occurrence}: started {started}, finished {finished}"
+        );
+    }
+}
+
+fn tick_config(work: &Workdir, redis: &RedisServer, metrics_port: u16) {
+    work.write_config(&format!(
+        "[redis]\nurl = \"{}\"\n\n[daemon]\nmetrics_listen = \"127.0.0.1:{metrics_port}\"\n\n\
+         [jobs.tick]\nschedule = \"* * * * * *\"\ncommand = \"true\"\n",
+        redis.url()
+    ));
+}
+
+#[test]
+fn a_node_started_with_its_clock_a_day_ahead_runs_its_occurrences_at_redis_instants() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    tick_config(&work, &redis, free_port());
+    let env = faketime_env("+1d");
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let node = Node::start(&work, &redis, "ahead", &env);
+    wait_until(Duration::from_secs(15), "the node runs tick", || {
+        tick_runs(&work).len() >= 3
+    });
+    assert_at_true_time(&tick_runs(&work));
+    assert!(
+        node.log()
+            .contains("schedule computed again by redis's clock"),
+        "{}",
+        node.log()
+    );
+}
+
+#[test]
+fn a_node_whose_clock_is_stepped_a_day_ahead_records_its_runs_at_the_true_time() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let metrics_port = free_port();
+    tick_config(&work, &redis, metrics_port);
+    let offset = work.path("faketime");
+    std::fs::write(&offset, "+0\n").expect("write the offset");
+    let env = faketime_file_env(&offset);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let node = Node::start(&work, &redis, "stepped", &env);
+    wait_until(Duration::from_secs(15), "a first run", || {
+        !tick_runs(&work).is_empty()
+    });
+    std::fs::write(&offset, "+1d\n").expect("write the offset");
+    node.wait_for_log(
+        Duration::from_secs(10),
+        "clock offset against redis changed",
+    );
+    let before = tick_runs(&work).len();
+    wait_until(Duration::from_secs(15), "three runs after the step", || {
+        tick_runs(&work).len() >= before + 3
+    });
+    assert_at_true_time(&tick_runs(&work));
+    let body = scrape_metrics(metrics_port);
+    let last = body
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix(r#"solocron_last_success_timestamp_seconds{job="tick"} "#)
+        })
+        .and_then(|value| value.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no last success in {body}"));
+    let now = Utc::now().timestamp_millis() as f64 / 1000.0;
+    assert!(
+        (now - 60.0..=now + 5.0).contains(&last),
+        "last success {last}, now {now}"
+    );
 }

@@ -52,9 +52,13 @@ async fn metrics_endpoint_serves_every_series() {
     metrics::claim("a", ClaimResult::Lost);
     metrics::claim("b", ClaimResult::Busy);
     metrics::fire_to_start("a", Duration::from_millis(3));
-    metrics::run_finished("a", "succeeded", Duration::from_millis(40));
-    metrics::run_finished("a", "succeeded", Duration::from_secs(2));
-    metrics::run_finished("a", "failed", Duration::from_secs(7200));
+    let finished = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs_f64();
+    metrics::run_finished("a", "succeeded", Duration::from_millis(40), finished);
+    metrics::run_finished("a", "succeeded", Duration::from_secs(2), finished);
+    metrics::run_finished("a", "failed", Duration::from_secs(7200), finished);
     metrics::lock_renewed("a");
     metrics::lock_renewed("a");
     metrics::lock_lost("a");

@@ -46,6 +46,13 @@ use crate::{metrics, notify};
 
 /// Offsets above this are logged as warnings.
 pub const WARN_ABOVE_MS: i64 = 500;
+/// A first measured offset above this (with `clock = "redis"`) makes the
+/// daemon compute its schedule again by Redis's instant: it was computed
+/// by this node's wall clock at start, before Redis first answered, and a
+/// node whose clock was a day ahead then ran nothing for that day (its
+/// next occurrences were all tomorrow's). Below it the claim script's
+/// window and the start's catch-up absorb the difference.
+pub const REBASE_ABOVE_MS: i64 = 1000;
 /// How often a lasting offset above [`WARN_ABOVE_MS`] is warned about
 /// again (it is measured every [`PERIOD`]: a warning each time was 8,640
 /// lines a day from one node with a broken NTP).
@@ -174,6 +181,9 @@ pub async fn check_loop(shared: Arc<Shared>) {
                     answered = true;
                     shared.mark_started();
                     shared.clock_measured.notify_one();
+                    if shared.clock_from_redis() && offset.abs() > REBASE_ABOVE_MS {
+                        shared.clock_rebase.notify_one();
+                    }
                     notify::ready();
                 }
             }

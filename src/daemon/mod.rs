@@ -116,6 +116,11 @@ pub(crate) struct Shared {
     clock_from_redis: AtomicBool,
     /// Woken when the clock offset is first measured, to publish it at once.
     pub clock_measured: tokio::sync::Notify,
+    /// Woken when the clock offset is first measured and this node's wall
+    /// clock, which the schedule was computed by until then, is off by
+    /// more than [`clock::REBASE_ABOVE_MS`]: the main loop computes the
+    /// schedule again by Redis's instant ([`timetable::Timetable::rebase`]).
+    pub clock_rebase: tokio::sync::Notify,
     /// `true` once the start-up check passed (Redis answered, took the
     /// scripts, and its user may run every command: [`clock`]). No
     /// occurrence is claimed before: a user missing a command stops the
@@ -347,6 +352,18 @@ impl Shared {
         Utc::now()
     }
 
+    /// Puts `report`'s start and end on the clock occurrences fire by:
+    /// with `clock = "redis"`, Redis's instant, not this node's wall clock
+    /// (the executor reads the wall clock). A node whose clock was stepped
+    /// a day ahead otherwise recorded a run of today's occurrence as
+    /// started tomorrow, in `history` beside the other nodes' entries.
+    pub fn to_fleet_clock(&self, report: &mut crate::exec::Report) {
+        let ahead = Utc::now().signed_duration_since(self.now());
+        let shift = |at: DateTime<Utc>| at.checked_sub_signed(ahead).unwrap_or(at);
+        report.started_at = shift(report.started_at);
+        report.finished_at = shift(report.finished_at);
+    }
+
     /// Whether occurrences fire by Redis's clock (`[daemon] clock`).
     pub fn clock_from_redis(&self) -> bool {
         self.clock_from_redis.load(Ordering::Relaxed)
@@ -408,6 +425,7 @@ pub async fn run(
         clock_base: std::time::Instant::now(),
         clock_from_redis: AtomicBool::new(config.daemon.clock == ClockSource::Redis),
         clock_measured: tokio::sync::Notify::new(),
+        clock_rebase: tokio::sync::Notify::new(),
         started: watch::Sender::new(false),
         fatal: CancellationToken::new(),
         fatal_reason: Mutex::new(None),
@@ -457,6 +475,13 @@ pub async fn run(
                 reload::reload(&shared, &mut timetable, &config_tx, &options);
             }
             () = tokio::time::sleep_until(wake) => timetable.fire_due(&shared),
+            () = shared.clock_rebase.notified() => {
+                let moved = timetable.rebase(&shared);
+                if moved > 0 {
+                    warn!(node = %options.node, jobs = moved, offset_ms = shared.clock_offset().unwrap_or(0),
+                        "schedule computed again by redis's clock: this node's wall clock, which it was computed by at start, is off");
+                }
+            }
             _ = shared.fatal.cancelled() => break,
         }
     }

@@ -451,11 +451,19 @@ pub async fn run_lease(
     let lost = ctx.lease_lost.clone();
     let stop = stop_when(&lost, runner.interrupt);
     let keep = keep_lease(runner, job, lease, name, claim_sent, &lost);
-    let report = tokio::select! {
+    let mut report = tokio::select! {
         report = runner.executor.execute(&ctx, stop) => report,
         never = keep => match never {},
     };
-    metrics::run_finished(&job.name, report.outcome.as_str(), report.duration);
+    if let Some(shared) = runner.shared {
+        shared.to_fleet_clock(&mut report);
+    }
+    metrics::run_finished(
+        &job.name,
+        report.outcome.as_str(),
+        report.duration,
+        report.finished_at.timestamp_millis() as f64 / 1000.0,
+    );
     let retry_at = attempt.occurrence.and_then(|at| {
         let now = runner.shared.map_or_else(Utc::now, Shared::now);
         // Retries follow the loaded file, which a reload may have changed

@@ -9,6 +9,11 @@
 //! "Now" is [`Shared::now`]: Redis's clock with `clock = "redis"` (this
 //! node's clock corrected by its measured offset), so every node fires at
 //! the same instant, or this node's own with `clock = "local"`.
+//! Until Redis first answers "now" is the wall clock; if the first
+//! measurement finds it off by more than `clock::REBASE_ABOVE_MS`, the
+//! start's schedule is computed again by Redis's instant
+//! ([`Timetable::rebase`]), so a node booted with its clock a day ahead
+//! does not wait for tomorrow's occurrences.
 //! The timer sleeps on the monotonic clock but re-reads the wall clock at
 //! least every minute, so a stepped clock (NTP) moves the wake-up with it and
 //! no occurrence is lost to a long sleep computed from a stale "now".
@@ -64,6 +69,9 @@ pub struct Timetable {
     /// its job's (removed or changed) is skipped when it comes up.
     heap: BinaryHeap<Reverse<Due>>,
     next_slot: u64,
+    /// The "now" the first [`Timetable::apply`] (the start) scheduled by,
+    /// until a [`Timetable::rebase`] takes it.
+    started_at: Option<DateTime<Utc>>,
 }
 
 /// A scheduled job definition: which slot its heap entry carries, and
@@ -166,6 +174,9 @@ impl Timetable {
             diff.removed.push(name);
         }
         let now = shared.now();
+        if self.by_name.is_empty() && self.started_at.is_none() {
+            self.started_at = Some(now);
+        }
         for job in jobs {
             let fingerprint = fingerprint_key(job);
             match self.by_name.remove(job.name.as_str()) {
@@ -198,6 +209,38 @@ impl Timetable {
         self.by_name.shrink_to_fit();
         self.heap.shrink_to_fit();
         diff
+    }
+
+    /// Computes every job's next occurrence again by [`Shared::now`], once,
+    /// after the start: the start scheduled by this node's wall clock
+    /// because Redis had not answered yet, and the first measurement found
+    /// that clock off (`clock = "redis"`, see `clock::REBASE_ABOVE_MS`).
+    /// A job's catch-up is claimed again if the right clock gives another
+    /// occurrence than the start's (the start's own was in the future, or
+    /// long past, and refused). Returns how many jobs were scheduled again
+    /// (0 after the first call).
+    pub fn rebase(&mut self, shared: &Arc<Shared>) -> usize {
+        let Some(started_at) = self.started_at.take() else {
+            return 0;
+        };
+        let now = shared.now();
+        let jobs: Vec<Arc<Job>> = self.by_name.keys().map(|job| Arc::clone(&job.0)).collect();
+        for job in &jobs {
+            let slot = self.next_slot;
+            self.next_slot += 1;
+            if let Some(scheduled) = self.by_name.get_mut(job.name.as_str()) {
+                scheduled.slot = slot;
+            }
+            if let Some(latest) = catch_up(job, now)
+                && catch_up(job, started_at) != Some(latest)
+            {
+                spawn_attempt(shared, job, latest, true);
+            }
+            self.schedule(slot, Arc::clone(job), job.next_to_fire(now));
+        }
+        let by_name = &self.by_name;
+        self.heap.retain(|Reverse(due)| is_current(by_name, due));
+        jobs.len()
     }
 
     /// When the earliest occurrence is due by the wall clock, but at most
