@@ -6,7 +6,8 @@
 //! and says when it is right again. A node started with its wall clock a
 //! day off (a VM booted before NTP) runs its occurrences at Redis's
 //! instants, and one whose clock is stepped a day ahead records its runs
-//! at the true time, in `history` and in the last-success gauge.
+//! at the true time, in `history` and in the last-success gauge; a
+//! `pause --for` stops its pending retries and is logged as in effect.
 
 mod common;
 
@@ -223,4 +224,42 @@ fn a_node_whose_clock_is_stepped_a_day_ahead_records_its_runs_at_the_true_time()
         (now - 60.0..=now + 5.0).contains(&last),
         "last success {last}, now {now}"
     );
+}
+
+#[test]
+fn a_node_a_day_ahead_sees_a_pause_for_an_hour_and_drops_the_pending_retries() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    work.write_config(&format!(
+        "[redis]\nurl = \"{}\"\n\n[jobs.flaky]\nschedule = \"*/15 * * * * *\"\n\
+         command = \"exit 1\"\nretries = 2\nretry_backoff = \"3s\"\n",
+        redis.url()
+    ));
+    let env = faketime_env("+1d");
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let node = Node::start(&work, &redis, "ahead", &env);
+    let attempts = || -> Vec<u64> {
+        let (json, _) = ok(&cli(&work, &["history", "flaky", "--json"]));
+        let entries: serde_json::Value = serde_json::from_str(&json).expect("history --json");
+        entries
+            .as_array()
+            .expect("an array")
+            .iter()
+            .filter_map(|entry| entry["attempt"].as_u64())
+            .collect()
+    };
+    wait_until(Duration::from_secs(25), "a first failed attempt", || {
+        attempts().contains(&1)
+    });
+    ok(&cli(&work, &["pause", "flaky", "--for", "1h"]));
+    node.wait_for_log(Duration::from_secs(5), "job paused fleet-wide");
+    node.wait_for_log(Duration::from_secs(10), "retry dropped");
+    assert!(
+        node.log()
+            .lines()
+            .any(|line| line.contains("retry dropped") && line.contains("the job is paused")),
+        "{}",
+        node.log()
+    );
+    assert_eq!(attempts(), vec![1], "{}", node.log());
 }

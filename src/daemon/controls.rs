@@ -157,7 +157,15 @@ pub async fn run(shared: Arc<Shared>, config_rx: watch::Receiver<Arc<Config>>) {
         match absorb(&mut views, answers, coordinator.majority()) {
             Ok((pauses, drain, pending)) => {
                 let old = shared.controls.replace(State { pauses, drain });
-                log_changes(&node, &old, &shared.controls.read(), first, &mut logged);
+                let now_ms = shared.now().timestamp_millis();
+                log_changes(
+                    &node,
+                    &old,
+                    &shared.controls.read(),
+                    first,
+                    &mut logged,
+                    now_ms,
+                );
                 first = false;
                 if !shared.controls.draining() && !shared.cancel.is_cancelled() {
                     take_one(&shared, &config_rx, &prefix, &pending).await;
@@ -301,6 +309,7 @@ fn log_changes(
     new: &State,
     first: bool,
     logged: &mut BTreeMap<String, Mark>,
+    now_ms: i64,
 ) {
     match (&old.drain, &new.drain) {
         (None, Some(drain)) => {
@@ -320,7 +329,7 @@ fn log_changes(
         }
     };
     let before = std::mem::take(logged);
-    let after = marks(&new.pauses);
+    let after = marks(&new.pauses, now_ms);
     for (job, mark) in &after {
         if before.get(job) != Some(mark) {
             info!(node = %node, job = %describe(job), paused_by = %mark.by, until = mark.until_ms.map(|ms| tracing::field::display(control::instant(ms))),
@@ -334,10 +343,11 @@ fn log_changes(
     *logged = after;
 }
 
-/// The pauses in effect now (by this node's clock: for the log lines only;
-/// occurrences compare their own instant with a pause's end).
-fn marks(pauses: &Pauses) -> BTreeMap<String, Mark> {
-    let now_ms = chrono::Utc::now().timestamp_millis();
+/// The pauses in effect at `now_ms` (the clock occurrences fire by, not
+/// the wall clock: a node a day ahead logged a `--for` pause as resumed at
+/// once; for the log lines only, occurrences compare their own instant
+/// with a pause's end).
+fn marks(pauses: &Pauses, now_ms: i64) -> BTreeMap<String, Mark> {
     let mut all = pauses.jobs.clone();
     if let Some(mark) = &pauses.all {
         all.insert(ALL.to_string(), mark.clone());

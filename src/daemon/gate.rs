@@ -58,7 +58,7 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
     // waits here up to its deadline; past it, it is counted and logged as
     // missed, and recorded by the job's next decision (its gap), as an
     // occurrence nobody claimed: never run without the lock.
-    let until_deadline = (deadline - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+    let until_deadline = (deadline - shared.now()).to_std().unwrap_or(Duration::ZERO);
     if !shared.wait_started(until_deadline + STARTED_GRACE).await {
         if !shared.cancel.is_cancelled() && !catch_up && !shared.health.missed() {
             error!(job = %job.name, occurrence = %rfc3339(at), node = %shared.locker.node(),
@@ -67,7 +67,7 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
         return;
     }
     // Leave the claim time before its deadline (a claim is a round trip).
-    let left = (deadline - Utc::now())
+    let left = (deadline - shared.now())
         .to_std()
         .unwrap_or(Duration::ZERO)
         .saturating_sub(KNOWN_MARGIN);
@@ -103,7 +103,7 @@ async fn record_paused(
     let turn = shared.claim_turn(&job.name);
     let mut turn_held = Some(turn.lock().await);
     let turn_until = Instant::now()
-        + (claim_deadline(job, at) - Utc::now())
+        + (claim_deadline(job, at) - shared.now())
             .to_std()
             .unwrap_or(Duration::ZERO);
     let give_up = Instant::now() + RECORD_FOR;

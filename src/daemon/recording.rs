@@ -432,7 +432,7 @@ pub fn watch_lock(shared: &Arc<Shared>, job: &Arc<Job>, fence: u64, ttl_left: Op
     let Some(ttl_left) = ttl_left else {
         return;
     };
-    let now = Utc::now();
+    let now = shared.now();
     let next_claim = job
         .next_to_fire(now)
         .and_then(|next| (job.fires_at(next) - now).to_std().ok())

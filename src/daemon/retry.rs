@@ -316,7 +316,7 @@ async fn claim_and_run(
         // service. The occurrence ends with its last attempt.
         if shared
             .controls
-            .pause_for(&job.name, Utc::now().timestamp_millis())
+            .pause_for(&job.name, shared.now().timestamp_millis())
             .is_some()
         {
             return Step::Dropped(
