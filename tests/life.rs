@@ -5,7 +5,8 @@
 //! stays off warns once (then every 5 minutes), not at every measurement,
 //! and says when it is right again. A node started with its wall clock a
 //! day off (a VM booted before NTP) runs its occurrences at Redis's
-//! instants, and one whose clock is stepped a day ahead records its runs
+//! instants (and `status` shows it started then, not tomorrow), and one
+//! whose clock is stepped a day ahead records its runs
 //! at the true time, in `history` and in the last-success gauge; a
 //! `pause --for` stops its pending retries and is logged as in effect.
 
@@ -179,6 +180,16 @@ fn a_node_started_with_its_clock_a_day_ahead_runs_its_occurrences_at_redis_insta
         tick_runs(&work).len() >= 3
     });
     assert_at_true_time(&tick_runs(&work));
+    // `status` shows it started a moment ago, not tomorrow.
+    let (json, _) = ok(&cli(&work, &["status", "--json"]));
+    let status: serde_json::Value = serde_json::from_str(&json).expect("status --json");
+    let started = status["nodes"][0]["started_at"]
+        .as_str()
+        .unwrap_or_default();
+    let started = DateTime::parse_from_rfc3339(started)
+        .unwrap_or_else(|err| panic!("started_at of {status}: {err}"));
+    let ago = (Utc::now() - started.with_timezone(&Utc)).num_seconds();
+    assert!((0..60).contains(&ago), "started_at {started}: {ago} s ago");
     assert!(
         node.log()
             .contains("schedule computed again by redis's clock"),

@@ -15,7 +15,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -30,7 +29,11 @@ const REPEAT: Duration = Duration::from_secs(300);
 
 /// Runs until shutdown; publishes at once after every reload.
 pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>>) {
-    let started_at = Utc::now().timestamp_millis();
+    // When this daemon started, on the monotonic clock: published as an
+    // instant of the clock occurrences fire by (`node_info`), so that a
+    // node started with its wall clock a day ahead is not shown as
+    // starting tomorrow.
+    let started_at = std::time::Instant::now();
     let mut warned: Vec<Divergence> = Vec::new();
     let mut warned_at = Instant::now();
     let mut collisions = CollisionWatch::default();
@@ -108,7 +111,9 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
         tokio::select! {
             _ = shared.cancel.cancelled() => return,
             _ = tokio::time::sleep(registry::REFRESH) => {}
-            _ = shared.clock_measured.notified() => {}
+            // The first measurement of the clock: publish the whole entry
+            // again, with the start time on the clock just measured.
+            _ = shared.clock_measured.notified() => published = false,
             changed = config_rx.changed() => {
                 if changed.is_err() {
                     return;
@@ -206,8 +211,11 @@ fn node_info(
     shared: &Shared,
     config: &Config,
     config_hash: &str,
-    started_at: i64,
+    started_at: std::time::Instant,
 ) -> (NodeInfo, BTreeMap<String, JobSchedule>) {
+    let up = chrono::TimeDelta::from_std(started_at.elapsed()).unwrap_or_default();
+    let now = shared.now();
+    let started_at = now.checked_sub_signed(up).unwrap_or(now).timestamp_millis();
     let jobs: BTreeMap<String, String> = config
         .jobs
         .iter()
