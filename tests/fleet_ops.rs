@@ -338,6 +338,26 @@ fn pause_for_ends_by_itself_and_pause_all_covers_every_job() {
             &["job resumed", "every job (pause --all)"],
         );
     }
+    // The end is the second `status` shows: the occurrence due at it runs.
+    let at_end = until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    for job in ["a", "b"] {
+        let outcome = || {
+            common::history(&cluster.redis, job)
+                .iter()
+                .find(|entry| entry["occurrence"] == at_end)
+                .map(|entry| entry["outcome"].clone())
+        };
+        wait_until(
+            Duration::from_secs(10),
+            "the occurrence at the pause's end is recorded",
+            || outcome().is_some(),
+        );
+        let outcome = outcome();
+        assert!(
+            outcome.as_ref().is_some_and(|outcome| outcome != "paused"),
+            "{job} at the pause's end {at_end}: {outcome:?}"
+        );
+    }
     let resumed_at = cluster
         .runs()
         .iter()

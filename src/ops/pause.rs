@@ -42,8 +42,16 @@ pub async fn pause(source: &Source, request: &PauseRequest) -> anyhow::Result<()
         jobs.dedup();
         jobs
     };
+    // The end is a whole second, rounded up: the one printed, shown by
+    // `status` and kept are then the same instant, and the occurrence due
+    // at that second is the first that runs (cut to the second, an end of
+    // 14:09:06.5 printed as 14:09:06 still paused the 14:09:06 occurrence).
     let until_ms = request.duration.map(|duration| {
-        now_ms.saturating_add(i64::try_from(duration.as_millis()).unwrap_or(i64::MAX))
+        let until = now_ms.saturating_add(i64::try_from(duration.as_millis()).unwrap_or(i64::MAX));
+        until
+            .div_euclid(1000)
+            .saturating_add(i64::from(until.rem_euclid(1000) != 0))
+            .saturating_mul(1000)
     });
     let mark = Mark {
         at_ms: now_ms,
