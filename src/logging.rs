@@ -35,7 +35,10 @@
 //! (`debug`) applies to solocron's own events only; other crates (the
 //! HTTP client, Redis) stay at `warn` unless a directive names them
 //! (`SOLOCRON_LOG=debug,reqwest=debug`): their debug lines print host
-//! names and addresses, which may hold an interpolated `${SECRET}`.
+//! names and addresses, which may hold an interpolated `${SECRET}`. The
+//! redis crate is off unless named: its Cluster client logged two to six
+//! lines for every command while the cluster was down, some 300 a second
+//! for one job, beside the one outage line solocron writes.
 
 pub mod journal;
 
@@ -74,6 +77,8 @@ static LOG_IS_STDERR_TEXT: AtomicBool = AtomicBool::new(false);
 
 /// The crate's own target prefix: a bare level in `SOLOCRON_LOG` applies to it.
 const OWN_TARGET: &str = "solocron";
+/// The redis crate's log target (off unless a directive names it).
+const REDIS_TARGET: &str = "redis";
 
 /// Log lines lost since start: dropped because the writer fell behind, or
 /// not written because stderr failed (closed pipe, full disk) or journald
@@ -217,9 +222,10 @@ impl Logging {
 /// The filter directives for `SOLOCRON_LOG` = `spec` (`None`: unset, then
 /// `default_level`). A bare level (`debug`) is solocron's own
 /// (`solocron=debug`); every other crate gets the same level but at most
-/// `warn`; directives that name a target (`reqwest=debug`,
-/// `solocron::lock=trace`) are kept as written, so third-party debug
-/// output is there only when asked for by name.
+/// `warn`, and the redis crate none (`redis=off`: solocron says what
+/// Redis does in its own outage lines, once); directives that name a
+/// target (`reqwest=debug`, `redis=warn`, `solocron::lock=trace`) are kept
+/// as written, so third-party output is there only when asked for by name.
 pub fn filter_directives(spec: Option<&str>, default_level: &str) -> String {
     let mut own = None;
     let mut named = Vec::new();
@@ -239,6 +245,16 @@ pub fn filter_directives(spec: Option<&str>, default_level: &str) -> String {
         .unwrap_or(LevelFilter::INFO);
     let others = own.min(LevelFilter::WARN);
     let mut directives = format!("{others},{OWN_TARGET}={own}");
+    // The redis crate logs every failed reconnect of a Cluster client at
+    // warn and error, hundreds of lines a second while the cluster is down
+    // (or not a cluster), whatever the outage lines already said once.
+    let redis_named = named.iter().any(|directive| {
+        let target = directive.split('=').next().unwrap_or_default().trim();
+        target == REDIS_TARGET || target.starts_with("redis::")
+    });
+    if !redis_named {
+        directives.push_str(&format!(",{REDIS_TARGET}=off"));
+    }
     for directive in named {
         directives.push(',');
         directives.push_str(directive);
@@ -565,24 +581,45 @@ mod tests {
 
     #[test]
     fn a_bare_level_is_solocrons_own_and_other_crates_stay_at_warn() {
-        assert_eq!(filter_directives(None, "info"), "warn,solocron=info");
-        assert_eq!(filter_directives(None, "warn"), "warn,solocron=warn");
+        assert_eq!(
+            filter_directives(None, "info"),
+            "warn,solocron=info,redis=off"
+        );
+        assert_eq!(
+            filter_directives(None, "warn"),
+            "warn,solocron=warn,redis=off"
+        );
         assert_eq!(
             filter_directives(Some("debug"), "info"),
-            "warn,solocron=debug"
+            "warn,solocron=debug,redis=off"
         );
         assert_eq!(
             filter_directives(Some("error"), "info"),
-            "error,solocron=error"
+            "error,solocron=error,redis=off"
         );
-        assert_eq!(filter_directives(Some("off"), "info"), "off,solocron=off");
+        assert_eq!(
+            filter_directives(Some("off"), "info"),
+            "off,solocron=off,redis=off"
+        );
         assert_eq!(
             filter_directives(Some(" trace , reqwest=debug,hyper_util=trace"), "info"),
-            "warn,solocron=trace,reqwest=debug,hyper_util=trace"
+            "warn,solocron=trace,redis=off,reqwest=debug,hyper_util=trace"
         );
         assert_eq!(
             filter_directives(Some("solocron::lock=trace"), "warn"),
-            "warn,solocron=warn,solocron::lock=trace"
+            "warn,solocron=warn,redis=off,solocron::lock=trace"
+        );
+        assert_eq!(
+            filter_directives(Some("redis=warn"), "info"),
+            "warn,solocron=info,redis=warn"
+        );
+        assert_eq!(
+            filter_directives(Some("redis::cluster_handling=debug"), "info"),
+            "warn,solocron=info,redis::cluster_handling=debug"
+        );
+        assert_eq!(
+            filter_directives(Some("redis_helper=debug"), "info"),
+            "warn,solocron=info,redis=off,redis_helper=debug"
         );
         for spec in ["debug", "reqwest=debug", "debug,reqwest=trace"] {
             let directives = filter_directives(Some(spec), "info");
