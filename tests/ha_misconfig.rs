@@ -1,11 +1,20 @@
 //! An operator's first week with the HA modes: a `[redis]` that names
 //! servers of the wrong kind, and a Redis Cluster that is entirely down.
 //!
+//! - `cluster = [a plain server]` (a `url` or Sentinel data node written as
+//!   a seed): exit 78 at once, one line saying the seed has cluster
+//!   support disabled and what to write instead. Before, the daemon retried
+//!   for ever as "redis unreachable ... No connections found", and the
+//!   redis crate logged every failed reconnect (some 11 lines a second);
+//! - `url = a node of a Redis Cluster`: exit 78 at once, saying it is a
+//!   cluster node and to write `cluster = [...]`. Before, it retried for
+//!   ever as "redis unreachable ... Moved: 1635 127.0.0.1:P";
 //! - every node of a running cluster killed: the outage gets its one line,
 //!   not the redis crate's warn and error lines for each command (some
 //!   300 a second for one job before).
 //!
-//! Breaks if the log grows with every attempt while the cluster is down.
+//! Breaks if one of these mistakes is retried as an outage, or if the
+//! log grows with every attempt while the cluster is down.
 
 mod common;
 
@@ -14,9 +23,63 @@ use std::time::{Duration, Instant};
 use common::cluster::JobSpec;
 use common::fleet::Fleet;
 use common::ha::RedisCluster;
+use common::{Node, RedisServer, toml_path};
 
 fn tick() -> JobSpec {
     JobSpec::new("tick", "* * * * * *", 0.005).with("starting_deadline = \"2s\"")
+}
+
+/// Starts node `n1` of `fleet` on its jobs.toml and waits for its exit.
+fn run_until_exit(fleet: &Fleet) -> (Option<i32>, String, String) {
+    let config = toml_path(&fleet.work.path("jobs.toml"));
+    let mut node = Node::start_with_args(&fleet.work, "n1", &["--config", &config], &[]);
+    let exit = node.wait_exit(Duration::from_secs(20));
+    (exit.code(), node.log(), config)
+}
+
+#[test]
+fn a_plain_server_as_cluster_seed_stops_the_daemon_with_one_line() {
+    let server = RedisServer::start();
+    let url = format!("redis://127.0.0.1:{}/", server.port);
+    let fleet = Fleet::new(&format!("cluster = [\"{url}\"]"), "", &[tick()]);
+    let (code, log, config) = run_until_exit(&fleet);
+    assert_eq!(code, Some(78), "{log}");
+    assert!(
+        log.lines().count() <= 10,
+        "a few lines, not a flood:\n{log}"
+    );
+    // The stop line; the start-up abandon check's outage line and the
+    // registry's withdrawal may quote the same error.
+    let told: Vec<&str> = log
+        .lines()
+        .filter(|line| {
+            line.contains("has cluster support disabled") && line.contains("start again")
+        })
+        .collect();
+    assert_eq!(told.len(), 1, "{log}");
+    for needle in [url.as_str(), config.as_str(), "url = "] {
+        assert!(told[0].contains(needle), "`{needle}` missing:\n{log}");
+    }
+    assert!(fleet.runs().is_empty());
+}
+
+#[test]
+fn a_cluster_node_as_url_stops_the_daemon_with_one_line() {
+    let cluster = RedisCluster::start(3, 0);
+    let url = cluster.url(cluster.master_ports()[1]);
+    let redis = format!("url = \"{url}\"");
+    let fleet = Fleet::new(&redis, "", &[tick()]);
+    let (code, log, config) = run_until_exit(&fleet);
+    assert_eq!(code, Some(78), "{log}");
+    let told: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("is a node of a Redis Cluster"))
+        .collect();
+    assert_eq!(told.len(), 1, "{log}");
+    for needle in [config.as_str(), "cluster = ["] {
+        assert!(told[0].contains(needle), "`{needle}` missing:\n{log}");
+    }
+    assert!(fleet.runs().is_empty());
 }
 
 #[test]

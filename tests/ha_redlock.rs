@@ -268,3 +268,49 @@ fn five_nodes_lose_nothing_with_the_lead_master_killed_and_the_next_paused() {
     assert!(history.is_exact(), "{history:?}");
     assert!(fleet.all_alive());
 }
+
+/// `redlock = [127.0.0.1:A, localhost:A, 127.0.0.1:B]`: two URLs that the
+/// config check cannot tell apart reach one server, which would count
+/// twice towards the majority (2 of 3 on A alone: A down stops every job,
+/// A restarted empty forgets a majority's grants). The daemon compares the
+/// masters' `run_id`s before its first claim and stops with exit 78,
+/// naming both URLs and the file; nothing runs, nothing is recorded.
+/// Before the fix it started and ran every occurrence on "a majority"
+/// that was one server.
+#[test]
+fn one_master_listed_under_two_names_stops_the_daemon_before_any_claim() {
+    let masters = Masters::start(2);
+    let ports = masters.ports();
+    let (a, b) = (ports[0], ports[1]);
+    let redis = format!(
+        "redlock = [\"redis://127.0.0.1:{a}/\", \"redis://localhost:{a}/\", \"redis://127.0.0.1:{b}/\"]"
+    );
+    let tick = JobSpec::new("tick", "* * * * * *", 0.005).with("starting_deadline = \"2s\"");
+    let fleet = Fleet::new(&redis, "", std::slice::from_ref(&tick));
+    let config = common::toml_path(&fleet.work.path("jobs.toml"));
+    let mut node = common::Node::start_with_args(&fleet.work, "n1", &["--config", &config], &[]);
+    let exit = node.wait_exit(Duration::from_secs(20));
+    let log = node.log();
+    assert_eq!(exit.code(), Some(78), "{log}");
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("are the same redis server"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one clear line:\n{log}");
+    for needle in [
+        format!("redis://localhost:{a}/"),
+        format!("redis://127.0.0.1:{a}/"),
+        config.clone(),
+        "list each master once".to_string(),
+    ] {
+        assert!(lines[0].contains(&needle), "`{needle}` missing:\n{log}");
+    }
+    assert!(fleet.runs().is_empty(), "ran on one server's \"majority\"");
+    for i in 0..masters.len() {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("*tick*")
+            .query(&mut masters.conn(i))
+            .expect("KEYS");
+        assert!(keys.is_empty(), "master {i} has a decision: {keys:?}");
+    }
+}

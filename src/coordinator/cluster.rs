@@ -22,7 +22,10 @@
 //! (at most every [`PROBE_EVERY`], each bounded by the connect timeout),
 //! and returns what a seed answered instead: the same error a `url` server
 //! gives, so a wrong password stops the daemon (exit 78) and `status` names
-//! the certificate.
+//! the certificate. A seed that answers but is a plain server (`redis_mode`
+//! standalone: a `url` or Sentinel data node written as a seed) is said
+//! so, and stops the daemon at start the same way; before, the client
+//! retried it for ever as "No connections found".
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,7 +55,8 @@ pub struct Cluster {
 
 /// Plain clients for the seeds, and the last answer they gave.
 struct Probe {
-    seeds: Vec<redis::Client>,
+    /// Each seed's redacted URL and a plain client for it.
+    seeds: Vec<(String, redis::Client)>,
     last: tokio::sync::Mutex<Option<(Instant, Option<RedisError>)>>,
 }
 
@@ -76,25 +80,36 @@ impl Cluster {
 }
 
 impl Probe {
-    /// Connects to every seed at once and sends `PING`: `None` if one
-    /// answers (the client's own error stands), else a refusal if any seed
-    /// refused us, else the first error.
+    /// Connects to every seed at once and sends `PING` and `INFO server`:
+    /// `None` if one answers as a cluster node (the client's own error
+    /// stands), else a refusal if any seed refused us, else the first
+    /// seed that answered as a plain server ([`not_a_cluster`]), else the
+    /// first error.
     async fn ask(&self) -> Option<RedisError> {
-        let answers = futures_util::future::join_all(self.seeds.iter().map(|seed| async move {
-            let ping = async {
-                let mut conn = seed.get_multiplexed_async_connection().await?;
-                redis::cmd("PING").query_async::<()>(&mut conn).await
-            };
-            tokio::time::timeout(single::CONNECT_TIMEOUT, ping)
-                .await
-                .unwrap_or_else(|_| {
-                    Err(RedisError::from(std::io::Error::new(
+        let answers =
+            futures_util::future::join_all(self.seeds.iter().map(|(shown, seed)| async move {
+                let ping = async {
+                    let mut conn = seed.get_multiplexed_async_connection().await?;
+                    redis::cmd("PING").query_async::<()>(&mut conn).await?;
+                    // A user that may not run `INFO` is taken at its word.
+                    let info: String = redis::cmd("INFO")
+                        .arg("server")
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap_or_default();
+                    Ok(redis_mode(&info).map(str::to_string))
+                };
+                match tokio::time::timeout(single::CONNECT_TIMEOUT, ping).await {
+                    Ok(Ok(Some(mode))) if mode != "cluster" => Err(not_a_cluster(shown, &mode)),
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err(err)) => Err(err),
+                    Err(_) => Err(RedisError::from(std::io::Error::new(
                         std::io::ErrorKind::TimedOut,
                         "the cluster node did not answer",
-                    )))
-                })
-        }))
-        .await;
+                    ))),
+                }
+            }))
+            .await;
         let mut errors = Vec::with_capacity(answers.len());
         for answer in answers {
             match answer {
@@ -102,12 +117,40 @@ impl Probe {
                 Err(err) => errors.push(err),
             }
         }
-        let refusal = errors
+        let pick = errors
             .iter()
             .position(crate::daemon::health::is_refusal)
+            .or_else(|| errors.iter().position(is_not_a_cluster))
             .unwrap_or(0);
-        (refusal < errors.len()).then(|| errors.swap_remove(refusal))
+        (pick < errors.len()).then(|| errors.swap_remove(pick))
     }
+}
+
+/// The `redis_mode` of an `INFO server` text.
+fn redis_mode(info: &str) -> Option<&str> {
+    info.lines()
+        .find_map(|line| line.trim().strip_prefix("redis_mode:"))
+        .map(str::trim)
+}
+
+/// What a seed at `shown` that is not a cluster node (`redis_mode` `mode`)
+/// is told: a mistake of the config, which no retry cures
+/// ([`is_not_a_cluster`]).
+fn not_a_cluster(shown: &str, mode: &str) -> RedisError {
+    let detail = format!(
+        "`{shown}` has cluster support disabled (redis_mode {mode}): `[redis] cluster` lists \
+         nodes of a Redis Cluster (`cluster-enabled yes`); for one server write `url = \"{shown}\"`, \
+         for a Sentinel group `sentinel = {{ master = \"NAME\", urls = [...] }}`"
+    );
+    RedisError::from((ErrorKind::InvalidClientConfig, NOT_A_CLUSTER, detail))
+}
+
+/// How [`not_a_cluster`]'s error begins.
+const NOT_A_CLUSTER: &str = "a seed node of `cluster` is not a cluster node";
+
+/// Whether `err` says a seed is not a cluster node (see [`not_a_cluster`]).
+pub fn is_not_a_cluster(err: &RedisError) -> bool {
+    err.to_string().contains(NOT_A_CLUSTER)
 }
 
 /// The cluster client's errors that hide why it has no connection.
@@ -168,7 +211,8 @@ pub fn connect(urls: &[String], config: &RedisConfig) -> anyhow::Result<Cluster>
             .map_err(|err| anyhow::anyhow!("{:?}", err.kind()))
             .with_context(|| format!("invalid cluster url `{}`", redact_url(url)))?;
         let info = single::with_settings(info, config);
-        probes.push(single::client(info.clone(), config, &redact_url(url))?);
+        let shown = redact_url(url);
+        probes.push((shown.clone(), single::client(info.clone(), config, &shown)?));
         seeds.push(info);
     }
     // Err means a provider is already installed, which is all we need.

@@ -7,7 +7,8 @@
 //! - `cluster`: a Redis Cluster, each job's keys on the shard of its slot
 //!   ([`cluster`]);
 //! - `redlock`: N independent masters, each a `url` server; a majority
-//!   decides ([`crate::lock`] combines them, SPEC §2.9).
+//!   decides ([`crate::lock`] combines them, SPEC §2.9); [`identity`]
+//!   finds two masters that are one server.
 //!
 //! Everything above this module sees a [`Coordinator`]: its [`Member`]s (one,
 //! or the N Redlock masters), each a [`Conn`] that runs commands, scripts and
@@ -19,6 +20,7 @@
 //! token), and nothing here ever panics on what Redis or the network does.
 
 pub mod cluster;
+pub mod identity;
 pub mod sentinel;
 pub mod single;
 

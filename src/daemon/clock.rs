@@ -5,7 +5,13 @@
 //! loaded then, so that Redis refusing this node (a wrong password, an ACL
 //! user without the scripts' commands) stops the daemon at once with one
 //! clear error (exit 78: a config problem that restarting will not fix),
-//! while Redis merely being down is waited for.
+//! while Redis merely being down is waited for. Before the scripts it asks
+//! each plain server what it is ([`identity`]): a `url` (or Redlock master)
+//! that is a Cluster node, or two Redlock URLs that reach one server, stop
+//! the daemon the same way, before any claim; a master that did not answer
+//! then is compared when it first does. A `cluster` seed that is a plain
+//! server comes back from the scripts as an error of its own
+//! ([`crate::coordinator::cluster::is_not_a_cluster`]), fatal too.
 //!
 //! Occurrences are named by the schedule, not by "now", so a skewed clock
 //! cannot make an occurrence run twice; it only makes this node fire early
@@ -34,6 +40,7 @@
 //! node fires at the same wrong instant (still at most once per
 //! occurrence); with Redlock the median of the masters' clocks is used.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,6 +49,7 @@ use tracing::{debug, info, warn};
 use super::Shared;
 use super::health;
 use super::redis_instant::{Added, RedisInstant, RoundTrip};
+use crate::coordinator::identity;
 use crate::{metrics, notify};
 
 /// Offsets above this are logged as warnings.
@@ -121,20 +129,71 @@ async fn local_clock_moved(shared: &Shared) {
     }
 }
 
+/// Why the daemon stops when `found` shows `[redis]` of `config_path`
+/// naming servers of the wrong kind: a Cluster node as a plain server, or
+/// one server as two Redlock masters; `None` when it does not.
+fn misconfigured(found: &identity::Identities, config_path: &Path, node: &str) -> Option<String> {
+    let file = config_path.display();
+    if let Some((shown, mode)) = &found.wrong_kind {
+        let (what, instead) = if mode == "cluster" {
+            (
+                "a node of a Redis Cluster: the jobs whose keys live on its other nodes could \
+                 never be claimed there (`MOVED`)",
+                format!("`cluster = [\"{shown}\"]`, with the cluster's nodes"),
+            )
+        } else {
+            (
+                "not a data node",
+                format!("`sentinel = {{ master = \"NAME\", urls = [\"{shown}\"] }}`"),
+            )
+        };
+        return Some(format!(
+            "`{shown}` in `[redis]` of `{file}` is {what} (redis_mode {mode}); write {instead} \
+             instead, then start node `{node}` again"
+        ));
+    }
+    let (first, second, run_id) = found.same.as_ref()?;
+    Some(format!(
+        "`{second}` and `{first}` in `[redis] redlock` of `{file}` are the same redis server \
+         (run_id {run_id}), which would count twice towards the majority: the masters are fewer \
+         than listed, and the loss or restart of that one server could decide for a majority; \
+         list each master once, by one address (not a host name and its IP, nor `localhost` and \
+         `127.0.0.1`), then start node `{node}` again"
+    ))
+}
+
 /// Measures Redis's instant now, then 1, 2, 4 and 8 s apart, then every
 /// [`PERIOD`], after an outage and after a step of the local clock, until
 /// shutdown; READY=1 to systemd after the first answer.
-pub async fn check_loop(shared: Arc<Shared>) {
+pub async fn check_loop(shared: Arc<Shared>, config_path: PathBuf) {
     let locker = &shared.locker;
     let mut answered = false;
+    // Every Redlock master compared with the others ([`identity`]).
+    let mut identified = false;
     let mut estimate = RedisInstant::default();
     let mut off = OffWatch::default();
     // Before the first answer, then the quick checks after it.
     let mut pause = FIRST_RETRY;
     loop {
         let checked = match round_trips(&shared).await {
-            Ok(trips) if !answered => locker.load_scripts().await.map(|()| trips),
-            other => other,
+            Ok(trips) => {
+                // Before the scripts: a Cluster node's `MOVED` would fail
+                // them as an outage.
+                if !identified {
+                    let found = identity::identities(locker.coordinator()).await;
+                    if let Some(reason) = misconfigured(&found, &config_path, locker.node()) {
+                        shared.stop_fatally(reason);
+                        return;
+                    }
+                    identified = found.complete;
+                }
+                if answered {
+                    Ok(trips)
+                } else {
+                    locker.load_scripts().await.map(|()| trips)
+                }
+            }
+            Err(err) => Err(err),
         };
         match checked {
             Ok(trips) => {
@@ -189,9 +248,11 @@ pub async fn check_loop(shared: Arc<Shared>) {
             }
             Err(err) if !answered && health::is_fatal_at_start(&err) => {
                 let fix = if health::is_refusal(&err) {
-                    "fix the password (`password_file`, or the url) or the ACL user (README, \"A Redis user for solocron\")"
+                    "fix the password (`password_file`, or the url) or the ACL user (README, \"A Redis user for solocron\")".to_string()
+                } else if crate::coordinator::cluster::is_not_a_cluster(&err) {
+                    format!("fix `[redis]` in `{}`", config_path.display())
                 } else {
-                    "fix the database number in the url (`redis://host:6379/N`: N below the server's `databases`)"
+                    "fix the database number in the url (`redis://host:6379/N`: N below the server's `databases`)".to_string()
                 };
                 shared.stop_fatally(format!(
                     "redis at `{}` refused node `{}` at start: {err}; {fix}, then start again",

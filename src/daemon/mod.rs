@@ -449,7 +449,7 @@ pub async fn run(
     let config = Arc::new(config);
     let (config_tx, config_rx) = watch::channel(Arc::clone(&config));
     let tracker = &shared.tracker;
-    tracker.spawn(clock::check_loop(Arc::clone(&shared)));
+    tracker.spawn(clock::check_loop(Arc::clone(&shared), config.path.clone()));
     tracker.spawn(eviction::check_loop(Arc::clone(&shared)));
     tracker.spawn(controls::run(Arc::clone(&shared), config_rx.clone()));
     tracker.spawn(registry_loop::run(Arc::clone(&shared), config_rx));

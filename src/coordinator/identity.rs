@@ -1,0 +1,126 @@
+//! Which Redis server each Redlock master (or the `url`) really is.
+//!
+//! The config check refuses a master listed twice by the same host and
+//! port, but it cannot know that `127.0.0.1` and `localhost`, or a host
+//! name and its address, reach one server. Such a server would count twice
+//! towards the majority: with `redlock = [A, A', B]` a claim "wins" 2 of 3
+//! on A alone, A down stops every job although the operator believes one
+//! master of three is down, and A restarted without its data forgets a
+//! majority's grants. So the daemon asks each master for its `run_id`
+//! (`INFO server`, unique per server process) and stops, naming both URLs,
+//! when two masters answer the same one. The same answer's `redis_mode`
+//! tells a node of a Redis Cluster written as `url` (or as a Redlock
+//! master): it would answer `MOVED` for the jobs whose slots live on the
+//! other nodes, which looked like an outage that never ends.
+//!
+//! Failure model: a master that does not answer, or whose user may not run
+//! `INFO`, cannot be compared; it is asked again at the next check (the
+//! caller keeps asking until every master answered once).
+
+use std::time::Duration;
+
+use super::{Conn, Coordinator};
+
+/// Longest wait for one master's `INFO server`.
+const ASK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the servers said of themselves.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Identities {
+    /// The first two masters (redacted URLs, in config order) that are
+    /// the same server, with its `run_id`.
+    pub same: Option<(String, String, String)>,
+    /// A server named as a plain server (`url`, a Redlock master) that is
+    /// a node of a Redis Cluster or a Sentinel: its redacted URL and its
+    /// `redis_mode`.
+    pub wrong_kind: Option<(String, String)>,
+    /// Whether every server answered.
+    pub complete: bool,
+}
+
+/// One server's `INFO server`: its `run_id` and `redis_mode`.
+#[derive(Debug, PartialEq, Eq)]
+struct Info {
+    run_id: String,
+    mode: String,
+}
+
+/// Asks every plain server of `coordinator` (a `url` or the Redlock
+/// masters; a Sentinel master or a Cluster is not asked) what it is, and
+/// finds one that is not a plain server, or two that are one server.
+pub async fn identities(coordinator: &Coordinator) -> Identities {
+    let members = coordinator.members();
+    let answers = futures_util::future::join_all(members.iter().map(|member| async move {
+        let Conn::Single(conn) = &member.conn else {
+            return Some(None);
+        };
+        let mut conn = conn.clone();
+        let mut cmd = redis::cmd("INFO");
+        cmd.arg("server");
+        match tokio::time::timeout(ASK_TIMEOUT, cmd.query_async::<String>(&mut conn)).await {
+            Ok(Ok(text)) => Some(info(&text)),
+            _ => None,
+        }
+    }))
+    .await;
+    let mut found = Identities {
+        complete: answers.iter().all(Option::is_some),
+        ..Identities::default()
+    };
+    let mut seen: Vec<(&str, usize)> = Vec::new();
+    for (index, answer) in answers.iter().enumerate() {
+        let Some(Some(info)) = answer else {
+            continue;
+        };
+        if info.mode != "standalone" && found.wrong_kind.is_none() {
+            found.wrong_kind = Some((members[index].shown.clone(), info.mode.clone()));
+        }
+        if let Some((_, first)) = seen.iter().find(|(other, _)| *other == info.run_id) {
+            found.same.get_or_insert_with(|| {
+                (
+                    members[*first].shown.clone(),
+                    members[index].shown.clone(),
+                    info.run_id.clone(),
+                )
+            });
+        }
+        seen.push((&info.run_id, index));
+    }
+    found
+}
+
+/// The `run_id` and `redis_mode` of an `INFO server` text (a server too
+/// old to say its mode is taken as standalone).
+fn info(text: &str) -> Option<Info> {
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|line| line.trim().strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+            .filter(|value| !value.is_empty())
+    };
+    Some(Info {
+        run_id: field("run_id")?.to_string(),
+        mode: field("redis_mode").unwrap_or("standalone").to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Info, info};
+
+    #[test]
+    fn run_id_and_mode_are_read_from_info_server() {
+        let text = "# Server\r\nredis_version:7.0.15\r\nredis_mode:cluster\r\nrun_id:0f3a9c\r\n";
+        let expected = Info {
+            run_id: "0f3a9c".to_string(),
+            mode: "cluster".to_string(),
+        };
+        assert_eq!(info(text), Some(expected));
+        assert_eq!(info("# Server\r\nredis_version:7.0.15\r\n"), None);
+        assert_eq!(info("run_id:\r\n"), None);
+        assert_eq!(
+            info("run_id:ab\r\n").map(|i| i.mode).as_deref(),
+            Some("standalone")
+        );
+    }
+}
