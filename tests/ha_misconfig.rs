@@ -9,6 +9,15 @@
 //! - `url = a node of a Redis Cluster`: exit 78 at once, saying it is a
 //!   cluster node and to write `cluster = [...]`. Before, it retried for
 //!   ever as "redis unreachable ... Moved: 1635 127.0.0.1:P";
+//! - `sentinel.master` misspelt: exit 78 at once, one line naming, for each
+//!   sentinel, the names it does monitor. Before, "redis unreachable ...
+//!   the sentinel does not monitor this master name" for ever, naming
+//!   neither the name nor the sentinels;
+//! - a data node's port among `sentinel.urls`: jobs run through the other
+//!   sentinels, and one warning names the URL that is not a sentinel.
+//!   Before, nothing said it (the group had one sentinel fewer than the
+//!   operator believed), and with every URL a data node the daemon retried
+//!   "unknown command 'SENTINEL'" for ever as an outage;
 //! - every node of a running cluster killed: the outage gets its one line,
 //!   not the redis crate's warn and error lines for each command (some
 //!   300 a second for one job before).
@@ -22,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use common::cluster::JobSpec;
 use common::fleet::Fleet;
-use common::ha::RedisCluster;
+use common::ha::{RedisCluster, SentinelGroup};
 use common::{Node, RedisServer, toml_path};
 
 fn tick() -> JobSpec {
@@ -80,6 +89,60 @@ fn a_cluster_node_as_url_stops_the_daemon_with_one_line() {
         assert!(told[0].contains(needle), "`{needle}` missing:\n{log}");
     }
     assert!(fleet.runs().is_empty());
+}
+
+#[test]
+fn a_misspelt_sentinel_master_stops_the_daemon_and_a_data_node_among_the_sentinels_is_named() {
+    let group = SentinelGroup::start("solocron");
+    let sentinels = group.sentinel_urls();
+    let quoted = |urls: &[String]| {
+        urls.iter()
+            .map(|url| format!("\"{url}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let wrong = format!(
+        "sentinel = {{ master = \"solocrn\", urls = [{}] }}",
+        quoted(&sentinels)
+    );
+    let fleet = Fleet::new(&wrong, "", &[tick()]);
+    let (code, log, config) = run_until_exit(&fleet);
+    assert_eq!(code, Some(78), "{log}");
+    let told: Vec<&str> = log
+        .lines()
+        .filter(|line| {
+            line.contains("monitors no master named `solocrn`") && line.contains("start again")
+        })
+        .collect();
+    assert_eq!(told.len(), 1, "{log}");
+    for needle in [
+        sentinels[0].as_str(),
+        sentinels[2].as_str(),
+        "it monitors `solocron`",
+        config.as_str(),
+    ] {
+        assert!(told[0].contains(needle), "`{needle}` missing:\n{log}");
+    }
+    assert!(fleet.runs().is_empty());
+    drop(fleet);
+
+    // A data node's port instead of the second sentinel's.
+    let data = format!("redis://127.0.0.1:{}/", group.data_ports()[1]);
+    let mixed = vec![sentinels[0].clone(), data.clone(), sentinels[2].clone()];
+    let redis = format!(
+        "sentinel = {{ master = \"solocron\", urls = [{}] }}",
+        quoted(&mixed)
+    );
+    let mut fleet = Fleet::new(&redis, "", &[tick()]);
+    fleet.start_node("n1");
+    fleet.wait_for_run(Duration::from_secs(15), "a run", |_| true);
+    let log = fleet.node("n1").log();
+    let warned: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("is not a sentinel"))
+        .collect();
+    assert_eq!(warned.len(), 1, "one warning:\n{log}");
+    assert!(warned[0].contains(&data), "{log}");
 }
 
 #[test]

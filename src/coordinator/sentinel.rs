@@ -27,6 +27,14 @@
 //! answers the address it was sent to
 //! ([`SentinelFollower::request_pipeline_at`]), so that check judges the
 //! master that answered, not the one another task switched to meanwhile.
+//!
+//! A sentinel that answers but cannot help is a mistake of the config, not
+//! an outage: one that monitors no master by that name (it says which it
+//! does) or that is not a sentinel at all (a data node's port). While some
+//! sentinel names the master, each such one is said once, as a warning;
+//! when every sentinel answers so, the error says it for each
+//! ([`is_misconfigured`]), and the daemon stops at start (exit 78) instead
+//! of retrying it for ever as "redis unreachable".
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -52,6 +60,8 @@ pub struct SentinelFollower {
     tls: bool,
     state: Mutex<State>,
     resolving: tokio::sync::Mutex<()>,
+    /// Sentinels already said to be misconfigured (each is said once).
+    warned: Mutex<Vec<String>>,
 }
 
 #[derive(Default)]
@@ -94,6 +104,7 @@ impl SentinelFollower {
             tls,
             state: Mutex::new(State::default()),
             resolving: tokio::sync::Mutex::new(()),
+            warned: Mutex::new(Vec::new()),
         })
     }
 
@@ -236,15 +247,23 @@ impl SentinelFollower {
         .await;
         let mut named: Vec<(Option<u64>, String, u16)> = Vec::new();
         let mut last: Option<RedisError> = None;
+        let mut misconfigured: Vec<(String, String)> = Vec::new();
         for ((shown, _), answer) in self.sentinels.iter().zip(answers) {
             match answer {
                 Ok((host, port, epoch)) => named.push((epoch, host, port)),
                 Err(err) => {
                     tracing::debug!(sentinel = %shown, master = %self.master, error = %err, "sentinel did not name a usable master");
+                    if let Some(why) = misconfiguration(&err, &self.master) {
+                        misconfigured.push((shown.clone(), why));
+                    }
                     last = Some(err);
                 }
             }
         }
+        if misconfigured.len() == self.sentinels.len() {
+            return Err(all_misconfigured(&self.master, &misconfigured));
+        }
+        self.warn_misconfigured(&misconfigured);
         let newest = named.iter().map(|(epoch, ..)| *epoch).max().flatten();
         let mut tried: Vec<(String, u16)> = Vec::new();
         for (epoch, host, port) in named {
@@ -267,6 +286,24 @@ impl SentinelFollower {
         }))
     }
 
+    /// Says once per sentinel that it is of no use (the others named the
+    /// master, or did not answer): a sentinel listed by mistake leaves the
+    /// group with fewer sentinels than `sentinel.urls` lists.
+    fn warn_misconfigured(&self, misconfigured: &[(String, String)]) {
+        let mut warned = match self.warned.lock() {
+            Ok(warned) => warned,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        for (shown, why) in misconfigured {
+            if warned.contains(shown) {
+                continue;
+            }
+            warned.push(shown.clone());
+            tracing::warn!(sentinel = %shown, master = %self.master,
+                "sentinel `{shown}` of `[redis] sentinel.urls` {why}: it is of no use to this node, which follows the master through the other sentinels; fix `sentinel.urls`");
+        }
+    }
+
     /// One sentinel's master for this name and its configuration epoch
     /// (`None` if `SENTINEL MASTER` is not allowed: lowest).
     async fn ask(&self, sentinel: &redis::Client) -> RedisResult<(String, u16, Option<u64>)> {
@@ -277,12 +314,14 @@ impl SentinelFollower {
                 .arg(&self.master)
                 .query_async(&mut conn)
                 .await?;
-            let (host, port) = reply.ok_or_else(|| {
-                RedisError::from((
+            let Some((host, port)) = reply else {
+                let monitored = monitored_names(&mut conn).await;
+                return Err(RedisError::from((
                     ErrorKind::MasterNameNotFoundBySentinel,
                     "the sentinel does not monitor this master name",
-                ))
-            })?;
+                    monitored,
+                )));
+            };
             let fields: RedisResult<Vec<String>> = redis::cmd("SENTINEL")
                 .arg("MASTER")
                 .arg(&self.master)
@@ -377,6 +416,73 @@ fn config_epoch(fields: &[String]) -> Option<u64> {
 
 fn timeout_error(what: &'static str) -> RedisError {
     RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, what))
+}
+
+/// How [`all_misconfigured`]'s error begins.
+const MISCONFIGURED: &str = "no sentinel of `[redis] sentinel.urls` can name the master";
+
+/// Whether `err` says no sentinel can name the master as configured (see
+/// [`all_misconfigured`]): a mistake of the config, which no retry cures.
+pub fn is_misconfigured(err: &RedisError) -> bool {
+    err.to_string().contains(MISCONFIGURED)
+}
+
+/// Why a sentinel's `err` is a mistake of the config rather than an
+/// outage: it does not monitor `master` (and which names it monitors), or
+/// it is not a sentinel at all.
+fn misconfiguration(err: &RedisError, master: &str) -> Option<String> {
+    if err.kind() == ErrorKind::MasterNameNotFoundBySentinel {
+        let monitored = err.detail().unwrap_or_default();
+        return Some(format!("monitors no master named `{master}` ({monitored})"));
+    }
+    let text = err.to_string();
+    (text.contains("unknown command") && text.contains("SENTINEL")).then(|| {
+        "is not a sentinel: it answers `unknown command 'SENTINEL'` (a data node? sentinels \
+         listen on 26379 by default)"
+            .to_string()
+    })
+}
+
+/// The error when every sentinel answered and none can name `master`.
+fn all_misconfigured(master: &str, misconfigured: &[(String, String)]) -> RedisError {
+    let each: Vec<String> = misconfigured
+        .iter()
+        .map(|(shown, why)| format!("`{shown}` {why}"))
+        .collect();
+    let detail = format!(
+        "{}; set `sentinel.master` to the name of `sentinel monitor NAME …` in sentinel.conf \
+         (now `{master}`) and `sentinel.urls` to the sentinels' addresses",
+        each.join("; ")
+    );
+    RedisError::from((ErrorKind::InvalidClientConfig, MISCONFIGURED, detail))
+}
+
+/// The master names a sentinel monitors (`SENTINEL MASTERS`), said for a
+/// message: "it monitors `a`, `b`", "it monitors none" (or that it does
+/// not say, when its user may not list them).
+async fn monitored_names(conn: &mut redis::aio::MultiplexedConnection) -> String {
+    let masters: RedisResult<Vec<Vec<String>>> = redis::cmd("SENTINEL")
+        .arg("MASTERS")
+        .query_async(conn)
+        .await;
+    let Ok(masters) = masters else {
+        return "it does not say which names it monitors".to_string();
+    };
+    let names: Vec<String> = masters
+        .iter()
+        .filter_map(|fields| {
+            fields
+                .chunks(2)
+                .find(|pair| pair.first().is_some_and(|name| name == "name"))
+                .and_then(|pair| pair.get(1))
+                .map(|name| format!("`{name}`"))
+        })
+        .collect();
+    if names.is_empty() {
+        "it monitors none".to_string()
+    } else {
+        format!("it monitors {}", names.join(", "))
+    }
 }
 
 /// Errors after which the master may have moved.

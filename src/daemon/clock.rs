@@ -249,7 +249,9 @@ pub async fn check_loop(shared: Arc<Shared>, config_path: PathBuf) {
             Err(err) if !answered && health::is_fatal_at_start(&err) => {
                 let fix = if health::is_refusal(&err) {
                     "fix the password (`password_file`, or the url) or the ACL user (README, \"A Redis user for solocron\")".to_string()
-                } else if crate::coordinator::cluster::is_not_a_cluster(&err) {
+                } else if crate::coordinator::cluster::is_not_a_cluster(&err)
+                    || crate::coordinator::sentinel::is_misconfigured(&err)
+                {
                     format!("fix `[redis]` in `{}`", config_path.display())
                 } else {
                     "fix the database number in the url (`redis://host:6379/N`: N below the server's `databases`)".to_string()

@@ -243,11 +243,13 @@ pub fn is_rejection(err: &redis::RedisError) -> bool {
 
 /// Whether `err` at start is a mistake of the config that no retry cures:
 /// a database number the server does not have, a `cluster` seed that is
-/// not a cluster node.
+/// not a cluster node, sentinels that all answer but none of which
+/// monitors the master's name (or none of which is a sentinel).
 pub fn is_fatal_at_start(err: &redis::RedisError) -> bool {
     is_refusal(err)
         || err.to_string().contains("refused to switch database")
         || crate::coordinator::cluster::is_not_a_cluster(err)
+        || crate::coordinator::sentinel::is_misconfigured(err)
 }
 
 /// The kind of trouble a plain Redis error is.
