@@ -314,3 +314,52 @@ fn one_master_listed_under_two_names_stops_the_daemon_before_any_claim() {
         assert!(keys.is_empty(), "master {i} has a decision: {keys:?}");
     }
 }
+
+/// One Redlock master whose password differs from the others' (a rotation
+/// half done): the daemon stops at start (exit 78) as for any refusal, and
+/// its line names the master that refused, so the operator knows which of
+/// the N to fix. Before the fix it said only "refused node `n1` at start:
+/// Password authentication failed", after the list of all three URLs.
+#[test]
+fn a_master_with_another_password_is_named_when_it_refuses_the_daemon() {
+    let masters = Masters::start(3);
+    for (i, password) in ["right-s3cret", "right-s3cret", "other-s3cret"]
+        .iter()
+        .enumerate()
+    {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("requirepass")
+            .arg(password)
+            .exec(&mut masters.conn(i))
+            .expect("CONFIG SET requirepass");
+    }
+    let urls = masters.urls();
+    let secrets = tempfile::tempdir().expect("temp dir");
+    let file = secrets.path().join("redis.pass");
+    std::fs::write(&file, "right-s3cret\n").expect("write the password file");
+    let quoted: Vec<String> = urls.iter().map(|url| format!("\"{url}\"")).collect();
+    let redis = format!(
+        "redlock = [{}]\npassword_file = \"{}\"",
+        quoted.join(", "),
+        common::toml_path(&file)
+    );
+    let tick = JobSpec::new("tick", "* * * * * *", 0.005).with("starting_deadline = \"2s\"");
+    let fleet = Fleet::new(&redis, "", std::slice::from_ref(&tick));
+    let config = common::toml_path(&fleet.work.path("jobs.toml"));
+    let mut node = common::Node::start_with_args(&fleet.work, "n1", &["--config", &config], &[]);
+    let exit = node.wait_exit(Duration::from_secs(20));
+    let log = node.log();
+    assert_eq!(exit.code(), Some(78), "{log}");
+    let told: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("refused node"))
+        .collect();
+    assert_eq!(told.len(), 1, "{log}");
+    assert!(
+        told[0].contains(&format!("redlock master `{}`", urls[2])),
+        "the refusing master is named:\n{log}"
+    );
+    assert!(!log.contains("s3cret"), "a password shows:\n{log}");
+    assert!(fleet.runs().is_empty());
+}

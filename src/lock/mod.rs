@@ -630,10 +630,12 @@ impl Locker {
         .await;
         let mut loaded = 0;
         let mut first_error = None;
-        for result in results {
+        for (server, result) in self.servers.iter().zip(results) {
             match result {
                 Ok(()) => loaded += 1,
-                Err(err) if crate::daemon::is_refusal(&err) => return Err(err),
+                Err(err) if crate::daemon::is_refusal(&err) => {
+                    return Err(self.naming(&server.shown, err));
+                }
                 Err(err) => {
                     first_error.get_or_insert(err);
                 }
@@ -643,6 +645,17 @@ impl Locker {
             Some(err) if loaded < self.coordinator.majority() => Err(err),
             _ => Ok(()),
         }
+    }
+
+    /// `err` of the server `shown`, naming it when the coordinator has
+    /// several (a Redlock master whose password differs from the others'
+    /// was refused without saying which one) and the error does not.
+    fn naming(&self, shown: &str, err: redis::RedisError) -> redis::RedisError {
+        if !self.coordinator.is_quorum() || err.to_string().contains(shown) {
+            return err;
+        }
+        let detail = format!("redlock master `{shown}`: {err}");
+        redis::RedisError::from((err.kind(), "a redlock master refused this node", detail))
     }
 
     /// The key prefix.
