@@ -237,3 +237,32 @@ fn cluster_pauses_drains_and_fleet_triggers_work_across_shards() {
     pause_and_resume(&fleet, &names[0], || {});
     drain_and_trigger(&fleet, "n2", &names[1]);
 }
+
+/// With Redlock, `trigger --fleet` requests live on the first master of
+/// the list (a documented limit): with that master down it exits 1 naming
+/// it, and says to bring it back or to run `solocron trigger JOB` on a
+/// node. Before, it said only "cannot queue the request on redis at
+/// `redlock URL1, URL2, URL3`: Connection refused", leaving the operator to
+/// guess which master and why the two that answer were not enough.
+#[test]
+fn redlock_trigger_fleet_with_the_first_master_down_names_it_and_the_way_out() {
+    let mut masters = Masters::start(3);
+    let urls = masters.urls();
+    let quoted: Vec<String> = urls.iter().map(|url| format!("\"{url}\"")).collect();
+    let redis = format!("redlock = [{}]", quoted.join(", "));
+    let fleet = Fleet::new(&redis, "", &[JobSpec::new("report", "0 0 1 1 *", 0.005)]);
+    masters.kill(0);
+    let output = fleet.cli(&["trigger", "report", "--fleet"]);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    for needle in [
+        format!("`{}`, the first master of `[redis] redlock`", urls[0]),
+        "solocron trigger report".to_string(),
+    ] {
+        assert!(stderr.contains(&needle), "`{needle}` missing:\n{stderr}");
+    }
+    assert!(
+        !stderr.contains(&urls[1]),
+        "names only the first master:\n{stderr}"
+    );
+}

@@ -71,7 +71,15 @@ pub async fn run(source: &Source, job: &str) -> anyhow::Result<ExitCode> {
         |what: &str, err: &redis::RedisError| crate::inspect::redis_failed(what, redis, err);
     let raw = requests::submit(&conn, prefix, &request)
         .await
-        .map_err(|err| failed("cannot queue the request on", &err))?;
+        .map_err(|err| match coordinator.members().first() {
+            Some(first) if coordinator.is_quorum() => anyhow::anyhow!(
+                "cannot queue the request on `{}`, the first master of `[redis] redlock`, where \
+                 the daemons take `trigger --fleet` requests (the others are not asked): {err}; \
+                 bring it back, or run `solocron trigger {job}` on a node",
+                first.shown
+            ),
+            _ => failed("cannot queue the request on", &err),
+        })?;
     to_stderr(&format!(
         "asked the running daemons to run job `{job}` (request {}); waiting up to {}s for one to take it\n",
         request.id,
