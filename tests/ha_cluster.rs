@@ -12,6 +12,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use chrono::{TimeDelta, Utc};
 use common::audit::{Window, audit};
 use common::cluster::{JobSpec, sleep_until, whole_second_after};
@@ -138,4 +140,63 @@ fn a_killed_master_costs_only_its_own_shards_jobs_and_they_come_back() {
     let (trigger, printed) =
         fleet.trigger_when_free(&failed[0], std::time::Duration::from_secs(30));
     assert_eq!(trigger.status.code(), Some(0), "{printed}");
+}
+
+/// One shard's master killed (no replica to promote) while the other two
+/// shards answer: the node logs one `redis unreachable` line when it
+/// starts, runs the other shards' jobs meanwhile, and one `redis reachable
+/// again` line once the master is back. Before, every success on a healthy
+/// shard ended the "outage" and the next failure on the dead one began it
+/// again: two lines a second on every node for as long as the shard was
+/// down (7 of each in 10 s).
+#[test]
+fn a_shard_down_is_one_outage_in_the_log_not_one_a_second() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let shards = cluster.job_names_per_shard("solocron", 2);
+    let masters = cluster.master_ports();
+    let seeds: Vec<String> = cluster
+        .seed_urls()
+        .iter()
+        .map(|url| format!("\"{url}\""))
+        .collect();
+    let redis = format!("cluster = [{}]\nwait_replicas = 0", seeds.join(", "));
+    let jobs: Vec<JobSpec> = shards
+        .iter()
+        .flatten()
+        .map(|name| JobSpec::new(name, "* * * * * *", 0.005).with("starting_deadline = \"2s\""))
+        .collect();
+    let mut fleet = Fleet::new(&redis, "", &jobs);
+    fleet.start_node("n1");
+    fleet.wait_for_run(Duration::from_secs(15), "a run", |_| true);
+    let killed_at = Utc::now();
+    cluster.kill(masters[0]);
+    let node = fleet.node("n1");
+    node.wait_for_log(Duration::from_secs(10), "redis unreachable");
+    // Ten seconds with the shard down.
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let log = node.log();
+    assert_eq!(log.matches("redis unreachable").count(), 1, "{log}");
+    assert_eq!(log.matches("reachable again").count(), 0, "{log}");
+    let healthy: Vec<&String> = shards[1..].iter().flatten().collect();
+    let ran_meanwhile = fleet
+        .runs()
+        .iter()
+        .filter(|run| healthy.contains(&&run.job))
+        .filter(|run| {
+            run.at()
+                .is_some_and(|at| at > killed_at + TimeDelta::seconds(1))
+        })
+        .count();
+    assert!(
+        ran_meanwhile >= healthy.len() * 5,
+        "the other shards' jobs ran meanwhile: {ran_meanwhile}\n{log}"
+    );
+    cluster.restart(masters[0]);
+    node.wait_for_log(Duration::from_secs(20), "reachable again");
+    let log = node.log();
+    assert_eq!(log.matches("redis unreachable").count(), 1, "{log}");
+    assert_eq!(log.matches("reachable again").count(), 1, "{log}");
 }

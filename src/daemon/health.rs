@@ -5,7 +5,9 @@
 //! after a success logs `redis unreachable` once; the first success after
 //! failures logs `redis reachable again after 37 s, 18 occurrences missed`.
 //! In between, claims, renewals and records retry quietly (at debug), and a
-//! line every [`STILL_DOWN_EVERY`] says the outage goes on. Occurrences
+//! line every [`STILL_DOWN_EVERY`] says the outage goes on. With a Redis
+//! Cluster, one shard down while the others answer is one outage too: it
+//! ends once nothing failed for a few seconds ([`Health::for_shards`]). Occurrences
 //! missed meanwhile are counted here ([`Health::missed`]) instead of one
 //! error line each.
 //!
@@ -29,6 +31,9 @@ use tracing::{error, info};
 
 /// How often a lasting outage is logged again.
 const STILL_DOWN_EVERY: Duration = Duration::from_secs(300);
+/// With a Redis Cluster, how long no operation may have failed before a
+/// success ends the outage ([`Health::for_shards`]).
+const SHARDS_QUIET: Duration = Duration::from_secs(3);
 
 /// What kind of failure an operation met.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,11 +57,16 @@ pub struct Health {
     node: String,
     down: AtomicBool,
     outage: Mutex<Option<Outage>>,
+    /// Answers come from several shards ([`Health::for_shards`]).
+    shards: bool,
 }
 
 struct Outage {
     since: Instant,
     reported: Instant,
+    /// The last failure (with shards, a success ends the outage only
+    /// [`SHARDS_QUIET`] after it).
+    failed: Instant,
     missed: u64,
     trouble: Trouble,
     last_error: String,
@@ -70,7 +80,18 @@ impl Health {
             node: node.to_string(),
             down: AtomicBool::new(false),
             outage: Mutex::new(None),
+            shards: false,
         }
+    }
+
+    /// For a Redis Cluster: one shard down fails the operations of its
+    /// jobs while the others succeed, so a success ends the outage only
+    /// once no operation failed for [`SHARDS_QUIET`]. Without it, every
+    /// second of a shard's outage logged `redis unreachable` and `redis
+    /// reachable again after 1 s`, two lines a second on every node.
+    pub fn for_shards(mut self, shards: bool) -> Health {
+        self.shards = shards;
+        self
     }
 
     /// An operation without acknowledgement succeeded (a read, `TIME`, a
@@ -103,7 +124,9 @@ impl Health {
             return;
         }
         let mut guard = self.lock();
-        if guard.as_ref().is_some_and(|outage| !ends(outage.trouble)) {
+        if guard.as_ref().is_some_and(|outage| {
+            !ends(outage.trouble) || (self.shards && outage.failed.elapsed() < SHARDS_QUIET)
+        }) {
             return;
         }
         self.down.store(false, Ordering::Relaxed);
@@ -131,6 +154,7 @@ impl Health {
                 *outage = Some(Outage {
                     since: now,
                     reported: now,
+                    failed: now,
                     missed: 0,
                     trouble,
                     last_error: err.to_string(),
@@ -149,6 +173,7 @@ impl Health {
             }
             Some(current) => {
                 current.trouble = trouble;
+                current.failed = now;
                 current.last_error = err.to_string();
                 if now.duration_since(current.reported) >= STILL_DOWN_EVERY {
                     current.reported = now;

@@ -411,7 +411,10 @@ pub async fn run(
         tracker: TaskTracker::new(),
         cancel: CancellationToken::new(),
         interrupt: CancellationToken::new(),
-        health: health::Health::new(&options.node),
+        health: health::Health::new(&options.node).for_shards(matches!(
+            config.redis.mode,
+            crate::config::RedisMode::Cluster { .. }
+        )),
         redis_shown: config.redis.redacted_url(),
         pending: recording::Pending::default(),
         watches: recording::Watches::default(),
