@@ -363,3 +363,56 @@ fn a_master_with_another_password_is_named_when_it_refuses_the_daemon() {
     assert!(!log.contains("s3cret"), "a password shows:\n{log}");
     assert!(fleet.runs().is_empty());
 }
+
+/// A paused occurrence recorded on every master by one node, then by
+/// another: the second is told it was decided `paused` and by whom, which
+/// its "occurrence already decided by another node" line prints (it printed
+/// `decided_by= decision=` with nothing after them). The daemon's own call,
+/// on three real masters.
+#[test]
+fn a_pause_recorded_by_another_node_names_that_node() {
+    use solocron::config::{RedisConfig, RedisMode};
+    use solocron::lock::Locker;
+
+    let masters = Masters::start(3);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let config = RedisConfig {
+        url: String::new(),
+        mode: RedisMode::Redlock {
+            urls: masters.urls(),
+        },
+        wait_replicas: 0,
+        wait_timeout: Duration::from_millis(250),
+        username: None,
+        password: None,
+        key_prefix: "paused".to_string(),
+        tls: Default::default(),
+    };
+    let (first, second) = runtime.block_on(async {
+        let mut lockers = Vec::new();
+        for node in ["n1", "n2"] {
+            let coordinator = solocron::coordinator::connect(&config).expect("connect");
+            let locker = Locker::new(coordinator, "paused", node, 100);
+            locker.load_scripts().await.expect("scripts");
+            lockers.push(locker);
+        }
+        let at_ms = chrono::Utc::now().timestamp_millis();
+        let name = "2026-12-05T10:00:00Z";
+        let first = lockers[0]
+            .record_paused("tick", at_ms, name, "paused by ops")
+            .await
+            .expect("n1 records the pause");
+        let second = lockers[1]
+            .record_paused("tick", at_ms, name, "paused by ops")
+            .await
+            .expect("n2 finds it decided");
+        (first, second)
+    });
+    assert!(first.recorded, "{first:?}");
+    assert!(!second.recorded, "{second:?}");
+    assert_eq!(
+        second.decided,
+        Some(("paused".to_string(), "n1".to_string())),
+        "{second:?}"
+    );
+}

@@ -288,10 +288,17 @@ pub(super) async fn record_paused(
         })
         .count();
     if paused >= majority(servers) {
+        // Not recorded here: the node that did, for the "already decided
+        // by another node" line (it said `decided_by=` and `decision=`
+        // with nothing after them).
+        let decided = done
+            .iter()
+            .filter_map(|answer| answer.decided.clone())
+            .find(|(decision, _)| decision == "paused");
         return Ok(Paused {
             recorded: done.iter().any(|answer| answer.recorded),
             previous_ms: done.iter().filter_map(|answer| answer.previous_ms).max(),
-            decided: None,
+            decided,
         });
     }
     let other = done
