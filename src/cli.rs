@@ -362,12 +362,15 @@ fn parse_positive_duration(text: &str) -> Result<std::time::Duration, String> {
 }
 
 impl Command {
-    /// The log filter when `SOLOCRON_LOG` is unset: `trigger` shows the
-    /// job's output itself, so only warnings go to the log there.
+    /// The log filter when `SOLOCRON_LOG` is unset: `info` for the daemon;
+    /// only warnings for the commands a person runs, which say what they
+    /// did themselves (`trigger` shows the job's output; with Sentinel,
+    /// `status` and `history` printed the daemon's "redis master found
+    /// through sentinel" line above their table every time).
     pub fn default_log_filter(&self) -> &'static str {
         match self {
-            Command::Trigger(_) => "warn",
-            _ => "info",
+            Command::Run(_) => "info",
+            _ => "warn",
         }
     }
 

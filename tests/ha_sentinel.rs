@@ -310,3 +310,31 @@ fn with_passwords_for_the_data_nodes_and_the_sentinels_every_command_works() {
         "a password shows:\n{everything}"
     );
 }
+
+/// `status` and `history` through a Sentinel group print their answer and
+/// nothing else on stderr: before, each began with the daemon's log line
+/// `INFO redis master found through sentinel master=… address=… epoch=…`
+/// (the commands logged at `info`, as the daemon does).
+#[test]
+fn status_and_history_through_sentinel_print_no_log_line() {
+    let group = SentinelGroup::start("solocron");
+    let urls: Vec<String> = group
+        .sentinel_urls()
+        .iter()
+        .map(|url| format!("\"{url}\""))
+        .collect();
+    let redis = format!(
+        "sentinel = {{ master = \"solocron\", urls = [{}] }}",
+        urls.join(", ")
+    );
+    let fleet = Fleet::new(&redis, "", &[JobSpec::new("tick", "* * * * * *", 0.005)]);
+    for command in ["status", "history"] {
+        let output = fleet.cli(&[command]);
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(output.status.success(), "{command}: {stderr}");
+        assert!(
+            !stderr.contains("redis master found"),
+            "{command} printed a log line:\n{stderr}"
+        );
+    }
+}
