@@ -169,7 +169,7 @@ fn the_registry_entry_is_refreshed_by_heartbeats_and_written_whole_again_when_lo
     let redis = RedisServer::start();
     let work = Workdir::new();
     work.write_config("[jobs.x]\nschedule = \"@hourly\"\ncommand = \"true\"\n");
-    let _node = Node::start(&work, &redis, "n1", &[]);
+    let node = Node::start(&work, &redis, "n1", &[]);
     let mut conn = redis.conn();
     let key = "{solocron}:node:n1";
     let field = |conn: &mut redis::Connection, name: &str| -> Option<String> {
@@ -184,6 +184,16 @@ fn the_registry_entry_is_refreshed_by_heartbeats_and_written_whole_again_when_lo
         Duration::from_secs(10),
         "the node publishes its jobs",
         || field(&mut conn, "jobs").is_some_and(|jobs| jobs.contains("\"x\"")),
+    );
+    // The first clock measurement writes the entry whole once more (its
+    // start time on the clock it fires by): past that write, which follows
+    // the measurement at once, only heartbeats come.
+    node.wait_for_log(Duration::from_secs(10), "clock checked against redis");
+    let measured = field(&mut conn, "updated_at");
+    wait_until(
+        Duration::from_secs(25),
+        "the write after the first measurement",
+        || field(&mut conn, "updated_at") != measured,
     );
     // A heartbeat renews the entry without rewriting it: a field the node
     // does not know survives the next refresh.

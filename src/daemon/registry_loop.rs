@@ -44,6 +44,9 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
     let mut published = false;
     // Whether this process has written its entry at least once.
     let mut written_once = false;
+    // Whether the last whole write already had a measured clock offset
+    // (then its start time was on the clock the node fires by).
+    let mut whole_measured = false;
     let node = shared.locker.node();
     let instance = shared.instance.as_str();
     loop {
@@ -51,6 +54,7 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
         let prefix = shared.locker.prefix();
         let offset = shared.clock_offset();
         let warning = shared.redis_warning();
+        let whole = !published;
         let beat = if published {
             coordinator
                 .on_members(|conn| {
@@ -87,6 +91,9 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
             Ok(refresh) => {
                 published = true;
                 written_once = true;
+                if whole {
+                    whole_measured = offset.is_some();
+                }
                 collisions.observe(&refresh, node, instance);
                 match current_divergences(&shared, prefix, &config_hash).await {
                     Ok(found) => {
@@ -112,8 +119,9 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
             _ = shared.cancel.cancelled() => return,
             _ = tokio::time::sleep(registry::REFRESH) => {}
             // The first measurement of the clock: publish the whole entry
-            // again, with the start time on the clock just measured.
-            _ = shared.clock_measured.notified() => published = false,
+            // again, with the start time on the clock just measured, unless
+            // the last whole write came after it.
+            _ = shared.clock_measured.notified() => published &= whole_measured,
             changed = config_rx.changed() => {
                 if changed.is_err() {
                     return;
