@@ -13,6 +13,8 @@
 //! - the README's ACL line is enough for two daemons, `status`, `history`,
 //!   `trigger` (also `--fleet`), `pause`, `resume`, `drain` and `undrain`
 //!   (the server's `ACL LOG` stays empty), and refuses anything else.
+//! - `HTTP_PROXY` in the daemon's environment carries hooks to other hosts
+//!   but never one to 127.0.0.1, and is named at start without its password.
 
 mod common;
 
@@ -1004,4 +1006,64 @@ fn a_failing_hooks_error_masks_only_its_secrets() {
         ("history".to_string(), format!("{failed:?}")),
         ("solocron history".to_string(), text(&shown)),
     ]);
+}
+
+/// `HTTP_PROXY` in the daemon's environment carries the hooks to other
+/// hosts, never one to this machine: a hook to a port of 127.0.0.1 where
+/// nothing listens was sent to the proxy, with its `Authorization: Bearer
+/// ${TOKEN}`, and recorded `succeeded` with the proxy's 200. The start-up
+/// line names the proxy without its password.
+#[test]
+fn a_hook_to_this_machine_never_goes_through_the_environments_proxy() {
+    let redis = common::RedisServer::start();
+    let work = Workdir::new();
+    let proxy = common::http::HttpServer::start(Some(200));
+    let closed = free_port();
+    work.write_config(&format!(
+        "[jobs.local]\n{}\n\
+         http = {{ url = \"http://127.0.0.1:{closed}/hooks/run\", \
+         headers = {{ Authorization = \"Bearer ${{TOKEN}}\" }}, timeout = \"2s\" }}\n\
+         [jobs.remote]\n{}\nhttp = {{ url = \"http://hooks.invalid/warm\", timeout = \"2s\" }}\n",
+        common::caught_up_at_once(&redis, "local"),
+        common::caught_up_at_once(&redis, "remote"),
+    ));
+    let proxy_url = format!("http://proxy-user:{PASSWORD}@127.0.0.1:{}", proxy.port);
+    let node = Node::start(
+        &work,
+        &redis,
+        "n1",
+        &[
+            ("TOKEN", TOKEN),
+            ("HTTP_PROXY", &proxy_url),
+            ("NO_PROXY", ""),
+            ("no_proxy", ""),
+        ],
+    );
+    let mut local = Vec::new();
+    let mut remote = Vec::new();
+    wait_until(Duration::from_secs(20), "both hooks recorded", || {
+        local = common::history(&redis, "local");
+        remote = common::history(&redis, "remote");
+        !local.is_empty() && !remote.is_empty()
+    });
+    assert_eq!(local[0]["outcome"], "failed", "{local:?}");
+    assert!(
+        local[0]["error"].ends_with("Connection refused (os error 111)"),
+        "{local:?}"
+    );
+    // The proxy still carries the hook to another host: it answered 200.
+    assert_eq!(remote[0]["outcome"], "succeeded", "{remote:?}");
+    let request = proxy.received();
+    assert_eq!(request.line(), "POST http://hooks.invalid/warm HTTP/1.1");
+    assert!(
+        proxy.received_within(Duration::from_millis(500)).is_none(),
+        "the proxy got the hook to 127.0.0.1"
+    );
+    let log = node.log();
+    let shown = format!("HTTP_PROXY=http://127.0.0.1:{}", proxy.port);
+    assert!(
+        log.contains("http hooks go through the proxy of the environment") && log.contains(&shown),
+        "{log}"
+    );
+    assert_no_planted(&[("log".to_string(), log)]);
 }

@@ -447,6 +447,7 @@ pub async fn run(
         version = env!("CARGO_PKG_VERSION"),
         "solocron started"
     );
+    log_proxies(&options.node);
     log_warnings(&config, &options.node);
     metrics::jobs_loaded(config.jobs.len());
     let config = Arc::new(config);
@@ -524,6 +525,31 @@ fn with_retries(jobs: &[Arc<Job>]) -> HashMap<String, Arc<Job>> {
 }
 
 /// The config's warnings, one line each (at start and after a reload).
+/// One line naming the proxies `http` hooks go through, if the daemon's
+/// environment names any (hooks to this machine never do).
+fn log_proxies(node: &str) {
+    let proxies = crate::exec::proxies_from_env();
+    if proxies.is_empty() {
+        return;
+    }
+    let shown: Vec<String> = proxies
+        .iter()
+        .map(|(name, to)| format!("{name}={to}"))
+        .collect();
+    let no_proxy = std::env::var("NO_PROXY")
+        .or_else(|_| std::env::var("no_proxy"))
+        .unwrap_or_default();
+    if no_proxy.trim() == "*" {
+        return;
+    }
+    info!(
+        node = %node,
+        proxy = %shown.join(" "),
+        no_proxy = %no_proxy,
+        "http hooks go through the proxy of the environment, except to localhost, loopback addresses and NO_PROXY"
+    );
+}
+
 fn log_warnings(config: &Config, node: &str) {
     for warning in &config.warnings {
         warn!(node = %node, config = %config.path.display(), warning = %warning, "config warning");

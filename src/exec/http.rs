@@ -16,6 +16,15 @@
 //! message. Nothing else is masked: the rest of the URL is the file's own
 //! text, and masking it made errors unreadable (a `?job=nightly-report`
 //! masked the job's name in every message).
+//!
+//! A proxy named by `HTTP_PROXY`, `HTTPS_PROXY` or `ALL_PROXY` (or their
+//! lowercase forms) in the daemon's environment carries every hook except
+//! those `NO_PROXY` names and those to this machine (`localhost`, a
+//! loopback address), which always go direct, as Go's HTTP client does: a
+//! proxy meant for the outside world answered a hook on 127.0.0.1 itself,
+//! and a hook to a port where nothing listened was recorded `succeeded`
+//! with the proxy's 200. The daemon logs the proxies it found at start
+//! ([`proxies_from_env`]).
 
 use std::future::Future;
 use std::time::Duration;
@@ -25,6 +34,58 @@ use reqwest::{Method, RequestBuilder, Url};
 
 use super::{Finish, Outcome, RunContext, StopReason};
 use crate::config::HttpAction;
+
+/// Whether `url` is for this machine (`localhost`, `*.localhost`, a
+/// loopback address): such a hook never goes through a proxy.
+pub(super) fn is_loopback(url: &str) -> bool {
+    match Url::parse(url).ok().as_ref().and_then(Url::host) {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(name)) => {
+            let name = name.trim_end_matches('.').to_ascii_lowercase();
+            name == "localhost" || name.ends_with(".localhost")
+        }
+        None => false,
+    }
+}
+
+/// The proxy variables of the environment that hooks obey, each with
+/// where it points (`scheme://host:port`, never its user or password).
+pub fn proxies_from_env() -> Vec<(&'static str, String)> {
+    const NAMES: [&str; 6] = [
+        "HTTP_PROXY",
+        "http_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ];
+    NAMES
+        .into_iter()
+        .filter_map(|name| {
+            let value = std::env::var(name).ok()?;
+            let value = value.trim();
+            (!value.is_empty()).then(|| (name, proxy_shown(value)))
+        })
+        .collect()
+}
+
+/// Where a proxy URL points, without its user or password.
+fn proxy_shown(value: &str) -> String {
+    let full = if value.contains("://") {
+        value.to_string()
+    } else {
+        format!("http://{value}")
+    };
+    match Url::parse(&full) {
+        Ok(url) => match (url.host_str(), url.port_or_known_default()) {
+            (Some(host), Some(port)) => format!("{}://{host}:{port}", url.scheme()),
+            (Some(host), None) => format!("{}://{host}", url.scheme()),
+            (None, _) => "(not a URL)".to_string(),
+        },
+        Err(_) => "(not a URL)".to_string(),
+    }
+}
 
 /// Sends the hook; `stop` completing first abandons the request.
 pub(super) async fn run(
@@ -270,6 +331,33 @@ fn notice_body(ctx: &RunContext, notice: &super::Notice) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loopback_hosts_and_shown_proxies() {
+        for url in [
+            "http://127.0.0.1:8080/x",
+            "http://127.9.9.9/",
+            "http://[::1]:80/",
+            "https://LOCALHOST./x",
+            "http://hooks.localhost/",
+        ] {
+            assert!(is_loopback(url), "{url}");
+        }
+        for url in [
+            "http://10.0.0.1/",
+            "https://hooks.example/",
+            "http://localhost.example/",
+        ] {
+            assert!(!is_loopback(url), "{url}");
+        }
+        assert_eq!(
+            proxy_shown("http://u:s3cr3t@proxy:3128/"),
+            "http://proxy:3128"
+        );
+        assert_eq!(proxy_shown("u:s3cr3t@proxy:3128"), "http://proxy:3128");
+        assert_eq!(proxy_shown("socks5://proxy"), "socks5://proxy");
+        assert_eq!(proxy_shown("::s3cr3t::"), "(not a URL)");
+    }
 
     #[test]
     fn timeout_is_the_shorter_one() {

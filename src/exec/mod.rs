@@ -20,6 +20,8 @@ mod output;
 mod process;
 mod spawner;
 
+pub use http::proxies_from_env;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -216,6 +218,9 @@ pub struct Executor {
     output_grace: Duration,
     echo_output: bool,
     http: reqwest::Client,
+    /// The same without the proxies of the environment, for hooks to this
+    /// machine (`http::is_loopback`).
+    http_direct: reqwest::Client,
     spawner: spawner::Spawner,
     /// Cancelled when stopping must not wait: a second SIGTERM/SIGINT. A
     /// job being stopped then gets SIGKILL at once instead of the grace.
@@ -252,11 +257,16 @@ impl Executor {
         // Redirects are not followed: a hook succeeds by a 2xx of its own
         // URL, never by what a redirect (a POST turned into a GET without
         // its body) answered (`http.rs`).
-        let http = reqwest::Client::builder()
-            .user_agent(concat!("solocron/", env!("CARGO_PKG_VERSION")))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|err| ExecError::HttpClient(Box::new(err.without_url())))?;
+        let builder = || {
+            reqwest::Client::builder()
+                .user_agent(concat!("solocron/", env!("CARGO_PKG_VERSION")))
+                .redirect(reqwest::redirect::Policy::none())
+        };
+        let built = |result: reqwest::Result<reqwest::Client>| {
+            result.map_err(|err| ExecError::HttpClient(Box::new(err.without_url())))
+        };
+        let http = built(builder().build())?;
+        let http_direct = built(builder().no_proxy().build())?;
         let threads = std::thread::available_parallelism().map_or(2, usize::from);
         let spawner = spawner::Spawner::start(threads.clamp(2, 4)).map_err(ExecError::Spawner)?;
         Ok(Executor {
@@ -264,6 +274,7 @@ impl Executor {
             output_grace: DEFAULT_OUTPUT_GRACE,
             echo_output: false,
             http,
+            http_direct,
             spawner,
             hurry: CancellationToken::new(),
         })
@@ -312,7 +323,14 @@ impl Executor {
         let start = Instant::now();
         let finish = match &ctx.job.action {
             Action::Command(_) | Action::Argv(_) => process::run(self, ctx, stop).await,
-            Action::Http(action) => http::run(&self.http, ctx, action, stop).await,
+            Action::Http(action) => {
+                let client = if http::is_loopback(&action.url) {
+                    &self.http_direct
+                } else {
+                    &self.http
+                };
+                http::run(client, ctx, action, stop).await
+            }
         };
         Report {
             outcome: finish.outcome,
