@@ -1067,3 +1067,45 @@ fn a_hook_to_this_machine_never_goes_through_the_environments_proxy() {
     );
     assert_no_planted(&[("log".to_string(), log)]);
 }
+
+/// A hook redirected to its own URL with a slash added (as many servers
+/// answer): the `${VAR}`s of its path and query are masked in the error as
+/// the `Location` carries them, percent-encoded. A value holding a space
+/// or a `{` was masked only as written or as a form encodes it (`+`), and
+/// went to the log and the history as `Path%20Secret%7B9%7D`.
+#[test]
+fn a_redirects_error_masks_secrets_percent_encoded_as_a_url_carries_them() {
+    let redis = common::RedisServer::start();
+    let work = Workdir::new();
+    let location = "/services/Path%20Secret%7B9%7D/?key=Query%20Secret%227";
+    let server = common::http::HttpServer::answering(301, &[("Location", location)]);
+    work.write_config(&format!(
+        "[jobs.ping]\n{}\nhttp = {{ url = \"{}\", timeout = \"2s\" }}\n",
+        common::caught_up_at_once(&redis, "ping"),
+        server.url("/services/${PATH_SECRET}?key=${QUERY_SECRET}"),
+    ));
+    let node = Node::start(
+        &work,
+        &redis,
+        "n1",
+        &[
+            ("PATH_SECRET", "Path Secret{9}"),
+            ("QUERY_SECRET", "Query Secret\"7"),
+        ],
+    );
+    let mut entries = Vec::new();
+    wait_until(Duration::from_secs(20), "the hook recorded", || {
+        entries = common::history(&redis, "ping");
+        !entries.is_empty()
+    });
+    let expected = format!(
+        "http hook of job `ping` was answered 301 Moved Permanently, a redirect to \
+         `http://127.0.0.1:{}/services/***/?key=***`: redirects are not followed; \
+         put the final URL in jobs.toml",
+        server.port
+    );
+    assert_eq!(entries[0]["error"], expected);
+    node.wait_for_log(Duration::from_secs(10), "run finished");
+    let log = node.log();
+    assert!(!log.contains("Secret"), "{log}");
+}

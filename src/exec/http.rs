@@ -188,7 +188,8 @@ const SECRET_MIN: usize = 4;
 /// Replaces the secrets of `action` by `***` wherever they show up in
 /// `text`: every value a `${VAR}` filled into its URL, headers or body, and
 /// the URL's password, each as a whole value, as written and
-/// percent-encoded (how a URL carries it). Longest first, so a secret that
+/// percent-encoded as a form, a URL's path and its query carry it
+/// ([`url_encoded`]). Longest first, so a secret that
 /// holds another one is masked whole. Nothing else of the text changes.
 fn scrub(mut text: String, action: &HttpAction) -> String {
     let password = Url::parse(&action.url)
@@ -210,14 +211,30 @@ fn scrub(mut text: String, action: &HttpAction) -> String {
     {
         let encoded: String = url::form_urlencoded::byte_serialize(secret.as_bytes()).collect();
         secrets.push(encoded);
+        secrets.extend(url_encoded(&secret));
         secrets.push(secret);
     }
+    secrets.dedup();
     secrets.retain(|secret| secret.len() >= SECRET_MIN);
     secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
     for secret in secrets {
         text = text.replace(&secret, "***");
     }
     text
+}
+
+/// `secret` as a URL carries it in its path and in its query: a space is
+/// `%20` there, not the `+` of a form (a redirect to the hook's own URL
+/// showed a `${VAR}` holding a space or a `{` so, unmasked).
+fn url_encoded(secret: &str) -> Vec<String> {
+    let Ok(mut url) = Url::parse("http://h/") else {
+        return Vec::new();
+    };
+    url.set_path(secret);
+    let path = url.path().trim_start_matches('/').to_string();
+    url.set_query(Some(secret));
+    let query = url.query().unwrap_or_default().to_string();
+    vec![path, query]
 }
 
 fn build_request(
@@ -395,6 +412,16 @@ mod tests {
 
     /// The file's own text is not masked, however it was written: the job
     /// name in a query, words of the error, short values.
+    #[test]
+    fn scrub_masks_a_secret_as_a_urls_path_and_query_carry_it() {
+        let action = action("http://h/", &["Path Secret{9}", "Query Secret\"7"]);
+        let text = scrub(
+            "to `http://h/services/Path%20Secret%7B9%7D/?key=Query%20Secret%227`".to_string(),
+            &action,
+        );
+        assert_eq!(text, "to `http://h/services/***/?key=***`");
+    }
+
     #[test]
     fn scrub_leaves_everything_else_alone() {
         let action = action(
