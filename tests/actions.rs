@@ -917,6 +917,22 @@ async fn stop_aborts_an_http_request() {
     );
 }
 
+/// A 304 Not Modified fails like any other non-2xx status: its error is
+/// not the redirect's ("a redirect without a `Location`: ... put the final
+/// URL in jobs.toml", advice that fits no 304).
+#[tokio::test]
+async fn a_304_is_a_plain_failure_not_a_redirect() {
+    let server = HttpServer::start(Some(304));
+    let report = run(job(
+        "unchanged",
+        Action::Http(Box::new(hook(server.url("/hooks/run")))),
+    ))
+    .await;
+    assert_eq!(report.outcome, Outcome::Failed, "{report:?}");
+    assert_eq!(report.http_status, Some(304));
+    assert_eq!(report.error, None);
+}
+
 /// A redirect is not followed (following a 302 turned the POST into a GET
 /// without its body, and the GET's 200 was recorded a success): the hook
 /// fails with the 3xx, and the error names where it pointed, resolved and

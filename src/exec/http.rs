@@ -7,7 +7,7 @@
 //! are not followed (the client is built so, `Executor::new`): following a
 //! 302 would send a POST again as a GET, without its body, and report what
 //! that answered. A 3xx is a failure whose error names where its
-//! `Location` pointed.
+//! `Location` pointed (not a 304 Not Modified, which points nowhere).
 //!
 //! Errors are shown without secrets: reqwest errors lose their URL
 //! (`without_url`), configured header values are marked sensitive, and the
@@ -111,7 +111,9 @@ fn answered(response: &reqwest::Response, ctx: &RunContext, action: &HttpAction)
     let status = response.status();
     let (outcome, error) = if status.is_success() {
         (Outcome::Succeeded, None)
-    } else if status.is_redirection() {
+    } else if status.is_redirection() && status != reqwest::StatusCode::NOT_MODIFIED {
+        // A 304 points nowhere: it fails like any other non-2xx, without
+        // the redirect's advice to put a final URL in jobs.toml.
         let location = response
             .headers()
             .get(reqwest::header::LOCATION)
