@@ -874,3 +874,40 @@ fn every_node_drained_with_a_retry_pending_still_tells_the_failure_once() {
         cli_ok(work, redis, &["drain", "--node", "b"]);
     });
 }
+
+/// A hook that times out while Redis is away is notified at once, not
+/// once Redis answers: the `on_failure` waited for the outcome's record,
+/// which waits as long as Redis is away (and was never sent if the node
+/// stopped meanwhile). Its outcome is still recorded, and notified only
+/// once, when Redis is back.
+#[test]
+fn a_failure_during_a_redis_outage_is_notified_before_redis_is_back() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let hook = common::http::HttpServer::start(None);
+    let pager = common::http::HttpServer::start(Some(200));
+    work.write_config(&format!(
+        "[jobs.report]\n{}\nlock_ttl = \"20s\"\n\
+         http = {{ url = \"{}\", timeout = \"2s\" }}\n\
+         on_failure = {{ http = {{ url = \"{}\" }}, timeout = \"5s\" }}\n",
+        common::caught_up_at_once(&redis, "report"),
+        hook.url("/hooks/report"),
+        pager.url("/page"),
+    ));
+    let mut node = Node::start(&work, &redis, "n1", &[]);
+    node.wait_for_log(Duration::from_secs(20), "claim won");
+    redis.pause();
+    let page = pager.received_within(Duration::from_secs(10));
+    redis.resume();
+    let page = page.expect("on_failure sent while redis was away");
+    assert_eq!(page.header("solocron-outcome"), Some("timed_out"));
+    wait_until(Duration::from_secs(20), "the outcome recorded", || {
+        !entries(&redis, "report", "timed_out").is_empty()
+    });
+    assert!(
+        pager.received_within(Duration::from_secs(1)).is_none(),
+        "notified twice"
+    );
+    node.signal("TERM");
+    node.wait_exit(Duration::from_secs(20));
+}

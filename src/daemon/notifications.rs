@@ -15,8 +15,9 @@
 //! (`solocron_notifications_total{result}`), never retried. At shutdown a
 //! notifier still running when the grace is over is stopped like a job.
 //!
-//! Failure model: a node that dies between recording the outcome and
-//! starting the notifier sends nothing (at most once, never twice); an
+//! Failure model: a node that dies between the end of a run and starting
+//! the notifier sends nothing (at most once, never twice). A run's notifier
+//! starts before its outcome is recorded (`occurrence::run_lease`): an
 //! outcome held in memory while Redis is away is notified at once, not
 //! when it is recorded.
 

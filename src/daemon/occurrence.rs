@@ -304,16 +304,10 @@ async fn decided(
                 .to_std()
                 .unwrap_or(Duration::ZERO);
             metrics::fire_to_start(&job.name, lag);
-            let ran = retry::Ran::new(1, lease.fence, &report);
+            // Without a retry to follow, `run_lease` sent the notifier.
             if retry_at.is_some() {
+                let ran = retry::Ran::new(1, lease.fence, &report);
                 retry::watch(shared, job, at, Some(ran));
-            } else {
-                let subject = Subject {
-                    occurrence: name,
-                    fence: lease.fence,
-                    attempt: 1,
-                };
-                notifications::send(shared, job, subject, ran.notice);
             }
         }
         Claim::Taken {
@@ -487,6 +481,19 @@ pub async fn run_lease(
     entry.output_tail = report.output_tail.clone();
     entry.attempt = Some(attempt.number);
     entry.retry_at = retry_at;
+    // The notifier goes before the record: a record waits for Redis as long
+    // as it is away, and an `on_failure` waited with it (a hook failing in
+    // an outage was told nobody until Redis answered, never if the node
+    // stopped meanwhile).
+    if let (Some(shared), Some(_), None) = (runner.shared, attempt.occurrence, retry_at) {
+        let subject = Subject {
+            occurrence: name,
+            fence: lease.fence,
+            attempt: attempt.number,
+        };
+        let ran = retry::Ran::new(attempt.number, lease.fence, &report);
+        notifications::send(shared, job, subject, ran.notice);
+    }
     recording::release(locker, runner.shared, lease, &entry).await;
     (report, retry_at)
 }

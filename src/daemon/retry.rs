@@ -356,7 +356,7 @@ async fn claim_and_run(
                 if retry_at.is_some() {
                     return Step::Ran(Some(Ran::new(attempt, lease.fence, &report)));
                 }
-                notify(shared, &job, name, Ran::new(attempt, lease.fence, &report));
+                // Without a retry to follow, `run_lease` sent the notifier.
                 return Step::Ran(None);
             }
             Ok(Claim::Taken { by, fence, .. }) => {
