@@ -415,6 +415,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 )
             })
             .context("cannot install the SIGTSTP and SIGTTIN handlers")?;
+            crate::shutdown::refuse_fatal(|signal| {
+                tracing::warn!(
+                    signal,
+                    "signal ignored: this daemon has no use for it (its log is not a file to \
+                     reopen); SIGHUP reloads jobs.toml, SIGTERM (Ctrl-C) stops it"
+                )
+            })
+            .context("cannot install the handlers of SIGUSR1, SIGUSR2, SIGQUIT and SIGALRM")?;
             let config = load(&args.file.config, args.redis.redis.as_deref())?;
             crate::memory::release_freed();
             let options = crate::daemon::Options {

@@ -1,6 +1,7 @@
-//! Stop requests (SIGTERM, SIGINT), reload requests (SIGHUP), and the
+//! Stop requests (SIGTERM, SIGINT), reload requests (SIGHUP), the
 //! suspend signals a process holding locks must not obey (SIGTSTP,
-//! SIGTTIN, SIGTTOU).
+//! SIGTTIN, SIGTTOU), and the signals whose default action would kill it
+//! without any cleanup (SIGUSR1, SIGUSR2, SIGQUIT, SIGALRM, ...).
 //!
 //! `systemctl stop` sends SIGTERM, a terminal sends SIGINT; `ctrl_c()` alone
 //! would miss the first. Once a signal is handled its default action is
@@ -63,6 +64,40 @@ pub fn refuse_suspend(said: impl Fn(&'static str) + Send + 'static) -> io::Resul
             said(name);
         }
     });
+    Ok(())
+}
+
+/// The signals that mean nothing to solocron but whose default action
+/// ends the process at once: an operator's `kill -USR1` ("reopen the
+/// logs" elsewhere) or Ctrl-\\ would kill the daemon without releasing a
+/// lock or recording an outcome, while its jobs, in process groups of
+/// their own, ran on without a lease. (SIGPIPE is ignored by the Rust
+/// runtime already.)
+pub const FATAL_BY_DEFAULT: [(libc::c_int, &str); 8] = [
+    (libc::SIGUSR1, "SIGUSR1"),
+    (libc::SIGUSR2, "SIGUSR2"),
+    (libc::SIGQUIT, "SIGQUIT"),
+    (libc::SIGALRM, "SIGALRM"),
+    (libc::SIGVTALRM, "SIGVTALRM"),
+    (libc::SIGPROF, "SIGPROF"),
+    (libc::SIGIO, "SIGIO"),
+    (libc::SIGPWR, "SIGPWR"),
+];
+
+/// Catches every signal of [`FATAL_BY_DEFAULT`]: `said` is called with the
+/// signal's name for each (to log or print one line) and nothing else
+/// happens. Jobs get the default dispositions back ([`crate::exec`]).
+pub fn refuse_fatal(said: impl Fn(&'static str) + Send + Sync + 'static) -> io::Result<()> {
+    let said = std::sync::Arc::new(said);
+    for (raw, name) in FATAL_BY_DEFAULT {
+        let mut stream = signal(SignalKind::from_raw(raw))?;
+        let said = std::sync::Arc::clone(&said);
+        tokio::spawn(async move {
+            while stream.recv().await.is_some() {
+                said(name);
+            }
+        });
+    }
     Ok(())
 }
 

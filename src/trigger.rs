@@ -71,6 +71,18 @@ pub async fn run(config: Config, node: &str, job_name: &str) -> anyhow::Result<E
         )
     })
     .context("cannot install the SIGTSTP and SIGTTIN handlers")?;
+    let ignored_job = job.name.clone();
+    crate::shutdown::refuse_fatal(move |signal| {
+        tell(
+            Level::WARN,
+            &format!(
+                "signal ignored ({signal}): this process renews the lock of job \
+                 `{ignored_job}` while it runs; Ctrl-C interrupts the run\n"
+            ),
+            &[("job", json!(ignored_job)), ("signal", json!(signal))],
+        )
+    })
+    .context("cannot install the handlers of SIGUSR1, SIGUSR2, SIGQUIT and SIGALRM")?;
     let conn = connect(&config.redis)?;
     let locker = Locker::new(
         conn,

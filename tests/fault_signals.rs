@@ -15,6 +15,13 @@
 //! lock and no other node's run of the job overlaps it. Breaks if job
 //! control could stop the process that renews a running job's lock.
 //!
+//! SIGUSR1, SIGUSR2, SIGQUIT and SIGALRM (an operator's "reopen the logs",
+//! Ctrl-\\) to a daemon whose job runs: each is one warning and nothing
+//! else, the run ends `succeeded` under the node's lock, and the daemon
+//! goes on. Breaks if one of them found its default action, which ends
+//! the process at once: no release, no history entry, and the job's
+//! process group running on without a lease.
+//!
 //! SIGHUP under load: three nodes, ten every-second jobs; a broken file, a
 //! removed file and a valid change (one job changed, one added) are sent to
 //! every node. The audit over the whole window shows every occurrence of
@@ -161,6 +168,36 @@ fn sigtstp_and_sigttin_do_not_suspend_a_daemon_whose_job_runs() {
         run.fence > done.fence
     });
     assert_no_overlap(&cluster.runs());
+}
+
+#[test]
+fn sigusr1_sigusr2_sigquit_and_sigalrm_do_not_end_a_daemon_whose_job_runs() {
+    let slow = JobSpec::new("slow", "*/10 * * * * *", 3.0).with("lock_ttl = \"2s\"");
+    let mut cluster = Cluster::new(RedisServer::start(), "", &[slow]);
+    cluster.start_node("n1", &[]);
+    let first = cluster.wait_for_run(Duration::from_secs(15), "a run on n1", |run| {
+        run.node == "n1"
+    });
+    let n1 = cluster.node("n1");
+    for signal in ["USR1", "USR2", "QUIT", "ALRM"] {
+        n1.signal(signal);
+        n1.wait_for_log(Duration::from_secs(5), &format!("signal=\"SIG{signal}\""));
+    }
+    assert!(n1.log().contains("signal ignored"), "{}", n1.log());
+    let done = cluster.wait_for_run(Duration::from_secs(10), "n1's run ends", |run| {
+        run.pid == first.pid && run.end_ns.is_some()
+    });
+    let mut entry = None;
+    wait_until(Duration::from_secs(5), "the run's history entry", || {
+        entry = history(&cluster.redis, "slow")
+            .into_iter()
+            .find(|entry| entry["occurrence"] == done.occurrence);
+        entry.is_some()
+    });
+    let entry = entry.expect("found");
+    assert_eq!(entry["outcome"], "succeeded", "{entry:?}");
+    assert_eq!(entry["node"], "n1");
+    assert!(common::is_alive(n1.pid()), "{}", n1.log());
 }
 
 #[test]
