@@ -20,14 +20,36 @@ use tokio::sync::mpsc;
 /// once (`Err` if they cannot be); the forwarding task ends when the
 /// receiver is dropped.
 pub fn stop_requests() -> io::Result<mpsc::UnboundedReceiver<&'static str>> {
+    stop_requests_from(None)
+}
+
+/// [`stop_requests`] with SIGHUP a stop request too, named `SIGHUP`: for
+/// `trigger`, whose terminal hanging up (an SSH session gone) must stop
+/// its run like Ctrl-C, with the lock released and the outcome recorded,
+/// not end the process by the default action while its job runs on
+/// without a lease. The daemon reloads on SIGHUP instead ([`reloads`]).
+pub fn stop_requests_and_hangups() -> io::Result<mpsc::UnboundedReceiver<&'static str>> {
+    stop_requests_from(Some(signal(SignalKind::hangup())?))
+}
+
+fn stop_requests_from(
+    mut hup: Option<tokio::signal::unix::Signal>,
+) -> io::Result<mpsc::UnboundedReceiver<&'static str>> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         loop {
+            let hangup = async {
+                match hup.as_mut() {
+                    Some(hup) => hup.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
             let name = tokio::select! {
                 Some(()) = term.recv() => "SIGTERM",
                 Some(()) = int.recv() => "SIGINT",
+                Some(()) = hangup => "SIGHUP",
                 else => return,
             };
             if tx.send(name).is_err() {

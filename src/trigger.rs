@@ -164,12 +164,13 @@ pub async fn run(config: Config, node: &str, job_name: &str) -> anyhow::Result<E
             ("fence", json!(lease.fence)),
         ],
     );
-    // Ctrl-C stops the run (SIGTERM to its group, SIGKILL after the grace);
-    // a second Ctrl-C kills it at once. The lock is released either way.
+    // Ctrl-C (or the terminal hanging up: SIGHUP) stops the run (SIGTERM
+    // to its group, SIGKILL after the grace); a second one kills it at
+    // once. The lock is released either way.
     let (interrupt, hurry) = (CancellationToken::new(), CancellationToken::new());
     let executor = executor.with_hurry(hurry.clone());
-    let mut stops = crate::shutdown::stop_requests()
-        .context("cannot install the SIGTERM and SIGINT handlers")?;
+    let mut stops = crate::shutdown::stop_requests_and_hangups()
+        .context("cannot install the SIGTERM, SIGINT and SIGHUP handlers")?;
     let on_signal = interrupt.clone();
     let signals = tokio::spawn(async move {
         if stops.recv().await.is_some() {

@@ -15,6 +15,12 @@
 //! lock and no other node's run of the job overlaps it. Breaks if job
 //! control could stop the process that renews a running job's lock.
 //!
+//! SIGHUP to a `trigger` whose run holds the lock (its terminal hung up,
+//! an SSH session gone): it stops the run as Ctrl-C does, releases the
+//! lock and records `interrupted`. Breaks if SIGHUP found its default
+//! action: the process ended at once, the lock left to expire, nothing
+//! recorded, and the job's processes running on without a lease.
+//!
 //! SIGUSR1, SIGUSR2, SIGQUIT and SIGALRM (an operator's "reopen the logs",
 //! Ctrl-\\) to a daemon whose job runs: each is one warning and nothing
 //! else, the run ends `succeeded` under the node's lock, and the daemon
@@ -31,7 +37,7 @@
 
 mod common;
 
-use std::os::unix::process::CommandExt as _;
+use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -168,6 +174,60 @@ fn sigtstp_and_sigttin_do_not_suspend_a_daemon_whose_job_runs() {
         run.fence > done.fence
     });
     assert_no_overlap(&cluster.runs());
+}
+
+#[test]
+fn sighup_to_a_trigger_interrupts_its_run_releases_the_lock_and_records_it() {
+    let long = JobSpec::new("long", "0 0 1 1 *", 30.0).with("lock_ttl = \"2s\"");
+    let cluster = Cluster::new(RedisServer::start(), "", &[long]);
+    let stderr = cluster.work.path("trigger.err");
+    let config = toml_path(&cluster.work.path("jobs.toml"));
+    let url = cluster.redis.url();
+    let mut trigger = Spawned(
+        Command::new(solocron_bin())
+            .args(["trigger", "long", "--config", &config, "--node-id", "cli"])
+            .args(["--redis", &url])
+            .env_remove("SOLOCRON_LOG")
+            .env_remove("SOLOCRON_LOG_FORMAT")
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).expect("create trigger.err"))
+            .spawn()
+            .expect("start solocron trigger"),
+    );
+    let pid = trigger.0.id() as i32;
+    let manual = cluster.wait_for_run(Duration::from_secs(10), "the manual run", |run| {
+        run.node == "cli"
+    });
+    common::signal(pid, "HUP");
+    let said = || std::fs::read_to_string(&stderr).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = trigger.0.try_wait().expect("wait for trigger") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "trigger did not exit: {}",
+            said()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.signal(), None, "ended by the signal: {}", said());
+    assert!(said().contains("interrupted"), "{}", said());
+    wait_gone(manual.pid, Duration::from_secs(5));
+    let entry = history(&cluster.redis, "long")
+        .into_iter()
+        .find(|entry| entry["occurrence"] == manual.occurrence)
+        .expect("the manual run is in the history");
+    assert_eq!(entry["outcome"], "interrupted", "{entry:?}");
+    let lock: Option<String> = cluster
+        .redis
+        .conn()
+        .get("{solocron:long}:lock")
+        .expect("GET");
+    assert_eq!(lock, None, "released, not left to expire");
 }
 
 #[test]
