@@ -109,7 +109,13 @@ pub const FATAL_BY_DEFAULT: [(libc::c_int, &str); 8] = [
 /// Catches every signal of [`FATAL_BY_DEFAULT`]: `said` is called with the
 /// signal's name for each (to log or print one line) and nothing else
 /// happens. Jobs get the default dispositions back ([`crate::exec`]).
+///
+/// SIGXFSZ (a log file past `ulimit -f`) is ignored instead, without a
+/// word: it comes with every write past the limit, log lines included, and
+/// an ignored one lets the write fail (EFBIG), a lost log line like any
+/// other (SPEC §2.10), where its default action ended the process.
 pub fn refuse_fatal(said: impl Fn(&'static str) + Send + Sync + 'static) -> io::Result<()> {
+    ignore(nix::sys::signal::Signal::SIGXFSZ)?;
     let said = std::sync::Arc::new(said);
     for (raw, name) in FATAL_BY_DEFAULT {
         let mut stream = signal(SignalKind::from_raw(raw))?;
@@ -124,13 +130,18 @@ pub fn refuse_fatal(said: impl Fn(&'static str) + Send + Sync + 'static) -> io::
 }
 
 /// SIGTTOU's disposition set to "ignore" (see [`refuse_suspend`]).
-#[allow(unsafe_code)]
 fn ignore_ttou() -> io::Result<()> {
-    use nix::sys::signal::{SigHandler, Signal};
+    ignore(nix::sys::signal::Signal::SIGTTOU)
+}
+
+/// `signal`'s disposition set to "ignore".
+#[allow(unsafe_code)]
+fn ignore(signal: nix::sys::signal::Signal) -> io::Result<()> {
+    use nix::sys::signal::SigHandler;
     // SAFETY: SIG_IGN runs no code of ours in a signal context; this
     // replaces no handler another part of the process relies on (nothing
-    // else handles SIGTTOU).
-    unsafe { nix::sys::signal::signal(Signal::SIGTTOU, SigHandler::SigIgn) }
+    // else handles SIGTTOU or SIGXFSZ).
+    unsafe { nix::sys::signal::signal(signal, SigHandler::SigIgn) }
         .map(drop)
         .map_err(io::Error::from)
 }

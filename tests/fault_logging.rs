@@ -13,6 +13,11 @@
 //! `solocron trigger JOB | head -0`: the manual run still runs, releases the
 //! lock and records its outcome, with stdout and stderr both closed.
 //!
+//! A node whose log is a file past the file size limit (`ulimit -f`): each
+//! write past it fails, a lost line, and the node goes on running and
+//! recording. Before the fix the first such write sent SIGXFSZ, whose
+//! default action ended the daemon at once.
+//!
 //! A job printing control characters (ESC, CR) cannot forge a text log line
 //! or colour the terminal or journal: they are escaped in the text log.
 
@@ -268,4 +273,48 @@ fn a_jobs_control_characters_are_escaped_in_the_text_log() {
         !log.lines().any(|line| line.starts_with("INFO claim won")),
         "{log}"
     );
+}
+
+#[test]
+fn a_log_file_past_the_file_size_limit_costs_log_lines_not_the_daemon() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let metrics_port = free_port();
+    config(&work, metrics_port, "echo tick");
+    let log = std::fs::File::create(work.path("node.log")).expect("create node.log");
+    let err = log.try_clone().expect("dup the log");
+    // dash counts `ulimit -f` in 512-byte blocks: 2 KiB, past after the
+    // start-up lines.
+    let mut node = PipedNode(
+        Command::new("sh")
+            .args(["-c", "ulimit -f 4 && exec \"$0\" \"$@\""])
+            .arg(solocron_bin())
+            .arg("run")
+            .args(["--node-id", "n1"])
+            .args(["--config", &toml_path(&work.path("jobs.toml"))])
+            .args(["--redis", &redis.url()])
+            .env_remove("SOLOCRON_CONFIG")
+            .env_remove("SOLOCRON_REDIS_URL")
+            .env_remove("SOLOCRON_LOG_FORMAT")
+            .env("SOLOCRON_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .expect("start solocron"),
+    );
+    wait_until(Duration::from_secs(20), "a log line lost", || {
+        assert!(
+            node.0.try_wait().expect("wait").is_none(),
+            "the node died: {}",
+            std::fs::read_to_string(work.path("node.log")).unwrap_or_default()
+        );
+        lost_lines(metrics_port) > 0.0
+    });
+    let since = chrono::Utc::now();
+    wait_until(Duration::from_secs(15), "two runs after the limit", || {
+        assert!(node.0.try_wait().expect("wait").is_none(), "the node died");
+        runs_after(&redis, "n1", since) >= 2
+    });
+    assert_nothing_skipped(&redis, since);
 }

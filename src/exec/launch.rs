@@ -169,7 +169,8 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         let args = &*(arg as *const ChildArgs);
         // Default dispositions: the daemon's handlers must not run here,
         // and what it ignores itself (Rust's SIGPIPE, the SIGTTOU of
-        // `shutdown::refuse_suspend`) must not reach the job.
+        // `shutdown::refuse_suspend`, the SIGXFSZ of
+        // `shutdown::refuse_fatal`) must not reach the job.
         for signal in 1..=libc::SIGRTMAX() {
             if signal == libc::SIGKILL || signal == libc::SIGSTOP {
                 continue;
@@ -179,7 +180,8 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
                 && (current.sa_sigaction != libc::SIG_DFL
                     && (current.sa_sigaction != libc::SIG_IGN
                         || signal == libc::SIGPIPE
-                        || signal == libc::SIGTTOU))
+                        || signal == libc::SIGTTOU
+                        || signal == libc::SIGXFSZ))
             {
                 let mut default: libc::sigaction = std::mem::zeroed();
                 default.sa_sigaction = libc::SIG_DFL;
