@@ -200,3 +200,48 @@ fn every_bad_config_is_refused_by_check_with_the_same_message() {
     }
     report(&failures, files.len());
 }
+
+/// `--config /dev/zero` (or a `password_file` / `env_file` naming a
+/// device that never ends) is refused after 64 MiB, naming it: it was
+/// read until the host ran out of memory. The address space limit (2 GiB) makes the old behaviour
+/// a failed allocation here, not a host out of memory.
+#[test]
+fn a_device_as_the_config_or_its_files_is_refused_not_read_for_ever() {
+    let dir = std::env::temp_dir().join(format!("solocron-devices-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let files = dir.join("jobs.toml");
+    std::fs::write(
+        &files,
+        "[redis]\nurl = \"redis://127.0.0.1:1\"\npassword_file = \"/dev/zero\"\n\n\
+         [daemon]\nenv_file = \"/dev/urandom\"\n\n[jobs.a]\nschedule = \"* * * * *\"\ncommand = \"true\"\n",
+    )
+    .expect("write jobs.toml");
+    for (config, expect) in [
+        (
+            Path::new("/dev/zero"),
+            vec!["cannot read `/dev/zero`: larger than 64 MiB"],
+        ),
+        (
+            files.as_path(),
+            vec![
+                "cannot read password file `/dev/zero`: larger than 64 MiB",
+                "cannot read env file `/dev/urandom`: larger than 64 MiB",
+            ],
+        ),
+    ] {
+        let out = Command::new("sh")
+            .args(["-c", "ulimit -v 2097152 && exec \"$0\" \"$@\""])
+            .arg(env!("CARGO_BIN_EXE_solocron"))
+            .args(["check", "--config"])
+            .arg(config)
+            .env_clear()
+            .output()
+            .expect("run solocron check");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{}: {stderr}", config.display());
+        for text in expect {
+            assert!(stderr.contains(text), "{}: {stderr}", config.display());
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

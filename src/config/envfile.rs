@@ -33,7 +33,7 @@ pub(super) enum EnvFileError {
 
 /// Reads `path`. Later lines win over earlier ones with the same name.
 pub(super) fn read(path: &Path) -> Result<BTreeMap<String, String>, EnvFileError> {
-    let text = std::fs::read_to_string(path).map_err(EnvFileError::Read)?;
+    let text = super::read_text_file(path).map_err(EnvFileError::Read)?;
     parse(&text)
 }
 

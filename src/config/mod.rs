@@ -79,9 +79,37 @@ pub fn load_for_inspection(path: &Path) -> Result<Config, ConfigError> {
 }
 
 fn read(path: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+    read_text_file(path).map_err(|error| ConfigError::Read {
         path: path.to_path_buf(),
         error,
+    })
+}
+
+/// The largest `jobs.toml`, env file or password file read (far above a
+/// file of 10,000 jobs).
+const MAX_FILE_BYTES: u64 = 64 << 20;
+
+/// Reads a file of the config (`jobs.toml`, `env_file`, `password_file`)
+/// of at most [`MAX_FILE_BYTES`]: a path naming a device that never ends
+/// (`/dev/zero`, `/dev/urandom`) was read until the host ran out of
+/// memory. `/dev/null` is an empty file, a pipe is read
+/// (`check --config <(...)`).
+pub(crate) fn read_text_file(path: &Path) -> std::io::Result<String> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!("larger than {} MiB", MAX_FILE_BYTES >> 20),
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "stream did not contain valid UTF-8",
+        )
     })
 }
 

@@ -369,7 +369,7 @@ fn password(
 ) -> Option<String> {
     let full = tls::beside(config_path, file.get_ref());
     let fail = |message: String| ctx.error(table.error(file.span(), key, message));
-    let content = match std::fs::read_to_string(&full) {
+    let content = match crate::config::read_text_file(&full) {
         Ok(content) => content,
         Err(_) if ctx.inspect => return None,
         Err(err) => {
