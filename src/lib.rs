@@ -21,6 +21,8 @@
 //!   or native journal entries under systemd.
 //! - [`manual`]: man pages and shell completions generated from [`cli`], for packaging.
 //! - [`metrics`], [`notify`]: Prometheus metrics and systemd notifications.
+//! - [`memory`], [`open_files`]: the allocator's arenas, and the open files
+//!   limit raised for the process and given back to its jobs.
 #![deny(unsafe_code)]
 
 pub mod cli;
@@ -37,6 +39,7 @@ pub mod manual;
 pub mod memory;
 pub mod metrics;
 pub mod notify;
+pub mod open_files;
 pub mod ops;
 pub mod registry;
 pub mod schedule;

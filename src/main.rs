@@ -15,6 +15,7 @@ const EXIT_NO_RUNTIME: u8 = 71;
 
 fn main() -> ExitCode {
     let cli = cli::parse_or_exit();
+    solocron::open_files::raise();
     solocron::memory::limit_arenas(match cli.command {
         Command::Run(_) => solocron::memory::DAEMON_ARENAS,
         _ => solocron::memory::COMMAND_ARENAS,

@@ -411,3 +411,73 @@ fn sixty_jobs_on_one_timer_each_run_every_occurrence_once() {
         assert_eq!(ran, expected, "{job} (every {period} s)");
     }
 }
+
+/// A soft open files limit left low by a shell or an init system (here
+/// 16, with a hard limit far above it) made every run of a busy second
+/// fail with "Too many open files", recorded `failed`, though the process
+/// was allowed more. The daemon raises its soft limit to the hard one,
+/// and each job still starts with the 16 it was given.
+#[test]
+fn a_low_soft_open_files_limit_costs_no_run_and_jobs_keep_it() {
+    const JOBS: usize = 30;
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let mut toml = String::new();
+    for index in 0..JOBS {
+        toml.push_str(&format!(
+            "[jobs.j{index}]\nschedule = \"* * * * * *\"\ncommand = 'echo \"$(ulimit -Sn) $(ulimit -Hn)\" >> {}'\n",
+            work.path("limits").display()
+        ));
+    }
+    let config = work.write_config(&toml);
+    let log = std::fs::File::create(work.path("n1.log")).expect("create the log");
+    let mut daemon = Command::new("sh")
+        .args(["-c", "ulimit -Sn 16 && exec \"$0\" \"$@\""])
+        .arg(common::solocron_bin())
+        .args(["run", "--node-id", "n1", "--config"])
+        .arg(&config)
+        .args(["--redis", &redis.url()])
+        .env("SOLOCRON_LOG", "info")
+        .env_remove("SOLOCRON_LOG_FORMAT")
+        .env_remove("JOURNAL_STREAM")
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().expect("clone the log"))
+        .stderr(log)
+        .spawn()
+        .expect("start solocron under sh");
+    let outcomes = |outcome: &str| {
+        (0..JOBS)
+            .filter(|index| {
+                common::history(&redis, &format!("j{index}"))
+                    .iter()
+                    .any(|entry| entry["outcome"] == outcome)
+            })
+            .count()
+    };
+    wait_until(
+        Duration::from_secs(30),
+        "every job ran at least twice",
+        || {
+            (0..JOBS).all(|index| {
+                common::history(&redis, &format!("j{index}"))
+                    .iter()
+                    .filter(|entry| entry["outcome"] == "succeeded")
+                    .count()
+                    >= 2
+            })
+        },
+    );
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(daemon.id()).expect("a pid")),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = daemon.wait();
+    let log = std::fs::read_to_string(work.path("n1.log")).unwrap_or_default();
+    assert_eq!(outcomes("failed"), 0, "no run failed:\n{log}");
+    let limits = work.lines("limits");
+    assert!(limits.len() >= 2 * JOBS, "{limits:?}");
+    assert!(
+        limits.iter().all(|line| line.starts_with("16 ")),
+        "each job starts with the soft limit the daemon was given: {limits:?}"
+    );
+}

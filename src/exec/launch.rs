@@ -20,7 +20,7 @@ use std::io;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
 /// A process to start, fully prepared (paths resolved, strings converted).
 pub struct Launch {
@@ -93,6 +93,7 @@ impl Launch {
             stdout: stdout_write.as_raw_fd(),
             stderr: stderr_write.as_raw_fd(),
             parent: std::process::id() as libc::pid_t,
+            open_files: job_open_files(),
             errno: AtomicI32::new(0),
         };
         let pid = clone_vfork(&args)?;
@@ -122,7 +123,30 @@ struct ChildArgs {
     stdout: RawFd,
     stderr: RawFd,
     parent: libc::pid_t,
+    /// The open files limit to give the job, if the daemon raised its own.
+    open_files: Option<libc::rlimit>,
     errno: AtomicI32,
+}
+
+/// The open files limit a job starts with (soft, hard), when the process
+/// raised its own ([`give_jobs_open_files`]); `u64::MAX`: unset.
+static JOB_OPEN_FILES: [AtomicU64; 2] = [AtomicU64::new(u64::MAX), AtomicU64::new(u64::MAX)];
+
+/// Jobs start with `limit` as their open files limit from now on: the one
+/// this process was given before it raised its own (`crate::open_files`).
+pub fn give_jobs_open_files(limit: libc::rlimit) {
+    JOB_OPEN_FILES[0].store(limit.rlim_cur, Ordering::Relaxed);
+    JOB_OPEN_FILES[1].store(limit.rlim_max, Ordering::Relaxed);
+}
+
+/// The limit of [`give_jobs_open_files`], if one was given.
+fn job_open_files() -> Option<libc::rlimit> {
+    let soft = JOB_OPEN_FILES[0].load(Ordering::Relaxed);
+    let hard = JOB_OPEN_FILES[1].load(Ordering::Relaxed);
+    (soft != u64::MAX && hard != u64::MAX).then_some(libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    })
 }
 
 /// Stack for the child until it execs: it only makes system calls.
@@ -209,6 +233,11 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         }
         if !args.cwd.is_null() && libc::chdir(args.cwd) == -1 {
             fail(args);
+        }
+        // The open files limit the daemon was started with, not the one it
+        // raised for itself (`open_files`). A refusal leaves the higher one.
+        if let Some(limit) = args.open_files {
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
         }
         libc::execve(args.path, args.argv, args.envp);
         fail(args)

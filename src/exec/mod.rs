@@ -21,6 +21,7 @@ mod process;
 mod spawner;
 
 pub use http::proxies_from_env;
+pub use launch::give_jobs_open_files;
 
 use std::collections::BTreeMap;
 use std::future::Future;
