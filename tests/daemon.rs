@@ -431,20 +431,30 @@ fn a_low_soft_open_files_limit_costs_no_run_and_jobs_keep_it() {
     }
     let config = work.write_config(&toml);
     let log = std::fs::File::create(work.path("n1.log")).expect("create the log");
-    let mut daemon = Command::new("sh")
-        .args(["-c", "ulimit -Sn 16 && exec \"$0\" \"$@\""])
-        .arg(common::solocron_bin())
-        .args(["run", "--node-id", "n1", "--config"])
-        .arg(&config)
-        .args(["--redis", &redis.url()])
-        .env("SOLOCRON_LOG", "info")
-        .env_remove("SOLOCRON_LOG_FORMAT")
-        .env_remove("JOURNAL_STREAM")
-        .stdin(std::process::Stdio::null())
-        .stdout(log.try_clone().expect("clone the log"))
-        .stderr(log)
-        .spawn()
-        .expect("start solocron under sh");
+    // Stopped by its PID also when an assertion fails first.
+    struct Stopped(std::process::Child);
+    impl Drop for Stopped {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut daemon = Stopped(
+        Command::new("sh")
+            .args(["-c", "ulimit -Sn 16 && exec \"$0\" \"$@\""])
+            .arg(common::solocron_bin())
+            .args(["run", "--node-id", "n1", "--config"])
+            .arg(&config)
+            .args(["--redis", &redis.url()])
+            .env("SOLOCRON_LOG", "info")
+            .env_remove("SOLOCRON_LOG_FORMAT")
+            .env_remove("JOURNAL_STREAM")
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().expect("clone the log"))
+            .stderr(log)
+            .spawn()
+            .expect("start solocron under sh"),
+    );
     let outcomes = |outcome: &str| {
         (0..JOBS)
             .filter(|index| {
@@ -468,10 +478,10 @@ fn a_low_soft_open_files_limit_costs_no_run_and_jobs_keep_it() {
         },
     );
     let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(daemon.id()).expect("a pid")),
+        nix::unistd::Pid::from_raw(i32::try_from(daemon.0.id()).expect("a pid")),
         nix::sys::signal::Signal::SIGTERM,
     );
-    let _ = daemon.wait();
+    let _ = daemon.0.wait();
     let log = std::fs::read_to_string(work.path("n1.log")).unwrap_or_default();
     assert_eq!(outcomes("failed"), 0, "no run failed:\n{log}");
     let limits = work.lines("limits");
