@@ -17,7 +17,6 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use chrono::Utc;
-use clap::builder::PossibleValuesParser;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::{self, Action, Config};
@@ -220,7 +219,7 @@ pub struct StatusArgs {
 /// `solocron history`.
 #[derive(Debug, Clone, Args)]
 pub struct HistoryArgs {
-    /// Only this job (default: every job in the config, or without one every job a live node runs).
+    /// Only this job (default: every job in the config or run by a live node; name a removed or renamed job to see its history).
     pub job: Option<String>,
     /// Show at most this many entries (at least 1).
     #[arg(long, default_value_t = 20, value_parser = parse_limit)]
@@ -234,12 +233,12 @@ pub struct HistoryArgs {
     /// Only entries of this node (repeat, or separate with commas, for several).
     #[arg(long = "node", value_name = "ID", value_delimiter = ',')]
     pub nodes: Vec<String>,
-    /// Only entries with this outcome (repeat, or separate with commas, for several).
+    /// Only entries with this outcome (repeat, or separate with commas, for several): succeeded, failed, timed_out, lock_lost, interrupted, skipped, paused, missed, abandoned, or `bad` for every outcome but succeeded, skipped and paused.
     #[arg(
         long = "outcome",
         value_name = "OUTCOME",
         value_delimiter = ',',
-        value_parser = PossibleValuesParser::new(crate::inspect::OUTCOMES)
+        value_parser = crate::inspect::parse_outcome
     )]
     pub outcomes: Vec<String>,
     /// One JSON array instead of a table.

@@ -1121,6 +1121,180 @@ fn node_and_outcome_filters_keep_only_matching_entries() {
     assert!(stdout(&bad).is_empty(), "{bad:?}");
 }
 
+/// `--outcome bad` is every outcome that needs a look: all but
+/// `succeeded`, `skipped` and `paused` (`failed` alone hid `timed_out`,
+/// `lock_lost`, `missed`, ...); a mistyped outcome gets the closest one.
+#[test]
+fn outcome_bad_keeps_every_bad_outcome_and_a_typo_gets_the_closest() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    jobs_config(&work, &["a"]);
+    let at = |secs: i64| rfc3339(T0 + secs * 1000);
+    for (secs, outcome) in (1..).zip(solocron::inspect::OUTCOMES) {
+        add_entry(
+            &redis,
+            "a",
+            T0 + secs * 1000,
+            &entry_fields(&at(secs), "n1", outcome),
+        );
+    }
+    let url = redis.url();
+    let outcomes_of = |filters: &[&str]| -> Vec<String> {
+        let output = solocron(&work, &url, &[&["history", "--json"], filters].concat());
+        parsed(&output)
+            .as_array()
+            .expect("an array")
+            .iter()
+            .map(|entry| entry["outcome"].as_str().expect("a string").to_string())
+            .collect()
+    };
+    assert_eq!(
+        outcomes_of(&["--outcome", "bad"]),
+        [
+            "abandoned",
+            "missed",
+            "interrupted",
+            "lock_lost",
+            "timed_out",
+            "failed"
+        ]
+    );
+    assert_eq!(
+        outcomes_of(&["--outcome", "bad,skipped"]),
+        [
+            "abandoned",
+            "missed",
+            "skipped",
+            "interrupted",
+            "lock_lost",
+            "timed_out",
+            "failed"
+        ]
+    );
+    let typo = solocron(&work, &url, &["history", "--outcome", "faild"]);
+    assert_eq!(typo.status.code(), Some(2), "{typo:?}");
+    let err = stderr(&typo);
+    assert!(
+        err.contains("unknown outcome `faild`") && err.contains("did you mean `failed`?"),
+        "{err}"
+    );
+    assert!(
+        err.contains("`bad`"),
+        "names the word for every bad one: {err}"
+    );
+    assert!(stdout(&typo).is_empty(), "{typo:?}");
+}
+
+/// A table cut by `--limit` says so on stderr; one that shows everything,
+/// and `--json`, add nothing.
+#[test]
+fn limit_says_when_it_cut_the_table() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    jobs_config(&work, &["a"]);
+    for secs in 1..=4 {
+        let at = rfc3339(T0 + secs * 1000);
+        add_entry(
+            &redis,
+            "a",
+            T0 + secs * 1000,
+            &entry_fields(&at, "n1", "succeeded"),
+        );
+    }
+    let url = redis.url();
+    let cut = solocron(&work, &url, &["history", "a", "--limit", "3"]);
+    assert!(cut.status.success(), "{cut:?}");
+    assert_eq!(
+        stdout(&cut).lines().count(),
+        4,
+        "a header and 3 rows: {cut:?}"
+    );
+    assert!(
+        stderr(&cut)
+            .contains("showing the newest 3 entries; older ones match too: `--limit N` shows more"),
+        "{cut:?}"
+    );
+    let whole = solocron(&work, &url, &["history", "a", "--limit", "4"]);
+    assert!(whole.status.success(), "{whole:?}");
+    assert_eq!(stdout(&whole).lines().count(), 5, "{whole:?}");
+    assert!(!stderr(&whole).contains("showing"), "{whole:?}");
+    let filtered = solocron(
+        &work,
+        &url,
+        &["history", "a", "--limit", "3", "--outcome", "bad"],
+    );
+    assert!(!stderr(&filtered).contains("showing"), "{filtered:?}");
+    let json = solocron(&work, &url, &["history", "a", "--limit", "3", "--json"]);
+    assert_eq!(parsed(&json).as_array().map(Vec::len), Some(3));
+}
+
+/// The table shows each entry's attempt (a retry's 2, 3, ...), `-` where
+/// none applies.
+#[test]
+fn the_history_table_shows_the_attempt() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    jobs_config(&work, &["a"]);
+    let at = rfc3339(T0);
+    let mut first = entry_fields(&at, "n1", "failed");
+    first.push(("attempt".to_string(), "1".to_string()));
+    add_entry(&redis, "a", T0, &first);
+    let mut second = entry_fields(&at, "n2", "succeeded");
+    second.push(("attempt".to_string(), "2".to_string()));
+    add_entry(&redis, "a", T0 + 1000, &second);
+    add_entry(&redis, "a", T0 + 2000, &entry_fields(&at, "n3", "skipped"));
+    let output = solocron(&work, &redis.url(), &["history", "a"]);
+    assert!(output.status.success(), "{output:?}");
+    let text = stdout(&output);
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows[0][5], "ATTEMPT", "{text}");
+    let attempts: Vec<(&str, &str)> = rows[1..].iter().map(|row| (row[2], row[5])).collect();
+    assert_eq!(attempts, [("n3", "-"), ("n2", "2"), ("n1", "1")], "{text}");
+}
+
+/// `history` without JOB shows a job the config no longer has while a
+/// live node runs it (a rename under way), and says that a job gone from
+/// both is left out and how to see it.
+#[test]
+fn history_of_every_job_covers_the_live_nodes_jobs_and_names_what_it_leaves_out() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    jobs_config(&work, &["new-name"]);
+    let mut node = test_nodes(&work.path("jobs.toml")).remove(0);
+    node.jobs
+        .insert("old-name".to_string(), "0123456789ab".to_string());
+    publish(&redis, &[node]);
+    for (secs, job) in [(1, "new-name"), (2, "old-name"), (3, "gone")] {
+        let at = rfc3339(T0 + secs * 1000);
+        add_entry(
+            &redis,
+            job,
+            T0 + secs * 1000,
+            &entry_fields(&at, "t-a", "failed"),
+        );
+    }
+    let url = redis.url();
+    let jobs: Vec<String> = parsed(&solocron(&work, &url, &["history", "--json"]))
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|entry| entry["job"].as_str().expect("a job").to_string())
+        .collect();
+    assert_eq!(jobs, ["old-name", "new-name"]);
+    let table = solocron(&work, &url, &["history"]);
+    assert!(table.status.success(), "{table:?}");
+    let err = stderr(&table);
+    assert!(
+        err.contains("jobs neither in `") && err.contains("`solocron history OLD-NAME`"),
+        "{err}"
+    );
+    let gone = history(&work, &redis, &["gone"]);
+    assert_eq!(gone.len(), 1, "{gone:?}");
+}
+
 #[test]
 fn an_unknown_job_is_refused_with_a_suggestion() {
     let redis = RedisServer::start();

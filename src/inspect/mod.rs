@@ -26,9 +26,9 @@ use crate::config::RedisConfig;
 use crate::lock::coordinator_time_ms;
 
 pub(crate) use format::flat;
-pub use history::{HistoryQuery, OUTCOMES, TimeBound, UsageError, history};
+pub use history::{HistoryQuery, OUTCOMES, TimeBound, UsageError, history, parse_outcome};
 pub use source::{DEFAULT_KEY_PREFIX, Source};
-pub(crate) use source::{closest, node_jobs, note};
+pub(crate) use source::{job_hint, node_jobs, note};
 pub use status::status;
 
 /// How long the first command may take before Redis counts as unreachable.
@@ -60,6 +60,25 @@ pub(crate) async fn live_nodes(
         .on_members(|conn| async move { crate::registry::live_nodes(&conn, prefix).await })
         .await?;
     Ok(crate::registry::merge_nodes(lists))
+}
+
+/// The job names known for `source`: the config's, and every live node's,
+/// sorted, once each.
+pub(crate) async fn known_jobs(
+    coordinator: &Coordinator,
+    source: &Source,
+) -> anyhow::Result<Vec<String>> {
+    let redis = &source.redis;
+    let nodes = live_nodes(coordinator, &redis.key_prefix)
+        .await
+        .map_err(|err| redis_failed("cannot read the node registry from", redis, &err))?;
+    let mut known = node_jobs(&nodes);
+    if let Some(config) = &source.config {
+        known.extend(config.jobs.iter().map(|job| job.name.clone()));
+    }
+    known.sort();
+    known.dedup();
+    Ok(known)
 }
 
 /// "`what` redis at `URL`: error", with the URL redacted. The error is

@@ -133,6 +133,19 @@ pub fn closest<'c>(typed: &str, candidates: impl Iterator<Item = &'c str>) -> Op
         .map(|(_, candidate)| candidate)
 }
 
+/// "did you mean `NAME`?" for the job name closest to `typed` ([`closest`]),
+/// else `otherwise`: the end of every "unknown job" error.
+pub fn job_hint<'c>(
+    typed: &str,
+    known: impl Iterator<Item = &'c str>,
+    otherwise: impl FnOnce() -> String,
+) -> String {
+    match closest(typed, known) {
+        Some(near) => format!("did you mean `{near}`?"),
+        None => otherwise(),
+    }
+}
+
 /// `note: TEXT` on stderr (a JSON object with `--log-format json`,
 /// [`crate::logging::tell`]); a closed stderr is not worth failing for.
 pub fn note(text: &str) {

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 
 use crate::control::{self, Mark};
 use crate::coordinator::Coordinator;
-use crate::inspect::{Source, closest, node_jobs};
+use crate::inspect::{Source, job_hint, known_jobs};
 
 /// Every mark of `key`, read from every member and merged (tombstones included).
 async fn read_merged(
@@ -63,23 +63,6 @@ async fn write_everywhere(
     Ok(previous)
 }
 
-/// The job names known for `source`: the config's, and every live node's.
-async fn known_jobs(coordinator: &Coordinator, source: &Source) -> anyhow::Result<Vec<String>> {
-    let prefix = &source.redis.key_prefix;
-    let nodes = crate::inspect::live_nodes(coordinator, prefix)
-        .await
-        .map_err(|err| {
-            crate::inspect::redis_failed("cannot read the node registry from", &source.redis, &err)
-        })?;
-    let mut known = node_jobs(&nodes);
-    if let Some(config) = &source.config {
-        known.extend(config.jobs.iter().map(|job| job.name.clone()));
-    }
-    known.sort();
-    known.dedup();
-    Ok(known)
-}
-
 /// `Err` for the first of `jobs` that is not in `known`, naming it and the
 /// closest known name (as `history` does).
 fn check_jobs(source: &Source, jobs: &[String], known: &[String]) -> anyhow::Result<()> {
@@ -87,10 +70,9 @@ fn check_jobs(source: &Source, jobs: &[String], known: &[String]) -> anyhow::Res
         if known.iter().any(|name| name == job) {
             continue;
         }
-        let hint = match closest(job, known.iter().map(String::as_str)) {
-            Some(near) => format!("did you mean `{near}`?"),
-            None => "`solocron status` lists the jobs".to_string(),
-        };
+        let hint = job_hint(job, known.iter().map(String::as_str), || {
+            "`solocron status` lists the jobs".to_string()
+        });
         anyhow::bail!(
             "unknown job `{job}`: {} and no live node runs it (key prefix `{}`); {hint}",
             source.config_words(),

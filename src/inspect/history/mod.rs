@@ -1,7 +1,12 @@
 //! `solocron history`: recent decisions, newest occurrence first.
 //!
-//! Reads the streams of one job, or of every job (the config's; without a
-//! config, every job a live node runs), in pipelined rounds ([`read`]).
+//! Reads the streams of one job, or of every job (the config's and every
+//! job a live node runs), in pipelined rounds ([`read`]). Redis keeps no
+//! list of the jobs that ever ran, so a job removed or renamed since (and
+//! run by no live node) is left out of the table; a note on stderr says
+//! so, and naming the job shows its history. `--outcome bad` keeps every
+//! outcome but [`NOT_BAD`]'s. When `--limit` cuts the list, a note on
+//! stderr says so (the `--json` output stays the array alone).
 //! `--since` and `--until` bound the occurrence's instant (an RFC 3339
 //! instant, or a duration back from Redis `TIME`, so "the last hour" means
 //! the same from every server), so a `missed` entry written late is found
@@ -24,7 +29,7 @@ use redis::streams::StreamRangeReply;
 
 use super::Source;
 use super::format;
-use super::source::{closest, node_jobs, note};
+use super::source::{closest, job_hint, node_jobs, note};
 use crate::lock::JobKeys;
 use crate::registry;
 
@@ -43,6 +48,36 @@ pub const OUTCOMES: [&str; 9] = [
     "missed",
     "abandoned",
 ];
+
+/// The word `--outcome` takes for every bad outcome: each one but
+/// [`NOT_BAD`]'s, also outcomes a newer daemon may write.
+pub const BAD: &str = "bad";
+
+/// The outcomes that are not bad: the job ran well, or was meant not to
+/// run (an overlap skipped, a pause, a calendar).
+pub const NOT_BAD: [&str; 4] = ["succeeded", "skipped", "paused", "excluded"];
+
+/// Parses one `--outcome` value: an outcome name or [`BAD`]; `Err` names
+/// the closest one and lists them all (the command then exits 2).
+pub fn parse_outcome(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    if text == BAD || OUTCOMES.contains(&text) {
+        return Ok(text.to_string());
+    }
+    let words = || OUTCOMES.iter().copied().chain([BAD]);
+    let hint = closest(text, words())
+        .map(|near| format!("did you mean `{near}`? "))
+        .unwrap_or_default();
+    let good: Vec<&str> = NOT_BAD
+        .into_iter()
+        .filter(|outcome| OUTCOMES.contains(outcome))
+        .collect();
+    Err(format!(
+        "unknown outcome `{text}`; {hint}the outcomes are {}, and `{BAD}` for every one but {}",
+        OUTCOMES.join(", "),
+        good.join(", ")
+    ))
+}
 
 /// One end of a `--since`/`--until` window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,34 +194,56 @@ pub async fn history(source: &Source, query: &HistoryQuery) -> anyhow::Result<()
             check_job(&conn, source, job).await?;
             vec![job.clone()]
         }
-        None => match &source.config {
-            Some(config) => config.jobs.iter().map(|job| job.name.clone()).collect(),
-            None => node_jobs(
-                &super::live_nodes(&coordinator, &redis.key_prefix)
-                    .await
-                    .map_err(|err| {
-                        super::redis_failed("cannot read the node registry from", redis, &err)
-                    })?,
-            ),
-        },
+        // The config's jobs and every live node's: a job renamed or removed
+        // in this file but still run by a node is shown too.
+        None => super::known_jobs(&coordinator, source).await?,
     };
     let names: Vec<&str> = jobs.iter().map(String::as_str).collect();
-    let entries = read_merged(
+    // One more than shown: whether `--limit` cut the list.
+    let mut entries = read_merged(
         &coordinator,
         &redis.key_prefix,
         &names,
         &filter,
-        query.limit,
+        query.limit.saturating_add(1),
     )
     .await
     .map_err(|err| super::redis_failed("cannot read the history from", redis, &err))?;
+    let cut = entries.len() > query.limit;
+    entries.truncate(query.limit);
     if query.json {
         return super::print(&render_json(&entries));
     }
     if entries.is_empty() {
-        return super::print(&nothing_found(source, query, &filter, jobs.is_empty()));
+        super::print(&nothing_found(source, query, &filter, jobs.is_empty()))?;
+    } else {
+        super::print(&render(&entries))?;
     }
-    super::print(&render(&entries))
+    if cut {
+        note(&format!(
+            "showing the newest {} entries; older ones match too: `--limit N` shows more",
+            query.limit
+        ));
+    }
+    if query.job.is_none() && !jobs.is_empty() {
+        note(&format!(
+            "{}; a job removed or renamed since keeps its history under its old name: \
+             `solocron history OLD-NAME` shows it",
+            left_out(source)
+        ));
+    }
+    Ok(())
+}
+
+/// Which jobs a `history` without JOB leaves out, for its note.
+fn left_out(source: &Source) -> String {
+    match &source.config {
+        Some(config) => format!(
+            "jobs neither in `{}` nor run by a live node are not shown",
+            config.path.display()
+        ),
+        None => "jobs no live node runs are not shown".to_string(),
+    }
 }
 
 /// The newest entries of `jobs` that `filter` keeps, at most `limit`: one
@@ -264,10 +321,9 @@ async fn check_job(conn: &Conn, source: &Source, job: &str) -> anyhow::Result<()
         if let Some(config) = &source.config {
             known.extend(config.jobs.iter().map(|job| job.name.clone()));
         }
-        let hint = match closest(job, known.iter().map(String::as_str)) {
-            Some(near) => format!("did you mean `{near}`?"),
-            None => "`solocron status` lists the jobs".to_string(),
-        };
+        let hint = job_hint(job, known.iter().map(String::as_str), || {
+            "`solocron status` lists the jobs".to_string()
+        });
         anyhow::bail!(
             "unknown job `{job}`: {}, no live node runs it and it has no history under key \
              prefix `{}`; {hint}",

@@ -36,7 +36,8 @@ pub struct Filter {
     pub until_ms: Option<i64>,
     /// Any of these nodes (empty: any node).
     pub nodes: Vec<String>,
-    /// Any of these outcomes (empty: any outcome).
+    /// Any of these outcomes (empty: any outcome); [`super::BAD`] stands
+    /// for every outcome but [`super::NOT_BAD`]'s.
     pub outcomes: Vec<String>,
 }
 
@@ -48,7 +49,12 @@ impl Filter {
         self.since_ms.is_none_or(|since| at >= since)
             && self.until_ms.is_none_or(|until| at <= until)
             && (self.nodes.is_empty() || self.nodes.contains(&entry.node))
-            && (self.outcomes.is_empty() || self.outcomes.contains(&entry.outcome))
+            && (self.outcomes.is_empty()
+                || self.outcomes.iter().any(|wanted| {
+                    *wanted == entry.outcome
+                        || (wanted == super::BAD
+                            && !super::NOT_BAD.contains(&entry.outcome.as_str()))
+                }))
     }
 }
 
@@ -322,6 +328,25 @@ mod tests {
         assert!(on("n1", "missed").keeps(&late));
         assert!(!on("n2", "missed").keeps(&late));
         assert!(!on("n1", "succeeded").keeps(&late));
+        let bad = Filter {
+            outcomes: vec![super::super::BAD.into()],
+            ..Filter::default()
+        };
+        for outcome in [
+            "failed",
+            "timed_out",
+            "lock_lost",
+            "missed",
+            "abandoned",
+            "throttled",
+        ] {
+            let entry = entry("a", "2026-11-30T21:00:01Z", "1-0", "n1", outcome);
+            assert!(bad.keeps(&entry), "{outcome} is bad");
+        }
+        for outcome in ["succeeded", "skipped", "paused", "excluded"] {
+            let entry = entry("a", "2026-11-30T21:00:01Z", "1-0", "n1", outcome);
+            assert!(!bad.keeps(&entry), "{outcome} is not bad");
+        }
     }
 
     #[test]

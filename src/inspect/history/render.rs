@@ -71,6 +71,7 @@ pub fn render(entries: &[Recorded]) -> String {
         "NODE",
         "FENCE",
         "OUTCOME",
+        "ATTEMPT",
         "EXIT/HTTP",
         "DURATION",
         "ERROR",
@@ -92,6 +93,9 @@ pub fn render(entries: &[Recorded]) -> String {
             entry.node.clone(),
             fence(entry.fence).map_or_else(|| NONE.to_string(), |f| f.to_string()),
             entry.outcome.clone(),
+            entry
+                .attempt
+                .map_or_else(|| NONE.to_string(), |attempt| attempt.to_string()),
             status,
             duration,
             entry.error.as_deref().map(format::flat).unwrap_or_default(),
@@ -175,7 +179,7 @@ mod tests {
         let text = render(&[skipped()]);
         let row = text.lines().nth(1).expect("a row");
         assert!(
-            row.starts_with("2026-11-30T21:00:00Z  tick  web-2  1796072399000123  skipped"),
+            row.starts_with("2026-11-30T21:00:00Z  tick  web-2  1796072399000123  skipped  -"),
             "{row}"
         );
         assert!(row.ends_with("lock held by web-1"), "{row}");
