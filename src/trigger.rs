@@ -47,14 +47,16 @@ pub async fn run(config: Config, node: &str, job_name: &str) -> anyhow::Result<E
         .map(Arc::clone)
     else {
         let names: Vec<&str> = config.jobs.iter().map(|job| job.name.as_str()).collect();
-        bail!(
-            "no job `{job_name}` in `{}`; its jobs are: {}",
-            config.path.display(),
+        let hint = crate::inspect::job_hint(job_name, names.iter().copied(), || {
             if names.is_empty() {
-                "(none)".to_string()
+                "it has no jobs".to_string()
             } else {
-                names.join(", ")
+                format!("its jobs are: {}", names.join(", "))
             }
+        });
+        bail!(
+            "unknown job `{job_name}`: not in `{}`; {hint}",
+            config.path.display()
         );
     };
     // Before the claim: from then on a suspended process would let the

@@ -865,6 +865,68 @@ fn the_commands_refuse_unknown_jobs_with_a_suggestion_and_fail_clearly_without_r
     }
 }
 
+/// A pause replacing one in force says on stderr whose pause it replaced
+/// (who, since, until, why) and that the job now runs sooner; `resume
+/// JOB` while `pause --all` holds says the job stays paused and how to
+/// lift it. Before, the first went by in a parenthesis on stdout and the
+/// second said "every node runs its occurrences again".
+#[test]
+fn a_replaced_pause_is_named_and_resume_under_pause_all_says_the_job_stays_paused() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    manual_jobs(&work);
+    let url = redis.url();
+    let first = cli_command(&work, &url, &["pause", "hello", "--reason", "db migration"])
+        .env("USER", "alice")
+        .output()
+        .expect("run solocron");
+    ok(&first);
+    assert!(!stderr(&first).contains("replaced"), "{first:?}");
+    let second = cli(
+        &work,
+        &url,
+        &["pause", "hello", "--for", "10m", "--reason", "quick look"],
+    );
+    ok(&second);
+    let err = stderr(&second);
+    for needle in [
+        "warning: this replaced the pause of job `hello` that was in force (by alice@",
+        ": db migration);",
+        "that one lasted until `solocron resume`, this one ends at 20",
+    ] {
+        assert!(err.contains(needle), "{needle}: {err}");
+    }
+    let status = status_json(&work, &url);
+    assert_eq!(job_json(&status, "hello")["paused"]["reason"], "quick look");
+
+    ok(&cli(&work, &url, &["pause", "--all", "--reason", "freeze"]));
+    let resumed = cli(&work, &url, &["resume", "hello"]);
+    let said = ok(&resumed);
+    assert!(!said.contains("runs its occurrences again"), "{said}");
+    assert!(
+        said.contains("ended the pause of job `hello`")
+            && said.contains("it stays paused: `pause --all` holds"),
+        "{said}"
+    );
+    assert!(
+        stderr(&resumed).contains("until `solocron resume --all` ends it"),
+        "{resumed:?}"
+    );
+    let said = ok(&cli(&work, &url, &["resume", "fails"]));
+    assert!(
+        said.contains("job `fails` had no pause of its own; it stays paused"),
+        "{said}"
+    );
+    let status = status_json(&work, &url);
+    assert_eq!(
+        job_json(&status, "hello")["paused"]["all"],
+        true,
+        "{status:#}"
+    );
+    let said = ok(&cli(&work, &url, &["resume", "--all"]));
+    assert!(said.contains("resumed every job (pause --all)"), "{said}");
+}
+
 /// A paused job while every node is stopped (a maintenance routine: pause,
 /// then stop the fleet): the occurrences nobody decided meanwhile are
 /// recorded `paused`, not `missed`, once each, and no `on_failure` runs

@@ -86,9 +86,35 @@ fn trigger_runs_under_the_lock_shows_output_and_returns_3_while_held() {
     assert_eq!(unknown.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&unknown.stderr);
     assert!(
-        stderr.contains("no job `nope`") && stderr.contains("slow, fails"),
+        stderr.contains("unknown job `nope`") && stderr.contains("slow, fails"),
         "{stderr}"
     );
+}
+
+/// A typo in the job's name gets the closest name, as every command that
+/// takes a JOB does; nothing runs and no lock is taken.
+#[test]
+fn an_unknown_job_is_refused_with_the_closest_name() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    work.write_config(
+        "[jobs.nightly-report]\nschedule = \"0 0 1 1 *\"\ncommand = 'true'\n\
+         [jobs.warm-cache]\nschedule = \"0 0 1 1 *\"\ncommand = 'true'\n",
+    );
+    let typo = output(&mut trigger(&work, &redis, "nightly-reprot"));
+    assert_eq!(typo.status.code(), Some(1), "{typo:?}");
+    let stderr = String::from_utf8_lossy(&typo.stderr);
+    assert!(
+        stderr.contains("unknown job `nightly-reprot`")
+            && stderr.contains("did you mean `nightly-report`?"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("warm-cache"),
+        "one suggestion, not the list: {stderr}"
+    );
+    let keys: Vec<String> = redis.conn().keys("*").expect("KEYS");
+    assert!(keys.is_empty(), "nothing written: {keys:?}");
 }
 
 #[test]

@@ -8,6 +8,12 @@
 //! progress finishes). `resume` writes the end of the pause; `resume
 //! --all` ends `pause --all` and every job's own pause.
 //!
+//! A pause in force is replaced by a new one of the same job (or `--all`):
+//! the new who, end and reason apply, and a warning on stderr names the
+//! pause it replaced (who, since, until, why), and says when the job now
+//! runs sooner. `resume JOB` while `pause --all` holds ends the job's own
+//! pause only, and says that every job stays paused until `resume --all`.
+//!
 //! Failure model: see [`super`]; an unknown job is refused before anything
 //! is written, with the closest known name.
 
@@ -15,7 +21,7 @@ use std::time::Duration;
 
 use super::{check_jobs, instant, known_jobs, read_merged, write_everywhere};
 use crate::control::{ALL, Mark, Pauses, pauses_key, who};
-use crate::inspect::{Source, note, print};
+use crate::inspect::{Source, print};
 
 /// What `pause` was asked.
 #[derive(Debug, Clone)]
@@ -77,18 +83,18 @@ pub async fn pause(source: &Source, request: &PauseRequest) -> anyhow::Result<()
         Some(until) => format!("until {}", instant(until)),
         None => "until `solocron resume`".to_string(),
     };
+    let mut replaced = Vec::new();
     for (field, before) in fields.iter().zip(previous) {
         let what = if field == ALL {
             "every job".to_string()
         } else {
             format!("job `{field}`")
         };
-        let replaced = before
-            .filter(|before| before.covers(now_ms))
-            .map(|before| format!(" (replaces the pause {})", before.describe()))
-            .unwrap_or_default();
+        if let Some(before) = before.filter(|before| before.covers(now_ms)) {
+            replaced.push(replaced_words(&what, &before, until_ms));
+        }
         out.push_str(&format!(
-            "paused {what} on every node (by {} {until}{}){replaced}\n",
+            "paused {what} on every node (by {} {until}{})\n",
             mark.by,
             mark.reason
                 .as_deref()
@@ -101,7 +107,32 @@ pub async fn pause(source: &Source, request: &PauseRequest) -> anyhow::Result<()
          `paused`, not run; runs already going finish. `solocron status` shows it.\n",
         crate::control::REFRESH.as_secs().max(1)
     ));
-    print(&out)
+    print(&out)?;
+    for text in replaced {
+        crate::logging::to_stderr(&format!("warning: {text}\n"));
+    }
+    Ok(())
+}
+
+/// What a new pause of `what` replaced: the pause in force before (who,
+/// since when, until when, why), and whether the job now runs sooner.
+fn replaced_words(what: &str, before: &Mark, until_ms: Option<i64>) -> String {
+    let sooner = match (before.until_ms, until_ms) {
+        (None, Some(until)) => format!(
+            "; that one lasted until `solocron resume`, this one ends at {}",
+            instant(until)
+        ),
+        (Some(old), Some(until)) if until < old => format!(
+            "; that one lasted until {}, this one ends sooner, at {}",
+            instant(old),
+            instant(until)
+        ),
+        _ => String::new(),
+    };
+    format!(
+        "this replaced the pause of {what} that was in force ({}){sooner}",
+        before.describe()
+    )
 }
 
 /// What `resume` was asked.
@@ -156,6 +187,11 @@ pub async fn resume(source: &Source, request: &ResumeRequest) -> anyhow::Result<
     if !writes.is_empty() {
         write_everywhere(&coordinator, source, &key, &writes).await?;
     }
+    // `resume JOB` leaves `pause --all` in force: the job stays paused.
+    let all_holds = paused
+        .all
+        .as_ref()
+        .filter(|all| !request.all && all.covers(now_ms));
     let mut out = String::new();
     if request.all && fields.is_empty() {
         out.push_str("nothing was paused\n");
@@ -166,22 +202,26 @@ pub async fn resume(source: &Source, request: &ResumeRequest) -> anyhow::Result<
         } else {
             format!("job `{field}`")
         };
-        if in_effect(field) {
-            out.push_str(&format!(
+        match (in_effect(field), all_holds) {
+            (true, None) => out.push_str(&format!(
                 "resumed {what} on every node (by {by}): every node runs its occurrences again \
                  within about {}s\n",
                 crate::control::REFRESH.as_secs().max(1)
-            ));
-        } else {
-            out.push_str(&format!("{what} was not paused\n"));
+            )),
+            (true, Some(_)) => out.push_str(&format!(
+                "ended the pause of {what} (by {by}), but it stays paused: `pause --all` holds\n"
+            )),
+            (false, None) => out.push_str(&format!("{what} was not paused\n")),
+            (false, Some(_)) => out.push_str(&format!(
+                "{what} had no pause of its own; it stays paused: `pause --all` holds\n"
+            )),
         }
     }
     print(&out)?;
-    if !request.all
-        && let Some(all) = paused.all.as_ref().filter(|all| all.covers(now_ms))
-    {
-        note(&format!(
-            "every job is still paused by `pause --all` ({}); `solocron resume --all` ends that",
+    if let Some(all) = all_holds {
+        crate::logging::to_stderr(&format!(
+            "warning: every job is still paused by `pause --all` ({}): no occurrence runs \
+             until `solocron resume --all` ends it\n",
             all.describe()
         ));
     }
