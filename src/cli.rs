@@ -121,9 +121,9 @@ pub enum Command {
     Pause(PauseArgs),
     /// End a pause: every node runs JOB's occurrences again from the next one.
     Resume(ResumeArgs),
-    /// Stop a node claiming new occurrences (the others take them); its running jobs finish.
+    /// Stop a node claiming new occurrences (the others take them); its running jobs finish. A node that is not live and was never drained is refused (exit 2) unless --force.
     Drain(DrainArgs),
-    /// End a drain: the node claims occurrences again.
+    /// End a drain: the node claims occurrences again. A node that is not live and was never drained is refused (exit 2).
     Undrain(UndrainArgs),
 }
 
@@ -323,6 +323,9 @@ pub struct DrainArgs {
     /// Why, shown by `status`.
     #[arg(long, value_name = "TEXT")]
     pub reason: Option<String>,
+    /// Drain a node that is not live and was never drained (one about to start); without it such a node is refused (exit 2).
+    #[arg(long)]
+    pub force: bool,
     #[command(flatten)]
     pub source: InspectArgs,
 }
@@ -487,17 +490,27 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Drain(args) => {
-            let node = node_id(args.node.as_deref())?;
+            let target = drain_target(args.node.as_deref(), args.force)?;
             let reason = args.reason.as_deref();
-            crate::ops::drain::drain(&source(&args.source)?, &node, true, reason).await?;
+            crate::ops::drain::drain(&source(&args.source)?, &target, true, reason).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Undrain(args) => {
-            let node = node_id(args.node.as_deref())?;
-            crate::ops::drain::drain(&source(&args.source)?, &node, false, None).await?;
+            let target = drain_target(args.node.as_deref(), false)?;
+            crate::ops::drain::drain(&source(&args.source)?, &target, false, None).await?;
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The node `drain` / `undrain` is about: `--node` (or `SOLOCRON_NODE_ID`),
+/// else this host's name.
+fn drain_target(node: Option<&str>, force: bool) -> anyhow::Result<crate::ops::drain::Target> {
+    Ok(crate::ops::drain::Target {
+        node: node_id(node)?,
+        defaulted: node.is_none(),
+        force,
+    })
 }
 
 /// Exit status for a usage error (as the argument parser's).

@@ -865,6 +865,66 @@ fn the_commands_refuse_unknown_jobs_with_a_suggestion_and_fail_clearly_without_r
     }
 }
 
+/// `drain --node web-9` (no such node) and a bare `drain` on a machine
+/// that runs no daemon under its host name are refused with exit 2,
+/// naming the live nodes and the closest id, and write nothing; `--force`
+/// drains a node ahead, and a node drained before can be undrained even
+/// while it is down. Before, both printed success and exited 0 while the
+/// real node kept claiming.
+#[test]
+fn drain_refuses_a_node_that_is_not_live_and_was_never_drained() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    manual_jobs(&work);
+    let url = redis.url();
+    let _web1 = Node::start(&work, &redis, "web-1", &[]);
+    wait_until(Duration::from_secs(10), "web-1 is live", || {
+        status_json(&work, &url)["nodes"]
+            .as_array()
+            .is_some_and(|nodes| nodes.iter().any(|node| node["node"] == "web-1"))
+    });
+    let drains = || -> Vec<String> {
+        let fields: Vec<String> = redis.conn().hkeys("{solocron}:drains").expect("HKEYS");
+        fields.into_iter().filter(|f| f != "~version").collect()
+    };
+    let typo = cli(&work, &url, &["drain", "--node", "web-9"]);
+    assert_eq!(typo.status.code(), Some(2), "{typo:?}");
+    let err = stderr(&typo);
+    for needle in [
+        "node `web-9` is not live",
+        "has never been drained",
+        "the live nodes: web-1",
+        "did you mean `--node web-1`?",
+        "`--force`",
+    ] {
+        assert!(err.contains(needle), "{needle}: {err}");
+    }
+    assert!(typo.stdout.is_empty(), "{typo:?}");
+    let bare = cli(&work, &url, &["drain"]);
+    assert_eq!(bare.status.code(), Some(2), "{bare:?}");
+    let err = stderr(&bare);
+    assert!(
+        err.contains("this host's node id: `--node` was not given") && err.contains("web-1"),
+        "{err}"
+    );
+    let undrain = cli(&work, &url, &["undrain", "--node", "web-9"]);
+    assert_eq!(undrain.status.code(), Some(2), "{undrain:?}");
+    assert!(
+        stderr(&undrain).contains("node `web-9` is not live"),
+        "{undrain:?}"
+    );
+    assert!(!stderr(&undrain).contains("--force"), "{undrain:?}");
+    assert_eq!(drains(), Vec::<String>::new(), "nothing written");
+    // Ahead of its start, with `--force`; then known: undrain needs no force.
+    let ahead = cli(&work, &url, &["drain", "--node", "web-9", "--force"]);
+    assert!(ok(&ahead).contains("node `web-9` drains"), "{ahead:?}");
+    assert!(stderr(&ahead).contains("it starts drained"), "{ahead:?}");
+    assert_eq!(drains(), ["web-9"]);
+    ok(&cli(&work, &url, &["undrain", "--node", "web-9"]));
+    // A live node needs no `--force`.
+    assert!(ok(&cli(&work, &url, &["drain", "--node", "web-1"])).contains("node `web-1` drains"));
+}
+
 /// A pause replacing one in force says on stderr whose pause it replaced
 /// (who, since, until, why) and that the job now runs sooner; `resume
 /// JOB` while `pause --all` holds says the job stays paused and how to

@@ -1461,7 +1461,7 @@ fn status_text_puts_every_free_text_on_one_line() {
     let reason = "db\nmigration \u{1b}[31mred\u{1b}[0m\rnow";
     for args in [
         &["pause", "a", "--reason", reason][..],
-        &["drain", "--node", "n9", "--reason", reason][..],
+        &["drain", "--node", "n9", "--force", "--reason", reason][..],
     ] {
         let said = solocron(&work, &url, args);
         assert!(said.status.success(), "{said:?}");

@@ -420,7 +420,7 @@ fn planted_secrets_appear_in_no_output_and_no_key() {
                 &["pause", "fails", "--for", "1s", "--reason", "r"][..],
             ),
             ("resume", &["resume", "fails"]),
-            ("drain", &["drain", "--node", "gone"]),
+            ("drain", &["drain", "--node", "gone", "--force"]),
             ("undrain", &["undrain", "--node", "gone"]),
         ] {
             run(
@@ -797,7 +797,7 @@ fn the_readme_acl_user_is_enough_and_restrictive() {
         &["resume", "tick"],
         &["pause", "--all"],
         &["resume", "--all"],
-        &["drain", "--node", "acl-gone"],
+        &["drain", "--node", "acl-gone", "--force"],
         &["undrain", "--node", "acl-gone"],
     ] {
         let args = [args, &flags[..]].concat();

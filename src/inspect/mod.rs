@@ -28,7 +28,7 @@ use crate::lock::coordinator_time_ms;
 pub(crate) use format::flat;
 pub use history::{HistoryQuery, OUTCOMES, TimeBound, UsageError, history, parse_outcome};
 pub use source::{DEFAULT_KEY_PREFIX, Source};
-pub(crate) use source::{job_hint, node_jobs, note};
+pub(crate) use source::{closest, job_hint, node_jobs, note};
 pub use status::status;
 
 /// How long the first command may take before Redis counts as unreachable.

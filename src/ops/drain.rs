@@ -7,26 +7,44 @@
 //! other nodes take them); its running jobs finish under their leases.
 //! `status` shows it `draining` while it still runs jobs, then `drained`.
 //!
-//! Failure model: see [`super`]. Draining a node that is not live is
-//! allowed (it starts drained), with a note. Draining the last live node
-//! that was not drained is allowed too (a maintenance of the whole fleet),
-//! but then nothing runs at all, so the command says so on stderr instead
-//! of "the other nodes take them" ([`undrained_live`]).
+//! Failure model: see [`super`]. A node that is not live and has no drain
+//! mark (a typo, or a bare `drain` on a machine that runs no daemon under
+//! this host's id) is refused with exit 2, naming the live nodes and the
+//! closest id; `drain --force` drains it ahead (it starts drained), with a
+//! note, and so does any drain of a node drained before. Draining the last
+//! live node that was not drained is allowed too (a maintenance of the
+//! whole fleet), but then nothing runs at all, so the command says so on
+//! stderr instead of "the other nodes take them" ([`undrained_live`]).
 
 use std::collections::BTreeMap;
 
 use super::{read_merged, write_everywhere};
 use crate::control::{Mark, drains_key, who};
-use crate::inspect::{Source, note, print};
+use crate::inspect::{Source, UsageError, closest, note, print};
 use crate::registry::NodeInfo;
 
-/// Drains `node` (`undrain`: `drain = false`); prints what it did.
+/// Which node `drain` or `undrain` was asked about.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The node id.
+    pub node: String,
+    /// `--node` was not given: the id is this host's (`SOLOCRON_NODE_ID`
+    /// or the host name).
+    pub defaulted: bool,
+    /// `--force`: drain a node that is not live and was never drained.
+    pub force: bool,
+}
+
+/// Drains `target.node` (`undrain`: `drain = false`); prints what it did.
+/// `Err` ([`UsageError`], exit 2) for a node that is not live and has no
+/// drain mark, unless `--force` drains it ahead.
 pub async fn drain(
     source: &Source,
-    node: &str,
+    target: &Target,
     drain: bool,
     reason: Option<&str>,
 ) -> anyhow::Result<()> {
+    let node = target.node.as_str();
     let (coordinator, now_ms) = crate::inspect::open(&source.redis).await?;
     let prefix = &source.redis.key_prefix;
     let key = drains_key(prefix);
@@ -38,6 +56,11 @@ pub async fn drain(
     let is_live = live.iter().any(|info| info.node == node);
     let current = read_merged(&coordinator, source, &key).await?;
     let was_drained = current.get(node).is_some_and(|mark| mark.active);
+    // Drained or undrained before, live now, or drained ahead on purpose.
+    let allowed = is_live || current.contains_key(node) || (drain && target.force);
+    if !allowed {
+        return Err(unknown_node(source, node, drain, target, &live).into());
+    }
     if !drain && !was_drained {
         return print(&format!("node `{node}` was not drained\n"));
     }
@@ -110,6 +133,50 @@ pub async fn drain(
         ));
     }
     Ok(())
+}
+
+/// The refusal for a node that is not live and was never drained: the
+/// live nodes, the closest id, and how to drain it ahead.
+fn unknown_node(
+    source: &Source,
+    node: &str,
+    drain: bool,
+    target: &Target,
+    live: &[NodeInfo],
+) -> UsageError {
+    let prefix = &source.redis.key_prefix;
+    let mut ids: Vec<&str> = live.iter().map(|info| info.node.as_str()).collect();
+    ids.sort_unstable();
+    let whose = if target.defaulted {
+        format!("node `{node}` (this host's node id: `--node` was not given)")
+    } else {
+        format!("node `{node}`")
+    };
+    let live_words = if ids.is_empty() {
+        format!("no node is live under key prefix `{prefix}`")
+    } else {
+        format!("the live nodes: {}", ids.join(", "))
+    };
+    let hint = match closest(node, ids.iter().copied()) {
+        Some(near) => format!("did you mean `--node {near}`? "),
+        None => String::new(),
+    };
+    let ahead = if drain {
+        "; to drain a node before it starts, add `--force`"
+    } else {
+        ""
+    };
+    UsageError(format!(
+        "{whose} is not live (it has not published itself under key prefix `{prefix}` in the \
+         last {}) and has never been drained, so {} would change nothing that runs; \
+         {live_words}; {hint}name the node with `--node ID`{ahead}",
+        humantime::format_duration(crate::registry::TTL),
+        if drain {
+            "draining it"
+        } else {
+            "undraining it"
+        },
+    ))
 }
 
 /// The live nodes that `marks` (every drain mark, by node id) leaves
