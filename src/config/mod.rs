@@ -17,9 +17,11 @@
 //! `table` (reading one TOML table), `redis` (`[redis]`: the four
 //! coordinator modes, their URLs, `sentinel`), `sections` (`[daemon]`),
 //! `envfile` (`env_file`), `tls` (the `[redis]` certificate files), `job`
-//! (`[defaults]`, `[jobs.NAME]`), `http`, `interpolate`, `warnings`; the
-//! validated types live in `model`.
+//! (`[defaults]`, `[jobs.NAME]`), `http`, `interpolate`, `warnings`,
+//! `access` (whether the service user can read the files the config
+//! names); the validated types live in `model`.
 
+pub mod access;
 mod context;
 mod envfile;
 mod error;
@@ -183,6 +185,7 @@ fn parse_with(text: &str, path: &Path, ctx: &Context<'_>) -> Result<Config, Conf
         jobs,
         env: ctx.take_file_env(),
         warnings: ctx.take_warnings(),
+        files: ctx.take_files(),
     })
 }
 
