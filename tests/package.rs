@@ -644,10 +644,13 @@ fn generate_docs_writes_a_page_per_subcommand_and_three_completions() {
 #[test]
 fn the_shipped_jobs_toml_is_refused_until_edited() {
     let shipped = Path::new(ROOT).join("packaging/jobs.toml");
+    // The package test, in parallel, may create the user solocron: this
+    // file in a temporary directory is not about it.
     let check = |path: &Path| {
         Command::new(env!("CARGO_BIN_EXE_solocron"))
             .args(["check", "--config"])
             .arg(path)
+            .env("SOLOCRON_SERVICE_USER", "no-such-user-solocron-test")
             .output()
             .expect("run solocron check")
     };
@@ -658,7 +661,28 @@ fn the_shipped_jobs_toml_is_refused_until_edited() {
         said.contains("no `[redis]` section") && said.contains("no job"),
         "{said}"
     );
+    // It is a template to fill in, not a truncated file: say what to add.
+    assert!(
+        said.contains("installed template")
+            && said.contains("add `[redis]` with `url = ")
+            && said.contains("at least one `[jobs.NAME]` table")
+            && !said.contains("truncated")
+            && !said.contains("restore"),
+        "{said}"
+    );
+    // Half edited: what is still missing, again without truncation.
     let dir = tempfile::tempdir().expect("temp dir");
+    let half = dir.path().join("half.toml");
+    let mut text = std::fs::read_to_string(&shipped).expect("read");
+    text.push_str("\n[redis]\nurl = \"redis://10.0.0.5:6379\"\n");
+    std::fs::write(&half, text).expect("write");
+    let refused = check(&half);
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("no job") && said.contains("add one") && !said.contains("truncated"),
+        "{said}"
+    );
     let edited = dir.path().join("jobs.toml");
     let mut text = std::fs::read_to_string(&shipped).expect("read");
     text.push_str("\n[redis]\nurl = \"redis://10.0.0.5:6379\"\n[jobs.a]\nschedule = \"@daily\"\ncommand = \"true\"\n");
