@@ -204,6 +204,14 @@ pub struct CheckArgs {
     /// Only the summary line (and warnings, errors): for `ExecReload=`.
     #[arg(long, short)]
     pub quiet: bool,
+    /// The user the daemon runs as: run as root, `check` warns about each file the config names that this user cannot read (nothing if there is no such user).
+    #[arg(
+        long,
+        value_name = "USER",
+        env = "SOLOCRON_SERVICE_USER",
+        default_value = "solocron"
+    )]
+    pub service_user: String,
 }
 
 /// `solocron status`.
@@ -569,9 +577,16 @@ fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
     // would let go: keep them, rather than parse each again.
     let _forms = (!args.quiet).then(crate::schedule::Hold::start);
     let config = load(&args.file.config, None)?;
+    // Root reads every file; the daemon, as the service user, may not.
+    let mut warnings = config.warnings.clone();
+    if nix::unistd::geteuid().is_root()
+        && let Some(user) = config::access::ServiceUser::lookup(&args.service_user)
+    {
+        warnings.extend(config::access::unreadable(&config, &user));
+    }
     // Warnings never fail the check: they go to stderr, before the jobs.
     let mut err = std::io::BufWriter::new(std::io::stderr().lock());
-    for warning in &config.warnings {
+    for warning in &warnings {
         writeln!(err, "warning: {warning}")?;
     }
     err.flush()?;
@@ -579,7 +594,7 @@ fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
     // One write per buffer, not per line (10,000 jobs are 50,000 lines); a
     // closed pipe (`check | head`) is an error to report, not a panic.
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    let warned = match config.warnings.len() {
+    let warned = match warnings.len() {
         0 => String::new(),
         n => format!(", {n} warning(s)"),
     };

@@ -15,7 +15,8 @@
 //! it never skips. It refuses to touch a `solocron` package it did not
 //! install (a note in [`STATE`] says it did, so a run that was killed is
 //! cleaned up by the next), and leaves the machine as it found it: the
-//! package purged, and the user `solocron` deleted again if it created it.
+//! package purged, and the user `solocron`, its home and /etc/solocron
+//! removed again if it created them.
 //!
 //! The fast tests check the hidden `generate-docs` and the shipped
 //! `jobs.toml` with the debug binary, without dpkg.
@@ -37,6 +38,7 @@ const STATE: &str = "/var/tmp/solocron-package-test.state";
 /// /lib/systemd/system/solocron.service too.
 const UNIT: &str = "/usr/lib/systemd/system/solocron.service";
 const CONFIG: &str = "/etc/solocron/jobs.toml";
+const PASSWORD: &str = "/etc/solocron/redis.pass";
 
 /// The visible subcommands, from the clap definitions the pages are made of.
 fn subcommands() -> Vec<String> {
@@ -45,6 +47,49 @@ fn subcommands() -> Vec<String> {
         .filter(|sub| !sub.is_hide_set())
         .map(|sub| sub.get_name().to_string())
         .collect()
+}
+
+/// The top page `solocron.1`: clap's sections and what it has no notion
+/// of: exit statuses, the environment, a line for every key of jobs.toml
+/// (from the loader's own key lists), FILES and SEE ALSO.
+fn check_top_page(top: &str) {
+    for needle in [
+        ".SH \"EXIT STATUS\"",
+        ".SH ENVIRONMENT",
+        ".SH CONFIGURATION",
+        ".SH FILES",
+        "/etc/solocron/jobs.toml",
+        "/etc/solocron/redis.pass",
+        "SOLOCRON_CONFIG",
+        "SOLOCRON_NODE_ID",
+        "SOLOCRON_REDIS_URL",
+        "SOLOCRON_SERVICE_USER",
+        "\\fBSOLOCRON_LOG\\fR",
+        "SOLOCRON_OCCURRENCE",
+        "\\fB78\\fR",
+        "\\fB2\\fR",
+    ] {
+        assert!(top.contains(needle), "{needle}: {top}");
+    }
+    use solocron::config::keys;
+    for key in [
+        keys::REDIS,
+        keys::SENTINEL,
+        keys::DAEMON,
+        keys::JOB,
+        keys::NOTIFIER,
+        keys::HTTP,
+    ]
+    .concat()
+    {
+        assert!(top.contains(&format!("\\fB{key}\\fR")), "key {key}: {top}");
+    }
+    for sub in subcommands() {
+        assert!(
+            top.contains(&format!("solocron\\-{sub}(1)")),
+            "{sub}: {top}"
+        );
+    }
 }
 
 /// Runs `command`; panics with its output unless it exits 0.
@@ -158,9 +203,13 @@ fn require_root_and_tools() {
 struct Restore {
     created_user: bool,
     created_home: bool,
+    /// /etc/solocron was not there: a failed run may leave the files it
+    /// wrote there (a purge that did not remove them).
+    created_etc: bool,
 }
 
 const HOME: &str = "/var/lib/solocron";
+const ETC: &str = "/etc/solocron";
 
 impl Drop for Restore {
     fn drop(&mut self) {
@@ -192,6 +241,13 @@ fn restore(made: &Restore) {
         eprintln!("cleanup: cannot remove {HOME}: {err}; remove it by hand");
         return;
     }
+    if made.created_etc
+        && Path::new(ETC).exists()
+        && let Err(err) = std::fs::remove_dir_all(ETC)
+    {
+        eprintln!("cleanup: cannot remove {ETC}: {err}; remove it by hand");
+        return;
+    }
     let _ = std::fs::remove_file(STATE);
 }
 
@@ -203,6 +259,7 @@ fn take_over_the_machine() -> Restore {
         restore(&Restore {
             created_user: state.lines().any(|line| line == "user-created"),
             created_home: state.lines().any(|line| line == "home-created"),
+            created_etc: state.lines().any(|line| line == "etc-created"),
         });
     }
     if let Some(status) = package_status() {
@@ -214,6 +271,7 @@ fn take_over_the_machine() -> Restore {
     let made = Restore {
         created_user: getent("passwd", "solocron").is_none(),
         created_home: !Path::new(HOME).exists(),
+        created_etc: !Path::new(ETC).exists(),
     };
     let mut note = String::new();
     if made.created_user {
@@ -221,6 +279,9 @@ fn take_over_the_machine() -> Restore {
     }
     if made.created_home {
         note.push_str("home-created\n");
+    }
+    if made.created_etc {
+        note.push_str("etc-created\n");
     }
     std::fs::write(STATE, note).unwrap_or_else(|err| panic!("write {STATE}: {err}"));
     made
@@ -294,6 +355,8 @@ fn the_package_builds_installs_upgrades_and_purges() {
         "/usr/share/zsh/vendor-completions/_solocron".to_string(),
         "/usr/share/fish/vendor_completions.d/solocron.fish".to_string(),
         "/usr/share/doc/solocron/README.md".to_string(),
+        "/usr/share/doc/solocron/copyright".to_string(),
+        "/usr/share/doc/solocron/changelog.Debian.gz".to_string(),
     ];
     for sub in subcommands() {
         expected.push(format!("/usr/share/man/man1/solocron-{sub}.1.gz"));
@@ -325,6 +388,49 @@ fn the_package_builds_installs_upgrades_and_purges() {
     assert_eq!(field("Package").trim(), "solocron");
     let version = format!("{}-1", env!("CARGO_PKG_VERSION"));
     assert_eq!(field("Version").trim(), version);
+    let doc = |name: &str| {
+        let tar = Command::new("sh")
+            .args([
+                "-c",
+                &format!("dpkg-deb --fsys-tarfile '{deb_str}' | tar -xOf - ./usr/share/doc/solocron/{name}"),
+            ])
+            .output()
+            .expect("run dpkg-deb | tar");
+        assert!(tar.status.success(), "{name}: {tar:?}");
+        tar.stdout
+    };
+    // copyright in Debian's machine-readable format, with the license of
+    // Cargo.toml when it has one.
+    let copyright = String::from_utf8(doc("copyright")).expect("UTF-8 copyright");
+    assert!(
+        copyright.starts_with(
+            "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n"
+        ) && copyright.contains("Upstream-Name: solocron"),
+        "{copyright}"
+    );
+    let license = env!("CARGO_PKG_LICENSE");
+    if !license.is_empty() {
+        assert!(
+            copyright.contains(&format!("License: {license}")),
+            "{copyright}"
+        );
+    }
+    // The changelog's top entry is this version, and dpkg can read it.
+    let changelog_gz = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(changelog_gz.path(), doc("changelog.Debian.gz")).expect("write");
+    let changelog = stdout(Command::new("gzip").arg("-dc").arg(changelog_gz.path()));
+    assert!(
+        changelog.starts_with(&format!("solocron ({version}) ")),
+        "the changelog's top entry is not {version}: {changelog}"
+    );
+    let plain = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(plain.path(), &changelog).expect("write");
+    let parsed = stdout(
+        Command::new("dpkg-parsechangelog")
+            .args(["-S", "Version", "-l"])
+            .arg(plain.path()),
+    );
+    assert_eq!(parsed.trim(), version, "{changelog}");
     let depends = field("Depends");
     assert!(
         depends.contains("adduser") && depends.contains("libc6"),
@@ -362,7 +468,12 @@ fn the_package_builds_installs_upgrades_and_purges() {
     assert!(user_at < systemd_at, "{postinst}");
 
     // Install.
-    dpkg(&["-i", deb_str]);
+    let installed = dpkg(&["-i", deb_str]);
+    let note = String::from_utf8_lossy(&installed.stderr);
+    assert!(
+        note.contains("install -m 0640 -o root -g solocron /dev/null /etc/solocron/redis.pass"),
+        "a first install says how to make a secret file: {note}"
+    );
     assert_eq!(package_status().as_deref(), Some("install ok installed"));
     let version_line = stdout(Command::new("/usr/bin/solocron").arg("--version"));
     assert_eq!(
@@ -376,11 +487,14 @@ fn the_package_builds_installs_upgrades_and_purges() {
     assert!(uid < 1000, "a system user: {user:?}");
     assert_eq!(user[3], group[2], "primary group solocron: {user:?}");
     assert_eq!(user[5], HOME, "{user:?}");
-    let (_, home_uid, _) = owner_and_mode(HOME);
+    let (home_mode, home_uid, _) = owner_and_mode(HOME);
     assert_eq!(
         home_uid, uid,
         "{HOME}, the jobs' working directory, belongs to solocron"
     );
+    if restore.created_user {
+        assert_eq!(home_mode, 0o750, "{HOME} is the service's only");
+    }
     assert_eq!(user[6], "/usr/sbin/nologin", "{user:?}");
     assert_eq!(owner_and_mode("/etc/solocron"), (0o750, 0, gid));
     assert_eq!(owner_and_mode(CONFIG), (0o640, 0, gid));
@@ -407,16 +521,7 @@ fn the_package_builds_installs_upgrades_and_purges() {
     );
     let man = gunzip("/usr/share/man/man1/solocron.1.gz");
     assert!(man.contains(".TH solocron 1"), "{man}");
-    assert!(
-        man.contains(".SH FILES") && man.contains("/etc/solocron/jobs.toml"),
-        "{man}"
-    );
-    for sub in subcommands() {
-        assert!(
-            man.contains(&format!("solocron\\-{sub}(1)")),
-            "{sub}: {man}"
-        );
-    }
+    check_top_page(&man);
     let history = gunzip("/usr/share/man/man1/solocron-history.1.gz");
     assert!(history.contains("since"), "{history}");
     for (path, marker) in [
@@ -457,23 +562,77 @@ fn the_package_builds_installs_upgrades_and_purges() {
         said.contains("no `[redis]` section") && said.contains("no job"),
         "{said}"
     );
-    let mut edited = std::fs::read_to_string(CONFIG).expect("read jobs.toml");
-    edited.push_str(
-        "\n[redis]\nurl = \"redis://127.0.0.1:6379\"\n\n\
-         [jobs.hello]\nschedule = \"@daily\"\nargv = [\"true\"]\n",
+    assert!(
+        said.contains("installed template") && !said.contains("truncated"),
+        "{said}"
     );
+    // A password file made root's own (mode 600: the README's old third
+    // recipe), and the env files made the one way the README says.
+    std::fs::write(PASSWORD, "hunter2-package-test\n").expect("write redis.pass");
+    std::fs::set_permissions(PASSWORD, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    for file in ["/etc/solocron/env", "/etc/solocron/daemon.env"] {
+        run(Command::new("install").args([
+            "-m",
+            "0640",
+            "-o",
+            "root",
+            "-g",
+            "solocron",
+            "/dev/null",
+            file,
+        ]));
+    }
+    let mut edited = std::fs::read_to_string(CONFIG)
+        .expect("read jobs.toml")
+        .replacen(
+            "\n[daemon]\n",
+            "\n[daemon]\nenv_file = \"/etc/solocron/env\"\n",
+            1,
+        );
+    edited.push_str(&format!(
+        "\n[redis]\nurl = \"redis://127.0.0.1:6379\"\npassword_file = \"{PASSWORD}\"\n\n\
+         [jobs.hello]\nschedule = \"@daily\"\nargv = [\"true\"]\n",
+    ));
     std::fs::write(CONFIG, &edited).expect("edit jobs.toml");
-    let valid = stdout(Command::new("runuser").args([
-        "-u",
-        "solocron",
-        "--",
-        "/usr/bin/solocron",
-        "check",
-        "--quiet",
-        "--config",
-        CONFIG,
-    ]));
-    assert!(valid.contains("valid, 1 job(s)"), "{valid}");
+    let as_solocron = || {
+        Command::new("runuser")
+            .args([
+                "-u",
+                "solocron",
+                "--",
+                "/usr/bin/solocron",
+                "check",
+                "--quiet",
+                "--config",
+                CONFIG,
+            ])
+            .output()
+            .expect("run runuser")
+    };
+    // Root reads it; the daemon, as solocron, would not: check says so.
+    let refused = as_solocron();
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    let warned =
+        run(Command::new("/usr/bin/solocron").args(["check", "--quiet", "--config", CONFIG]));
+    let said = String::from_utf8_lossy(&warned.stderr);
+    let fix = format!("chown root:solocron {PASSWORD} && chmod 0640 {PASSWORD}");
+    assert!(
+        String::from_utf8_lossy(&warned.stdout).contains("valid, 1 job(s), 1 warning(s)")
+            && said.contains("[redis] `password_file`: the service user `solocron` cannot read")
+            && said.contains("owner root, group root, mode 0600")
+            && said.contains(&fix),
+        "{warned:?}"
+    );
+    run(Command::new("sh").args(["-c", &fix]));
+    let quiet =
+        run(Command::new("/usr/bin/solocron").args(["check", "--quiet", "--config", CONFIG]));
+    assert!(quiet.stderr.is_empty(), "{quiet:?}");
+    let valid = as_solocron();
+    assert!(
+        valid.status.success()
+            && String::from_utf8_lossy(&valid.stdout).contains("valid, 1 job(s)"),
+        "{valid:?}"
+    );
 
     // Upgrade to a newer version of the same files (repacked with
     // dpkg-deb): the edit survives, the user and the modes stay, the unit
@@ -494,7 +653,11 @@ fn the_package_builds_installs_upgrades_and_purges() {
         .args(["--root-owner-group", "-Znone", "-b"])
         .arg(&tree)
         .arg(&newer_deb));
-    dpkg(&["-i", newer_deb.to_str().expect("UTF-8 path")]);
+    let upgraded = dpkg(&["-i", newer_deb.to_str().expect("UTF-8 path")]);
+    assert!(
+        !String::from_utf8_lossy(&upgraded.stderr).contains("install -m 0640"),
+        "only a first install says it: {upgraded:?}"
+    );
     let installed = stdout(Command::new("dpkg-query").args(["-W", "-f", "${Version}", "solocron"]));
     assert_eq!(installed, newer);
     assert_eq!(
@@ -525,14 +688,25 @@ fn the_package_builds_installs_upgrades_and_purges() {
         Some("deinstall ok config-files")
     );
 
-    // Purge: the config and the statoverrides go, the user stays.
-    dpkg(&["-P", "solocron"]);
+    // Purge: the config, the secret files the README has the operator
+    // create and the statoverrides go, the user stays. A file of the
+    // operator's own stays, but no longer for the group solocron or the
+    // user: their ids go to the next system user made after `deluser`.
+    let notes = "/etc/solocron/notes.txt";
+    std::fs::write(notes, "the operator's own\n").expect("write notes");
+    std::fs::set_permissions(notes, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    std::os::unix::fs::chown(notes, Some(uid), Some(gid)).expect("chown");
+    let purged = dpkg(&["-P", "solocron"]);
     assert_eq!(package_status(), None);
     assert!(!Path::new(CONFIG).exists(), "dpkg -P left jobs.toml");
-    assert!(
-        !Path::new("/etc/solocron").exists(),
-        "dpkg -P left /etc/solocron"
-    );
+    for secret in [PASSWORD, "/etc/solocron/env", "/etc/solocron/daemon.env"] {
+        assert!(!Path::new(secret).exists(), "dpkg -P left {secret}");
+    }
+    assert_eq!(owner_and_mode("/etc/solocron"), (0o700, 0, 0));
+    assert_eq!(owner_and_mode(notes), (0o600, 0, 0));
+    let told = String::from_utf8_lossy(&purged.stderr);
+    assert!(told.contains(notes), "the purge lists what it kept: {told}");
+    std::fs::remove_dir_all(ETC).expect("remove the test's /etc/solocron");
     let overrides = stdout(Command::new("dpkg-statoverride").arg("--list"));
     assert!(!overrides.contains("/etc/solocron"), "{overrides}");
     assert!(
@@ -602,16 +776,7 @@ fn generate_docs_writes_a_page_per_subcommand_and_three_completions() {
     assert!(trigger.contains("solocron trigger"), "{trigger}");
     assert!(trigger.contains("node\\-id"), "{trigger}");
     let top = std::fs::read_to_string(dir.path().join("man/solocron.1")).expect("page");
-    assert!(
-        top.contains(".SH FILES") && top.contains("/etc/solocron/jobs.toml"),
-        "{top}"
-    );
-    for sub in subcommands() {
-        assert!(
-            top.contains(&format!("solocron\\-{sub}(1)")),
-            "{sub}: {top}"
-        );
-    }
+    check_top_page(&top);
 
     for file in ["solocron.bash", "_solocron", "solocron.fish"] {
         let script = std::fs::read_to_string(dir.path().join("completions").join(file))
@@ -644,10 +809,13 @@ fn generate_docs_writes_a_page_per_subcommand_and_three_completions() {
 #[test]
 fn the_shipped_jobs_toml_is_refused_until_edited() {
     let shipped = Path::new(ROOT).join("packaging/jobs.toml");
+    // The package test, in parallel, may create the user solocron: this
+    // file in a temporary directory is not about it.
     let check = |path: &Path| {
         Command::new(env!("CARGO_BIN_EXE_solocron"))
             .args(["check", "--config"])
             .arg(path)
+            .env("SOLOCRON_SERVICE_USER", "no-such-user-solocron-test")
             .output()
             .expect("run solocron check")
     };
@@ -658,7 +826,28 @@ fn the_shipped_jobs_toml_is_refused_until_edited() {
         said.contains("no `[redis]` section") && said.contains("no job"),
         "{said}"
     );
+    // It is a template to fill in, not a truncated file: say what to add.
+    assert!(
+        said.contains("installed template")
+            && said.contains("add `[redis]` with `url = ")
+            && said.contains("at least one `[jobs.NAME]` table")
+            && !said.contains("truncated")
+            && !said.contains("restore"),
+        "{said}"
+    );
+    // Half edited: what is still missing, again without truncation.
     let dir = tempfile::tempdir().expect("temp dir");
+    let half = dir.path().join("half.toml");
+    let mut text = std::fs::read_to_string(&shipped).expect("read");
+    text.push_str("\n[redis]\nurl = \"redis://10.0.0.5:6379\"\n");
+    std::fs::write(&half, text).expect("write");
+    let refused = check(&half);
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("no job") && said.contains("add one") && !said.contains("truncated"),
+        "{said}"
+    );
     let edited = dir.path().join("jobs.toml");
     let mut text = std::fs::read_to_string(&shipped).expect("read");
     text.push_str("\n[redis]\nurl = \"redis://10.0.0.5:6379\"\n[jobs.a]\nschedule = \"@daily\"\ncommand = \"true\"\n");

@@ -1,5 +1,6 @@
 //! `systemd/solocron.service` keeps the settings SPEC §8 and the daemon's
-//! shutdown rely on.
+//! shutdown rely on, and systemd's own parser (`systemd-analyze verify`)
+//! accepts every line of it.
 
 use std::path::Path;
 use std::time::Duration;
@@ -101,13 +102,19 @@ fn unit_runs_hardened_as_a_dedicated_user() {
         ("CapabilityBoundingSet", ""),
         ("UMask", "0027"),
         ("EnvironmentFile", "-/etc/solocron/daemon.env"),
+        ("ProtectProc", "invisible"),
+        ("RemoveIPC", "yes"),
+        ("StateDirectoryMode", "0750"),
     ] {
         assert_eq!(service(key), value, "[Service] {key}");
     }
+    // Directories jobs write to are the operator's, in a drop-in: the
+    // shipped unit opens none beyond its StateDirectory.
     assert!(
-        settings()
+        !settings()
             .iter()
-            .any(|(section, key, _)| section == "Service" && key == "ReadWritePaths")
+            .any(|(section, key, _)| section == "Service" && key == "ReadWritePaths"),
+        "no ReadWritePaths= in the shipped unit"
     );
     assert!(settings().iter().any(|(section, key, value)| {
         section == "Install" && key == "WantedBy" && value == "multi-user.target"
@@ -164,4 +171,33 @@ fn the_reload_check_fails_on_a_broken_file_and_says_one_line_on_a_good_one() {
     std::fs::write(&path, "[redis]\nurl = \"redis://127.0.0.1:6379\"\n").expect("truncate");
     let broken = check();
     assert_eq!(broken.status.code(), Some(1), "{broken:?}");
+}
+
+/// systemd parses every line: a misspelt key or value is only a warning
+/// to `systemctl` (the line is ignored), so any complaint fails here. The
+/// unit is verified as written, with its binary pointed at the one `cargo
+/// test` built (verify checks that it exists); the man page it names is
+/// checked where it is installed (tests/package.rs).
+#[test]
+fn systemd_analyze_verify_accepts_every_line() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/solocron.service");
+    let text = std::fs::read_to_string(&path).expect("read the unit");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let unit = dir.path().join("solocron.service");
+    std::fs::write(
+        &unit,
+        text.replace("/usr/bin/solocron", env!("CARGO_BIN_EXE_solocron")),
+    )
+    .expect("write the unit");
+    let verify = std::process::Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(&unit)
+        .output()
+        .expect("run systemd-analyze (Debian: apt-get install systemd)");
+    let complaints = String::from_utf8_lossy(&verify.stderr);
+    assert!(
+        verify.status.success() && complaints.trim().is_empty(),
+        "systemd-analyze verify {}: {verify:?}\n{complaints}",
+        path.display()
+    );
 }

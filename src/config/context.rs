@@ -12,14 +12,16 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
+use super::access::NamedFile;
 use super::error::ConfigError;
 use super::interpolate::{Filled, InterpolateError, interpolate};
-use super::warnings::Warning;
+use super::warnings::{Spot, Warning};
 use crate::schedule::{PERIOD_HORIZON, Schedule};
 
 /// The state of one load.
@@ -32,6 +34,8 @@ pub(super) struct Context<'a> {
     pub inspect: bool,
     errors: RefCell<Vec<ConfigError>>,
     warnings: RefCell<Vec<Warning>>,
+    /// The files the config names and the loader read (see `access`).
+    files: RefCell<Vec<NamedFile>>,
     /// `PATH` look-ups of `argv` programs already done: (PATH, program) ->
     /// the warning, if any (10,000 jobs often run a handful of programs).
     programs: RefCell<HashMap<(String, String), Option<String>>>,
@@ -50,6 +54,7 @@ impl<'a> Context<'a> {
             inspect,
             errors: RefCell::default(),
             warnings: RefCell::default(),
+            files: RefCell::default(),
             programs: RefCell::default(),
             intervals: RefCell::default(),
             now: Utc::now(),
@@ -109,6 +114,18 @@ impl<'a> Context<'a> {
         let mut warnings = self.warnings.take();
         warnings.sort_by_key(|warning| (warning.line, warning.column));
         warnings
+    }
+
+    /// Records that the value at `spot` names the file `path`, read.
+    pub fn named_file(&self, spot: Spot, path: PathBuf) {
+        self.files.borrow_mut().push(NamedFile::new(spot, path));
+    }
+
+    /// Every file recorded by [`Context::named_file`], in file order.
+    pub fn take_files(&self) -> Vec<NamedFile> {
+        let mut files = self.files.take();
+        files.sort_by_key(|file| (file.spot.line, file.spot.column));
+        files
     }
 
     /// The shortest interval between two consecutive occurrences of

@@ -17,9 +17,11 @@
 //! `table` (reading one TOML table), `redis` (`[redis]`: the four
 //! coordinator modes, their URLs, `sentinel`), `sections` (`[daemon]`),
 //! `envfile` (`env_file`), `tls` (the `[redis]` certificate files), `job`
-//! (`[defaults]`, `[jobs.NAME]`), `http`, `interpolate`, `warnings`; the
-//! validated types live in `model`.
+//! (`[defaults]`, `[jobs.NAME]`), `http`, `interpolate`, `warnings`,
+//! `access` (whether the service user can read the files the config
+//! names); the validated types live in `model`.
 
+pub mod access;
 mod context;
 mod envfile;
 mod error;
@@ -183,13 +185,21 @@ fn parse_with(text: &str, path: &Path, ctx: &Context<'_>) -> Result<Config, Conf
         jobs,
         env: ctx.take_file_env(),
         warnings: ctx.take_warnings(),
+        files: ctx.take_files(),
     })
 }
 
+/// A line of the template the Debian package installs as jobs.toml
+/// (`packaging/jobs.toml`): a file that still has it is being filled in,
+/// not truncated, and the errors below say what to add.
+pub const TEMPLATE_MARKER: &str = "# As shipped this file is refused on purpose";
+
 /// Records the errors of a file without `[redis]` or without a job: what
-/// an empty or truncated file looks like.
+/// an empty or truncated file looks like, or the installed template before
+/// it is edited.
 fn require_redis_and_a_job(root: &Table<'_, '_>, ctx: &Context<'_>) {
     let src = root.src;
+    let template = src.text.contains(TEMPLATE_MARKER);
     let jobs = root.get("jobs");
     let no_jobs = match jobs.map(|jobs| jobs.get_ref()) {
         None => true,
@@ -202,10 +212,18 @@ fn require_redis_and_a_job(root: &Table<'_, '_>, ctx: &Context<'_>) {
         } else {
             "the file has no `[redis]` section and no job"
         };
-        let message = format!(
-            "{what}: it may be truncated; restore it, or write {REDIS_EXAMPLE} and at least one \
-             `[jobs.NAME]` table"
-        );
+        let message = if template {
+            format!(
+                "the file is the installed template, which has no `[redis]` section and no job \
+                 yet: add {REDIS_EXAMPLE} naming this fleet's Redis and at least one \
+                 `[jobs.NAME]` table (its comments show both)"
+            )
+        } else {
+            format!(
+                "{what}: it may be truncated; restore it, or write {REDIS_EXAMPLE} and at least \
+                 one `[jobs.NAME]` table"
+            )
+        };
         ctx.error(src.invalid(0..0, String::new(), message));
         return;
     }
@@ -213,8 +231,13 @@ fn require_redis_and_a_job(root: &Table<'_, '_>, ctx: &Context<'_>) {
         ctx.error(no_redis(src));
     }
     if no_jobs {
-        let message = "no job: the file defines no `[jobs.NAME]` table, so this node would run \
-                       nothing; add a job, or restore the file if it was truncated";
+        let message = if template {
+            "no job: the file defines no `[jobs.NAME]` table, so this node would run nothing; \
+             add one (the template's comments show examples)"
+        } else {
+            "no job: the file defines no `[jobs.NAME]` table, so this node would run nothing; \
+             add a job, or restore the file if it was truncated"
+        };
         let span = match jobs {
             Some(jobs) => jobs.span(),
             None => {
@@ -227,9 +250,13 @@ fn require_redis_and_a_job(root: &Table<'_, '_>, ctx: &Context<'_>) {
 }
 
 fn no_redis(src: &Source<'_>) -> ConfigError {
-    let message = format!(
-        "no `[redis]` section: add {REDIS_EXAMPLE} naming this fleet's Redis (the file may be truncated)"
-    );
+    let truncated = if src.text.contains(TEMPLATE_MARKER) {
+        ""
+    } else {
+        " (the file may be truncated)"
+    };
+    let message =
+        format!("no `[redis]` section: add {REDIS_EXAMPLE} naming this fleet's Redis{truncated}");
     src.invalid(0..0, "redis".to_string(), message)
 }
 

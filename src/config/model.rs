@@ -29,6 +29,10 @@ pub struct Config {
     /// What `check` prints as `warning:` and `run` logs at start and on
     /// reload; never a reason to refuse the file. In file order.
     pub warnings: Vec<super::Warning>,
+    /// The files it names and the loader read (`password_file`,
+    /// `sentinel.password_file`, `env_file`, `tls_*_file`), in file order:
+    /// what `check` asks the service user to be able to read.
+    pub files: Vec<super::access::NamedFile>,
 }
 
 impl fmt::Debug for Config {

@@ -75,6 +75,7 @@ pub(super) fn daemon(
         } else {
             let full = tls::beside(config_path, file.get_ref());
             pairs = env_file(table, &full, file.span(), ctx);
+            ctx.named_file(table.spot(file.span(), "env_file"), full.clone());
             daemon.env_file = Some(full);
         }
     }

@@ -98,6 +98,12 @@ pub(super) fn read(table: &Table<'_, '_>, config_path: &Path, ctx: &Context<'_>)
     let plain = servers.iter().find(|server| server.plain).map(plain_key);
     if let Some(tls) = ctx.keep(tls::read(table, config_path, plain)) {
         redis.tls = tls;
+        for key in tls::KEYS {
+            if let Ok(Some(file)) = table.string(key) {
+                let full = tls::beside(config_path, file.get_ref());
+                ctx.named_file(table.spot(file.span(), key), full);
+            }
+        }
     }
     if let Some(file) = ctx.keep(table.string("password_file")).flatten() {
         redis.password = password(table, "password_file", config_path, &file, ctx);
@@ -385,5 +391,6 @@ fn password(
         fail(format!("password file `{}` is empty", full.display()));
         return None;
     }
+    ctx.named_file(table.spot(file.span(), key), full);
     Some(password.to_string())
 }
