@@ -364,18 +364,15 @@ fn a_master_with_another_password_is_named_when_it_refuses_the_daemon() {
     assert!(fleet.runs().is_empty());
 }
 
-/// A paused occurrence recorded on every master by one node, then by
-/// another: the second is told it was decided `paused` and by whom, which
-/// its "occurrence already decided by another node" line prints (it printed
-/// `decided_by= decision=` with nothing after them). The daemon's own call,
-/// on three real masters.
-#[test]
-fn a_pause_recorded_by_another_node_names_that_node() {
+/// Lockers of `nodes` on Redlock `masters`, keys under `prefix`, their
+/// scripts loaded.
+async fn redlock_lockers(
+    masters: &Masters,
+    prefix: &str,
+    nodes: &[&str],
+) -> Vec<solocron::lock::Locker> {
     use solocron::config::{RedisConfig, RedisMode};
-    use solocron::lock::Locker;
 
-    let masters = Masters::start(3);
-    let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let config = RedisConfig {
         url: String::new(),
         mode: RedisMode::Redlock {
@@ -385,17 +382,30 @@ fn a_pause_recorded_by_another_node_names_that_node() {
         wait_timeout: Duration::from_millis(250),
         username: None,
         password: None,
-        key_prefix: "paused".to_string(),
+        key_prefix: prefix.to_string(),
         tls: Default::default(),
     };
+    let mut lockers = Vec::new();
+    for node in nodes {
+        let coordinator = solocron::coordinator::connect(&config).expect("connect");
+        let locker = solocron::lock::Locker::new(coordinator, prefix, node, 100);
+        locker.load_scripts().await.expect("scripts");
+        lockers.push(locker);
+    }
+    lockers
+}
+
+/// A paused occurrence recorded on every master by one node, then by
+/// another: the second is told it was decided `paused` and by whom, which
+/// its "occurrence already decided by another node" line prints (it printed
+/// `decided_by= decision=` with nothing after them). The daemon's own call,
+/// on three real masters.
+#[test]
+fn a_pause_recorded_by_another_node_names_that_node() {
+    let masters = Masters::start(3);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let (first, second) = runtime.block_on(async {
-        let mut lockers = Vec::new();
-        for node in ["n1", "n2"] {
-            let coordinator = solocron::coordinator::connect(&config).expect("connect");
-            let locker = Locker::new(coordinator, "paused", node, 100);
-            locker.load_scripts().await.expect("scripts");
-            lockers.push(locker);
-        }
+        let lockers = redlock_lockers(&masters, "paused", &["n1", "n2"]).await;
         let at_ms = chrono::Utc::now().timestamp_millis();
         let name = "2026-12-05T10:00:00Z";
         let first = lockers[0]
@@ -415,4 +425,62 @@ fn a_pause_recorded_by_another_node_names_that_node() {
         Some(("paused".to_string(), "n1".to_string())),
         "{second:?}"
     );
+}
+
+/// What a rename's lock and skip need, on three real masters: the node
+/// running the old name takes the new name's lock with a manual claim (a
+/// scheduled claim of it is then `busy`), its holder reads back, the lock
+/// goes without a record, and an occurrence recorded `skipped` unclaimed
+/// is decided once.
+#[test]
+fn a_renamed_jobs_lock_and_skip_record_hold_on_redlock() {
+    use solocron::lock::{Claim, Target, Unrun, new_token};
+
+    let masters = Masters::start(3);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let lockers = redlock_lockers(&masters, "renamed", &["n1", "n2"]).await;
+        let ttl = Duration::from_secs(5);
+        let manual = Target::Manual {
+            name: "rename-of-long".to_string(),
+        };
+        let Claim::Won(lease) = lockers[0]
+            .claim("long-job", &manual, &new_token(), ttl)
+            .await
+            .expect("claim")
+        else {
+            panic!("n1 takes the free lock of the new name");
+        };
+        assert_eq!(
+            lockers[1].holder("long-job").await.expect("read"),
+            Some("n1".to_string())
+        );
+        let at_ms = chrono::Utc::now().timestamp_millis();
+        let busy = lockers[1]
+            .claim("long-job", &common::scheduled(at_ms), &new_token(), ttl)
+            .await
+            .expect("claim");
+        assert!(
+            matches!(&busy, Claim::Busy { holder, .. } if holder == "n1"),
+            "{busy:?}"
+        );
+        lockers[0].drop_lease(&lease).await;
+        assert_eq!(lockers[1].holder("long-job").await.expect("read"), None);
+        let (next_ms, name) = (at_ms + 1000, "2026-12-05T10:00:01Z");
+        let why = "lock of `long` held by n1";
+        let first = lockers[1]
+            .record_unrun("long-job", next_ms, name, why, Unrun::Skipped)
+            .await
+            .expect("n2 records the skip");
+        let second = lockers[0]
+            .record_unrun("long-job", next_ms, name, why, Unrun::Skipped)
+            .await
+            .expect("n1 finds it decided");
+        assert!(first.recorded, "{first:?}");
+        assert_eq!(
+            second.decided,
+            Some(("skipped".to_string(), "n2".to_string())),
+            "{second:?}"
+        );
+    });
 }

@@ -29,6 +29,29 @@ impl Job {
     }
 }
 
+impl Action {
+    /// Whether `other` runs the same as this: the same `command`, `argv`
+    /// or `http` request (URL, method, timeout, headers, body), values
+    /// interpolated. A reload that removes a job and adds one that runs the
+    /// same treats it as a rename (`daemon::rename`).
+    pub fn runs_the_same_as(&self, other: &Action) -> bool {
+        action_text(self) == action_text(other)
+    }
+}
+
+/// `action` as the fingerprint's lines show it.
+fn action_text(action: &Action) -> String {
+    let mut text = String::new();
+    action_lines(
+        &mut |key: &str, value: String| {
+            let _ = writeln!(text, "{key}={value}");
+        },
+        "",
+        action,
+    );
+    text
+}
+
 /// A job's fingerprint once computed ([`Job::fingerprint`]), as the number
 /// its hex digits spell. A clone starts empty: a job copied with other
 /// settings (`Job { action, ..job.clone() }`) never carries the original's.

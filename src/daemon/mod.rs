@@ -27,6 +27,7 @@ mod recording;
 mod redis_instant;
 mod registry_loop;
 mod reload;
+mod rename;
 mod retry;
 mod timetable;
 
@@ -140,6 +141,8 @@ pub(crate) struct Shared {
     pub controls: controls::Controls,
     /// Which node is first in line for each occurrence (the live nodes).
     pub preference: preference::Preference,
+    /// The renames the reloads found, and the runs in progress here.
+    pub renames: rename::Renames,
 }
 
 impl Shared {
@@ -437,6 +440,7 @@ pub async fn run(
         job_gauges,
         controls: controls::Controls::default(),
         preference: preference::Preference::default(),
+        renames: rename::Renames::default(),
     });
     info!(
         node = %options.node,

@@ -27,8 +27,8 @@ use super::Shared;
 use super::notifications::{self, Subject};
 use super::preference::{self, Place};
 use super::recording::{self, log_abandoned, spawn_record_missed, watch_lock};
-use super::retry;
 use super::timetable::rfc3339;
+use super::{rename, retry};
 use crate::config::{Job, OnLockLost};
 use crate::exec::{Executor, Outcome, Report, RunContext, StopReason};
 use crate::history::Entry;
@@ -137,12 +137,16 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
         let claimed = if Instant::now() >= give_up {
             None
         } else {
-            Some(
-                shared
-                    .locker
-                    .claim_detailed(&job.name, &target, &token, job.lock_ttl)
-                    .await,
-            )
+            match rename::skipped_behind_old_name(&shared, &job, at, &name).await {
+                Ok(true) => return,
+                Ok(false) => Some(
+                    shared
+                        .locker
+                        .claim_detailed(&job.name, &target, &token, job.lock_ttl)
+                        .await,
+                ),
+                Err(err) => Some(Err(err)),
+            }
         };
         drop(permit);
         match claimed {
@@ -443,6 +447,11 @@ pub async fn run_lease(
     // while a stopped job takes its grace to die, and only the end of the
     // run (its whole group gone) ends it.
     let lost = ctx.lease_lost.clone();
+    // Counted while the lease is held: a reload that renames the job
+    // keeps the new name's lock until then (`rename.rs`).
+    let _running = runner
+        .shared
+        .map(|shared| shared.renames.run_started(&job.name));
     let stop = stop_when(&lost, runner.interrupt);
     let keep = keep_lease(runner, job, lease, name, claim_sent, &lost);
     let mut report = tokio::select! {

@@ -4,8 +4,10 @@
 //! a broken or missing file is logged (file:line:col) and the old schedule
 //! keeps running. Otherwise the timetable compares jobs by fingerprint:
 //! added jobs start, removed jobs stop being scheduled (a run in progress
-//! finishes), changed jobs are rescheduled with the new settings, which apply
-//! from their next occurrence; unchanged jobs are not touched. A changed
+//! finishes, under its lease), a removed and an added job that run the
+//! same are a rename that keeps the two from overlapping (`rename.rs`),
+//! changed jobs are rescheduled with the new settings, which apply from
+//! their next occurrence; unchanged jobs are not touched. A changed
 //! job catches up like a starting node, and the claim script refuses what
 //! was already decided; but a job the reload adds, or whose schedule or
 //! zone it changes, starts afresh: its occurrences before the reload were
@@ -78,6 +80,7 @@ pub fn reload(
                     shared.set_gap_floor(&job.name, job.unsplayed(now).timestamp_millis());
                 }
             }
+            super::rename::reloaded(shared, &current.jobs, &new.jobs);
             let diff = timetable.apply(shared, &new.jobs);
             info!(node = %options.node, added = ?diff.added, removed = ?diff.removed, changed = ?diff.changed,
                 unchanged = diff.unchanged, "config reloaded");

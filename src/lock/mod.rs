@@ -333,6 +333,26 @@ pub struct Paused {
     pub decided: Option<(String, String)>,
 }
 
+/// An occurrence decided without a claim: its outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unrun {
+    /// Its job is paused fleet-wide.
+    Paused,
+    /// Another run holds a lock that keeps it out (a renamed job's old
+    /// name).
+    Skipped,
+}
+
+impl Unrun {
+    /// As recorded: `paused`, `skipped`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unrun::Paused => "paused",
+            Unrun::Skipped => "skipped",
+        }
+    }
+}
+
 /// A held lock: what extend and release need to prove ownership.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
@@ -477,36 +497,10 @@ impl Locker {
     /// or its Redis lost its data), and a node starting takes no catch-up
     /// occurrence of it (`daemon::occurrence`). One `HGET` per member.
     pub async fn ever_decided(&self, job: &str) -> Result<bool, LockError> {
-        let state = self.keys(job).state;
-        let answers = join_all(self.servers.iter().map(|server| {
-            let state = &state;
-            async move {
-                let mut conn = server.conn.clone();
-                let mut read = redis::cmd("HGET");
-                read.arg(state).arg("last_occ");
-                tokio::time::timeout(
-                    quorum::ANSWER_TIMEOUT * 3,
-                    read.query_async::<Option<String>>(&mut conn),
-                )
-                .await
-                .unwrap_or_else(|_| Err(timed_out("HGET")))
-            }
-        }))
-        .await;
-        let (mut first_error, mut answered) = (None, 0);
-        for answer in answers {
-            match answer {
-                Ok(Some(last)) if !last.is_empty() => return Ok(true),
-                Ok(_) => answered += 1,
-                Err(err) => {
-                    first_error.get_or_insert(err);
-                }
-            }
-        }
-        match first_error {
-            Some(err) if answered == 0 => Err(redis_error("read state", job, err)),
-            _ => Ok(false),
-        }
+        let mut read = redis::cmd("HGET");
+        read.arg(self.keys(job).state).arg("last_occ");
+        let last = self.read_any(job, "read state", "HGET", &read).await?;
+        Ok(last.is_some())
     }
 
     /// Extends the lease by its TTL. `Ok(false)`: the lock is no longer ours.
@@ -586,11 +580,98 @@ impl Locker {
         name: &str,
         why: &str,
     ) -> Result<Paused, LockError> {
+        self.record_unrun(job, at_ms, name, why, Unrun::Paused)
+            .await
+    }
+
+    /// Records the scheduled occurrence `at_ms` (named `name`) of `job` as
+    /// `outcome`, unclaimed, as [`Locker::record_paused`] does: `skipped`
+    /// for an occurrence of a renamed job while its old name's run still
+    /// holds that lock (`why` names it).
+    pub async fn record_unrun(
+        &self,
+        job: &str,
+        at_ms: i64,
+        name: &str,
+        why: &str,
+        outcome: Unrun,
+    ) -> Result<Paused, LockError> {
+        let outcome = outcome.as_str();
         let keys = self.keys(job);
         match self.single() {
-            Some(server) => server.record_paused(&keys, job, at_ms, name, why).await,
-            None => quorum::record_paused(&self.servers, &keys, job, at_ms, name, why).await,
+            Some(server) => {
+                server
+                    .record_decision(&keys, job, at_ms, name, why, outcome)
+                    .await
+            }
+            None => {
+                quorum::record_decision(&self.servers, &keys, job, at_ms, name, why, outcome).await
+            }
         }
+    }
+
+    /// The node holding `job`'s lock, if any member has it held (with
+    /// Redlock: any master, so a lock a minority still has counts as
+    /// held). One `GET` per member; `Err` only if none answered.
+    pub async fn holder(&self, job: &str) -> Result<Option<String>, LockError> {
+        let mut read = redis::cmd("GET");
+        read.arg(self.keys(job).lock);
+        let value = self.read_any(job, "read lock", "GET", &read).await?;
+        Ok(value.map(|value| match value.split_once(' ') {
+            Some((_, node)) => node.to_string(),
+            None => value,
+        }))
+    }
+
+    /// `read` (`command`), answering a string or nil, on every member: the
+    /// first non-empty answer, or `None` when none has one (a member that
+    /// fails counts as having none, as long as one answers); `Err` only
+    /// if none answered.
+    async fn read_any(
+        &self,
+        job: &str,
+        step: &'static str,
+        command: &'static str,
+        read: &redis::Cmd,
+    ) -> Result<Option<String>, LockError> {
+        let answers = join_all(self.servers.iter().map(|server| async move {
+            let mut conn = server.conn.clone();
+            tokio::time::timeout(
+                quorum::ANSWER_TIMEOUT * 3,
+                read.query_async::<Option<String>>(&mut conn),
+            )
+            .await
+            .unwrap_or_else(|_| Err(timed_out(command)))
+        }))
+        .await;
+        let (mut first_error, mut answered) = (None, 0);
+        for answer in answers {
+            match answer {
+                Ok(Some(value)) if !value.is_empty() => return Ok(Some(value)),
+                Ok(_) => answered += 1,
+                Err(err) => {
+                    first_error.get_or_insert(err);
+                }
+            }
+        }
+        match first_error {
+            Some(err) if answered == 0 => Err(redis_error(step, job, err)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Deletes `lease`'s lock on every member where it still holds our
+    /// value, recording nothing: for a lock taken only to keep others
+    /// out (a renamed job's new name while the old name's run goes on),
+    /// never for a run's own lease ([`Locker::release`] records it).
+    /// Best effort: a lock left behind expires by itself.
+    pub async fn drop_lease(&self, lease: &Lease) {
+        join_all(
+            self.servers
+                .iter()
+                .map(|server| server.undo(&lease.keys, &lease.job, &lease.token)),
+        )
+        .await;
     }
 
     /// Whether the last run of `job` was abandoned (its lock expired without
@@ -716,6 +797,15 @@ fn timed_out(what: &'static str) -> redis::RedisError {
 /// Redis `TIME` of `conn` as UTC epoch ms.
 pub async fn redis_time_ms(conn: &Conn) -> redis::RedisResult<i64> {
     crate::coordinator::redis_time_ms(conn).await
+}
+
+/// The step a `paused` or `skipped` record names in its errors.
+fn decision_step(outcome: &str) -> &'static str {
+    if outcome == "skipped" {
+        "record skipped"
+    } else {
+        "record paused"
+    }
 }
 
 fn ttl_ms(ttl: Duration) -> u64 {

@@ -252,25 +252,28 @@ pub(super) async fn record_gap(
     Ok(done.iter().any(|recorded| *recorded))
 }
 
-/// A `paused` record on every master. It counts once a majority of the
-/// masters has the occurrence decided `paused` (by this node or another:
-/// nodes record it at the same instant, each master keeps the first);
-/// readers count such entries once. A majority decided otherwise (a claim
-/// of a node that did not know the pause yet) is that decision. Anything
+/// A `paused` record (or `outcome`: `skipped`) on every master. It counts
+/// once a majority of the masters has the occurrence decided so (by this
+/// node or another: nodes record it at the same instant, each master keeps
+/// the first); readers count such entries once. A majority decided
+/// otherwise (a claim of a node that did not know the pause yet) is that
+/// decision. Anything
 /// else, e.g. a claim won on some masters that its node is undoing because
 /// this record holds others, is `Err(NoQuorum)`: the caller retries, and
 /// once the claim is undone this record takes those masters too, so the
 /// occurrence ends up `paused` on a majority and is never run.
-pub(super) async fn record_paused(
+pub(super) async fn record_decision(
     servers: &[Server],
     keys: &JobKeys,
     job: &str,
     at_ms: i64,
     name: &str,
     why: &str,
+    outcome: &str,
 ) -> Result<Paused, LockError> {
-    let answers = on_all(servers, job, "record paused", |server| {
-        server.record_paused(keys, job, at_ms, name, why)
+    let step = super::decision_step(outcome);
+    let answers = on_all(servers, job, step, |server| {
+        server.record_decision(keys, job, at_ms, name, why, outcome)
     })
     .await;
     let done: Vec<&Paused> = answers
@@ -284,7 +287,7 @@ pub(super) async fn record_paused(
                 || answer
                     .decided
                     .as_ref()
-                    .is_some_and(|(decision, _)| decision == "paused")
+                    .is_some_and(|(decision, _)| decision == outcome)
         })
         .count();
     if paused >= majority(servers) {
@@ -294,7 +297,7 @@ pub(super) async fn record_paused(
         let decided = done
             .iter()
             .filter_map(|answer| answer.decided.clone())
-            .find(|(decision, _)| decision == "paused");
+            .find(|(decision, _)| decision == outcome);
         return Ok(Paused {
             recorded: done.iter().any(|answer| answer.recorded),
             previous_ms: done.iter().filter_map(|answer| answer.previous_ms).max(),
@@ -304,7 +307,7 @@ pub(super) async fn record_paused(
     let other = done
         .iter()
         .filter_map(|answer| answer.decided.clone())
-        .filter(|(decision, _)| decision != "paused")
+        .filter(|(decision, _)| decision != outcome)
         .collect::<Vec<_>>();
     if other.len() >= majority(servers) {
         return Ok(Paused {
@@ -313,7 +316,7 @@ pub(super) async fn record_paused(
             decided: other.into_iter().next(),
         });
     }
-    Err(no_quorum("record paused", job, servers, paused, &answers))
+    Err(no_quorum(step, job, servers, paused, &answers))
 }
 
 pub(super) async fn check_abandoned(

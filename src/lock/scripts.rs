@@ -464,7 +464,9 @@ pub fn with_prelude(body: &str) -> String {
 }
 
 /// KEYS: state, history. ARGV: occurrence ms, occurrence string, node,
-/// history max, error text (who paused it, since when, why). Records a
+/// history max, error text (who paused it, since when, why), outcome
+/// (`paused`, or `skipped` for an occurrence of a renamed job whose old
+/// name's run still holds its lock; absent: `paused`). Records a
 /// scheduled occurrence `paused` (`pause JOB` / `pause --all`) once, the
 /// way [`MISSED`] records a miss: only if it is newer than the job's last
 /// decided occurrence. Then no claim decided it before, and none can after
@@ -481,9 +483,10 @@ if last and occ <= last then
   return {'0', st[2] or '', st[3] or ''}
 end
 local now_s = ms_str(now_ms())
+local outcome = ARGV[6] or 'paused'
 redis.call('HSET', KEYS[1], 'last_occ', ARGV[1], 'last_node', ARGV[3], 'last_fence', '0', 'last_token', '',
-  'last_decision', 'paused', 'last_outcome', 'paused', 'last_outcome_occ', ARGV[2], 'last_prev', st[1] or '')
+  'last_decision', outcome, 'last_outcome', outcome, 'last_outcome_occ', ARGV[2], 'last_prev', st[1] or '')
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'occurrence', ARGV[2], 'node', ARGV[3],
-  'fence', '0', 'outcome', 'paused', 'started_at', now_s, 'finished_at', now_s, 'error', ARGV[5])
+  'fence', '0', 'outcome', outcome, 'started_at', now_s, 'finished_at', now_s, 'error', ARGV[5])
 return {'1', st[1] or ''}
 "#;

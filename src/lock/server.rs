@@ -496,13 +496,17 @@ impl Server {
         Ok(recorded == 1)
     }
 
-    pub(super) async fn record_paused(
+    /// Records `name` `outcome` (`paused` or `skipped`) unless it or a
+    /// newer occurrence was decided ([`scripts::PAUSED`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn record_decision(
         &self,
         keys: &super::JobKeys,
         job: &str,
         at_ms: i64,
         name: &str,
         why: &str,
+        outcome: &str,
     ) -> Result<Paused, LockError> {
         let reply: Vec<String> = self
             .scripts
@@ -514,9 +518,10 @@ impl Server {
             .arg(&self.node)
             .arg(self.history_max)
             .arg(why)
+            .arg(outcome)
             .invoke_async(&mut self.conn.clone())
             .await
-            .map_err(|source| redis_error("record paused", job, source))?;
+            .map_err(|source| redis_error(super::decision_step(outcome), job, source))?;
         let text = |i: usize| reply.get(i).cloned().unwrap_or_default();
         Ok(match text(0).as_str() {
             "1" => Paused {
