@@ -43,6 +43,7 @@ const JOB_SCHEDULED: &str = "solocron_job_scheduled_timestamp_seconds";
 const LIVE_NODES: &str = "solocron_live_nodes";
 const OCCURRENCES: &str = "solocron_occurrences_total";
 const LAST_FAILURE: &str = "solocron_last_failure_timestamp_seconds";
+const REDIS_DATA_LOST: &str = "solocron_redis_data_lost_total";
 
 /// The final outcomes of an occurrence that page
 /// (`solocron_last_failure_timestamp_seconds`): those `on_failure` is sent
@@ -87,6 +88,7 @@ pub const NAMES: &[&str] = &[
     LIVE_NODES,
     OCCURRENCES,
     LAST_FAILURE,
+    REDIS_DATA_LOST,
 ];
 
 /// Buckets (seconds) for occurrence-to-process-start lag: 1 ms to 10 s.
@@ -169,6 +171,7 @@ pub fn install(listen: &str) -> Result<(), MetricsError> {
             // Served from the start (at 0 unless lines were lost before),
             // so that the first lost line is an increase.
             counter!(LOG_LINES_LOST).absolute(crate::logging::lines_lost());
+            counter!(REDIS_DATA_LOST).increment(0);
             Ok(())
         }
         Err(err) => {
@@ -264,6 +267,10 @@ fn describe() {
         "Unix time this node recorded the job's last occurrence that ended failed, timed_out, lock_lost, missed or abandoned after its last attempt; 0 if none."
     );
     describe_counter!(
+        REDIS_DATA_LOST,
+        "Times this node found Redis without the fleet's data it had seen before (restarted empty, flushed)."
+    );
+    describe_counter!(
         RETRIES,
         "Retry attempts of failed occurrences this node claimed and ran."
     );
@@ -353,6 +360,11 @@ pub fn occurrence_decided(job: &str, outcome: &str, at: f64) {
     occurrences_decided(job, outcome, 1, at);
 }
 
+/// Counts Redis found without the fleet's data this node had seen:
+/// `solocron_redis_data_lost_total`.
+pub fn redis_data_lost() {
+    counter!(REDIS_DATA_LOST).increment(1);
+}
 
 /// Whether the exporter is installed ([`install`]): work done only for
 /// metrics (the per-job gauges, the history read at start) is skipped
