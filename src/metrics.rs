@@ -41,6 +41,26 @@ const JOB_PERIOD: &str = "solocron_job_period_seconds";
 const JOB_MAX_SILENCE: &str = "solocron_job_max_silence_seconds";
 const JOB_SCHEDULED: &str = "solocron_job_scheduled_timestamp_seconds";
 const LIVE_NODES: &str = "solocron_live_nodes";
+const OCCURRENCES: &str = "solocron_occurrences_total";
+const LAST_FAILURE: &str = "solocron_last_failure_timestamp_seconds";
+const REDIS_DATA_LOST: &str = "solocron_redis_data_lost_total";
+
+/// The final outcomes of an occurrence that page
+/// (`solocron_last_failure_timestamp_seconds`): those `on_failure` is sent
+/// for. `interrupted` (the daemon was stopped) and `succeeded` do not.
+pub const FAILED_OUTCOMES: &[&str] = &["failed", "timed_out", "lock_lost", "missed", "abandoned"];
+
+/// The final outcomes `solocron_occurrences_total` is served with from a
+/// job's start.
+const OCCURRENCE_OUTCOMES: &[&str] = &[
+    "succeeded",
+    "failed",
+    "timed_out",
+    "lock_lost",
+    "interrupted",
+    "missed",
+    "abandoned",
+];
 
 /// Every metric name this module serves, histograms by their base name
 /// (Prometheus adds `_bucket`, `_sum` and `_count`). The tests check the
@@ -66,6 +86,9 @@ pub const NAMES: &[&str] = &[
     JOB_MAX_SILENCE,
     JOB_SCHEDULED,
     LIVE_NODES,
+    OCCURRENCES,
+    LAST_FAILURE,
+    REDIS_DATA_LOST,
 ];
 
 /// Buckets (seconds) for occurrence-to-process-start lag: 1 ms to 10 s.
@@ -82,9 +105,11 @@ const DURATION_BUCKETS: &[f64] = &[
 /// before it could bind a second listener.
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 
-/// The newest success set per job, so that an older one read from the
-/// history at start never replaces a newer one of this node's own runs.
-static LAST_SUCCESS_KNOWN: LazyLock<Mutex<HashMap<String, f64>>> = LazyLock::new(Mutex::default);
+/// The newest timestamp set per gauge and job (last success, last
+/// failure), so that an older one (a success read from the history at
+/// start, a gap of misses recorded late) never replaces a newer one.
+static NEWEST_KNOWN: LazyLock<Mutex<HashMap<(&'static str, String), f64>>> =
+    LazyLock::new(Mutex::default);
 
 /// Why the metrics endpoint could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -146,6 +171,7 @@ pub fn install(listen: &str) -> Result<(), MetricsError> {
             // Served from the start (at 0 unless lines were lost before),
             // so that the first lost line is an increase.
             counter!(LOG_LINES_LOST).absolute(crate::logging::lines_lost());
+            counter!(REDIS_DATA_LOST).increment(0);
             Ok(())
         }
         Err(err) => {
@@ -233,6 +259,18 @@ fn describe() {
         "Notifiers run by job, notifier (on_failure, on_success) and result (succeeded, failed, timed_out, ...)."
     );
     describe_counter!(
+        OCCURRENCES,
+        "Occurrences this node recorded the final outcome of (after their last attempt), by job and outcome."
+    );
+    describe_gauge!(
+        LAST_FAILURE,
+        "Unix time this node recorded the job's last occurrence that ended failed, timed_out, lock_lost, missed or abandoned after its last attempt; 0 if none."
+    );
+    describe_counter!(
+        REDIS_DATA_LOST,
+        "Times this node found Redis without the fleet's data it had seen before (restarted empty, flushed)."
+    );
+    describe_counter!(
         RETRIES,
         "Retry attempts of failed occurrences this node claimed and ran."
     );
@@ -284,17 +322,48 @@ pub fn run_finished(job: &str, outcome: &str, duration: Duration, finished_at: f
 /// `solocron_last_success_timestamp_seconds{job}` unless a later one is
 /// already set.
 pub fn last_success(job: &str, at: f64) {
+    set_newest(LAST_SUCCESS, job, at);
+}
+
+/// Sets gauge `name{job}` to `at` unless a later value is already set.
+fn set_newest(name: &'static str, job: &str, at: f64) {
     if !enabled() {
         return;
     }
-    let mut known = LAST_SUCCESS_KNOWN
+    let mut known = NEWEST_KNOWN
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let newest = known.entry(job.to_string()).or_insert(f64::MIN);
+    let newest = known.entry((name, job.to_string())).or_insert(f64::MIN);
     if at > *newest {
         *newest = at;
-        gauge!(LAST_SUCCESS, "job" => job.to_string()).set(at);
+        gauge!(name, "job" => job.to_string()).set(at);
     }
+}
+
+/// This node recorded the final outcome of `count` occurrences of `job` at
+/// `at` (Unix seconds, on the clock occurrences fire by): the outcome of
+/// their last attempt, or `missed`, `abandoned`. Counts
+/// `solocron_occurrences_total{job,outcome}` once per occurrence (a failed
+/// attempt that a retry follows is not an occurrence's outcome), and for an
+/// outcome of [`FAILED_OUTCOMES`] sets
+/// `solocron_last_failure_timestamp_seconds{job}` to `at`.
+pub fn occurrences_decided(job: &str, outcome: &str, count: u64, at: f64) {
+    counter!(OCCURRENCES, "job" => job.to_string(), "outcome" => outcome.to_string())
+        .increment(count);
+    if count > 0 && FAILED_OUTCOMES.contains(&outcome) {
+        set_newest(LAST_FAILURE, job, at);
+    }
+}
+
+/// [`occurrences_decided`] for one occurrence.
+pub fn occurrence_decided(job: &str, outcome: &str, at: f64) {
+    occurrences_decided(job, outcome, 1, at);
+}
+
+/// Counts Redis found without the fleet's data this node had seen:
+/// `solocron_redis_data_lost_total`.
+pub fn redis_data_lost() {
+    counter!(REDIS_DATA_LOST).increment(1);
 }
 
 /// Whether the exporter is installed ([`install`]): work done only for
@@ -307,16 +376,22 @@ pub fn enabled() -> bool {
 /// A job starts being scheduled (daemon start, or a reload that added or
 /// changed it): its counters are served at 0 from now on, so that the
 /// first failure, miss or lost lock is an increase Prometheus can see
-/// (a series born at 1 has none); `solocron_job_max_silence_seconds{job}`
+/// (a series born at 1 has none), and
+/// `solocron_last_failure_timestamp_seconds{job}` at 0 unless set;
+/// `solocron_job_max_silence_seconds{job}`
 /// is set (0 without `max_silence`) and
 /// `solocron_job_scheduled_timestamp_seconds{job}` to now.
 pub fn job_scheduled(job: &str, max_silence: Option<Duration>) {
     for outcome in crate::exec::Outcome::ALL {
         counter!(RUNS, "job" => job.to_string(), "outcome" => outcome.as_str()).increment(0);
     }
+    for outcome in OCCURRENCE_OUTCOMES {
+        counter!(OCCURRENCES, "job" => job.to_string(), "outcome" => *outcome).increment(0);
+    }
     for name in [MISSED, ABANDONED, LOCK_LOSSES, LOCK_RENEWALS] {
         counter!(name, "job" => job.to_string()).increment(0);
     }
+    gauge!(LAST_FAILURE, "job" => job.to_string()).increment(0.0);
     gauge!(JOB_MAX_SILENCE, "job" => job.to_string())
         .set(max_silence.map_or(0.0, |silence| silence.as_secs_f64()));
     gauge!(JOB_SCHEDULED, "job" => job.to_string()).set(unix_now());

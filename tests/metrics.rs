@@ -202,6 +202,15 @@ fn wait_for_series(port: u16, series: &str, check: impl Fn(f64) -> bool) -> Stri
     body
 }
 
+/// Asserts that the timestamp `series` is served, between `since` and now.
+fn served_since(body: &str, series: &str, since: f64) {
+    let at = served(body, series).unwrap_or_else(|| panic!("no `{series}`:\n{body}"));
+    assert!(
+        (since..=unix_now() + 1.0).contains(&at),
+        "`{series}` is {at}, not between {since} and now"
+    );
+}
+
 fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -240,14 +249,10 @@ fn per_job_series_follow_the_schedule_through_a_reload() {
         Some(0.0),
         "{body}"
     );
-    let scheduled = served(
+    served_since(
         &body,
         r#"solocron_job_scheduled_timestamp_seconds{job="weekday"}"#,
-    )
-    .expect("scheduled timestamp");
-    assert!(
-        (started - 1.0..=unix_now() + 1.0).contains(&scheduled),
-        "scheduled at {scheduled}, daemon started at {started}"
+        started - 1.0,
     );
     // weekday has not run: its counters are there, at 0.
     for outcome in [
@@ -404,4 +409,74 @@ fn a_metrics_port_in_use_stops_the_daemon_with_one_error_naming_it() {
         "said once:\n{log}"
     );
     drop(busy);
+}
+
+/// `solocron_occurrences_total` counts an occurrence once, with the outcome
+/// of its last attempt: `fixed` fails attempt 1 and succeeds at its retry
+/// (a failed run, a succeeded occurrence, no failure timestamp); `broken`
+/// fails both attempts (two failed runs, one failed occurrence, its
+/// failure timestamp set).
+#[test]
+fn occurrences_are_counted_once_with_the_outcome_of_their_last_attempt() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let port = free_port();
+    work.write_config(&format!(
+        "[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\n\
+         [jobs.fixed]\nschedule = \"*/4 * * * * *\"\nretries = 1\nretry_backoff = \"1s\"\n\
+         command = \"[ $SOLOCRON_ATTEMPT -ge 2 ]\"\n\
+         [jobs.broken]\nschedule = \"2-59/4 * * * * *\"\nretries = 1\nretry_backoff = \"1s\"\n\
+         command = \"exit 3\"\n"
+    ));
+    let started = unix_now();
+    let _node = Node::start(&work, &redis, "n1", &[]);
+    let series = |job: &str, name: &str, outcome: &str| {
+        format!(r#"{name}{{job="{job}",outcome="{outcome}"}}"#)
+    };
+    let count = |body: &str, job: &str, name: &str, outcome: &str| {
+        served(body, &series(job, name, outcome)).unwrap_or(-1.0)
+    };
+    let mut body = String::new();
+    wait_until(
+        Duration::from_secs(30),
+        "an occurrence of each job decided after its retry",
+        || {
+            body = try_scrape(port).unwrap_or_default();
+            // Never, at any scrape: a failed attempt a retry fixed is no
+            // failed occurrence.
+            assert!(
+                count(&body, "fixed", "solocron_occurrences_total", "failed") <= 0.0,
+                "{body}"
+            );
+            assert_eq!(
+                served(
+                    &body,
+                    r#"solocron_last_failure_timestamp_seconds{job="fixed"}"#
+                )
+                .unwrap_or(0.0),
+                0.0,
+                "{body}"
+            );
+            let fixed_runs_failed = count(&body, "fixed", "solocron_runs_total", "failed");
+            let fixed_runs = count(&body, "fixed", "solocron_runs_total", "succeeded");
+            let fixed = count(&body, "fixed", "solocron_occurrences_total", "succeeded");
+            let broken_runs = count(&body, "broken", "solocron_runs_total", "failed");
+            let broken = count(&body, "broken", "solocron_occurrences_total", "failed");
+            fixed >= 1.0
+                && fixed == fixed_runs
+                && fixed_runs_failed >= fixed
+                && broken >= 1.0
+                && broken_runs == 2.0 * broken
+        },
+    );
+    assert_eq!(
+        count(&body, "broken", "solocron_occurrences_total", "succeeded"),
+        0.0,
+        "{body}"
+    );
+    served_since(
+        &body,
+        r#"solocron_last_failure_timestamp_seconds{job="broken"}"#,
+        started,
+    );
 }

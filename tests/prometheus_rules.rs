@@ -383,6 +383,8 @@ fn scrape_a_real_daemon() -> String {
             body = try_scrape(port).unwrap_or_default();
             [
                 r#"solocron_runs_total{job="tick",outcome="succeeded"} "#,
+                // Recorded once the run's outcome is: before the outage.
+                r#"solocron_fire_to_start_seconds_count{job="tick"} "#,
                 r#"solocron_job_period_seconds{job="nightly"} "#,
                 "solocron_live_nodes ",
                 "solocron_clock_offset_seconds ",

@@ -16,6 +16,17 @@
 //! Failure model: a master that does not answer, or whose user may not run
 //! `INFO`, cannot be compared; it is asked again at the next check (the
 //! caller keeps asking until every master answered once).
+//!
+//! A new `run_id` is a restart, not a loss of data: a server restarted
+//! from its RDB or AOF keeps the fleet's keys. Whether the data is still
+//! there is told by a marker ([`markers`]): a key holding a random token,
+//! written by the first node that finds it missing and read by every node
+//! at each check. A node that saw one token and then finds none, or
+//! another, knows that the keys it saw (history, decisions, pauses,
+//! drains) are gone. Each plain server (the `url`, every Redlock master,
+//! the Sentinel master) has its own; with a Cluster the marker lives on the
+//! shard of the fleet's keys (`{PREFIX}`: pauses, drains, the registry),
+//! and the other shards are not watched.
 
 use std::time::Duration;
 
@@ -87,6 +98,55 @@ pub async fn identities(coordinator: &Coordinator) -> Identities {
         seen.push((&info.run_id, index));
     }
     found
+}
+
+/// The marker key of the fleet under `prefix` ([`markers`]).
+pub fn marker_key(prefix: &str) -> String {
+    format!("{{{prefix}}}:dataset")
+}
+
+/// What one member holds of the fleet's data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Marker {
+    /// The token in the marker: the one this check wrote if there was none.
+    pub token: String,
+    /// The server's `run_id`, if it told (not asked of a Cluster, whose
+    /// commands go to one of several servers).
+    pub run_id: Option<String>,
+}
+
+/// Reads the marker `key` of every member, writing `token` where it is
+/// missing (`SET key token NX GET`, one atomic command), and asks each
+/// member that is one server (not a Cluster) its `run_id`. In member
+/// order; `None` for a member that did not answer (or refused the write:
+/// out of memory, a read-only replica).
+pub async fn markers(coordinator: &Coordinator, key: &str, token: &str) -> Vec<Option<Marker>> {
+    let asks = coordinator.members().iter().map(|member| async move {
+        let mut conn = member.conn.clone();
+        let mut set = redis::cmd("SET");
+        set.arg(key).arg(token).arg("NX").arg("GET");
+        let found = tokio::time::timeout(ASK_TIMEOUT, set.query_async::<Option<String>>(&mut conn))
+            .await
+            .ok()?
+            .ok()?;
+        let run_id = match member.conn {
+            Conn::Cluster(_) => None,
+            Conn::Single(_) | Conn::Sentinel(_) => {
+                let mut cmd = redis::cmd("INFO");
+                cmd.arg("server");
+                match tokio::time::timeout(ASK_TIMEOUT, cmd.query_async::<String>(&mut conn)).await
+                {
+                    Ok(Ok(text)) => info(&text).map(|info| info.run_id),
+                    _ => None,
+                }
+            }
+        };
+        Some(Marker {
+            token: found.unwrap_or_else(|| token.to_string()),
+            run_id,
+        })
+    });
+    futures_util::future::join_all(asks).await
 }
 
 /// The `run_id` and `redis_mode` of an `INFO server` text (a server too

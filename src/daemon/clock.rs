@@ -36,6 +36,10 @@
 //! own clock; if Redis becomes unreachable later, the last offset stays
 //! in use (a node that cannot reach Redis runs nothing anyway).
 //!
+//! Each check also looks at the fleet's marker key, to tell Redis that
+//! came back without its data from a restart that kept it
+//! ([`health::DataWatch`]).
+//!
 //! Failure model: Redis's clock is the reference. If it is wrong, every
 //! node fires at the same wrong instant (still at most once per
 //! occurrence); with Redlock the median of the masters' clocks is used.
@@ -172,6 +176,8 @@ pub async fn check_loop(shared: Arc<Shared>, config_path: PathBuf) {
     let mut identified = false;
     let mut estimate = RedisInstant::default();
     let mut off = OffWatch::default();
+    // Redis that came back without the fleet's data ([`health::DataWatch`]).
+    let mut data = health::DataWatch::default();
     // Before the first answer, then the quick checks after it.
     let mut pause = FIRST_RETRY;
     loop {
@@ -245,6 +251,7 @@ pub async fn check_loop(shared: Arc<Shared>, config_path: PathBuf) {
                     }
                     notify::ready();
                 }
+                data.check(locker, shared.now()).await;
             }
             Err(err) if !answered && health::is_fatal_at_start(&err) => {
                 let fix = if health::is_refusal(&err) {

@@ -21,13 +21,24 @@
 //! own too: Redis answers, but nothing it grants may run. While any trouble
 //! lasts, [`Health::warning`] says it in one line, which the node publishes
 //! in the registry for `status`.
+//!
+//! Redis that comes back without the fleet's data (restarted without
+//! persistence, flushed) is no outage: it answers, and every node goes on
+//! claiming. [`DataWatch`] tells it from a restart that kept the data, by
+//! the fleet's marker key ([`crate::coordinator::identity::markers`]), and
+//! says it once per loss in an error line (the old and new `run_id`, when
+//! the data was last seen) and in `solocron_redis_data_lost_total`.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use tokio::time::Instant;
-use tracing::{error, info};
+use tracing::{debug, error, info};
+
+use crate::coordinator::identity::{self, Marker};
+use crate::lock::{Locker, new_token};
 
 /// How often a lasting outage is logged again.
 const STILL_DOWN_EVERY: Duration = Duration::from_secs(300);
@@ -219,6 +230,129 @@ impl Health {
     }
 }
 
+/// What this node last saw of each member's data: the marker's token, the
+/// server's `run_id`, and when (the fleet's clock).
+#[derive(Debug, Default)]
+pub struct DataWatch {
+    seen: Vec<Option<Seen>>,
+}
+
+#[derive(Debug, Clone)]
+struct Seen {
+    token: String,
+    run_id: Option<String>,
+    at: DateTime<Utc>,
+}
+
+/// How a member's data compares with what this node saw before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// This node's first look at the member.
+    First,
+    /// The same marker on the same server.
+    Same,
+    /// The same marker on a new server process (a restart with RDB/AOF,
+    /// a Sentinel failover): the data is there.
+    Restarted,
+    /// The marker this node saw is gone: so is the data it marked.
+    Lost,
+}
+
+fn compare(before: Option<&Seen>, now: &Marker) -> Change {
+    match before {
+        None => Change::First,
+        Some(before) if before.token != now.token => Change::Lost,
+        Some(Seen {
+            run_id: Some(old), ..
+        }) if now.run_id.as_ref().is_some_and(|new| new != old) => Change::Restarted,
+        Some(_) => Change::Same,
+    }
+}
+
+impl DataWatch {
+    /// Reads (or writes) the fleet's marker on every member and says, once
+    /// per loss, when one came back without the data this node saw there
+    /// (one error line, `solocron_redis_data_lost_total`). A member that
+    /// does not answer is looked at the next time. Cost: one `SET NX GET`
+    /// and one `INFO server` per member.
+    pub async fn check(&mut self, locker: &Locker, now: DateTime<Utc>) {
+        let coordinator = locker.coordinator();
+        let key = identity::marker_key(locker.prefix());
+        let answers = identity::markers(coordinator, &key, &new_token()).await;
+        for (index, change, before, marker) in self.observe(answers, now) {
+            let shown = coordinator
+                .members()
+                .get(index)
+                .map_or("redis", |member| member.shown.as_str());
+            let Some(before) = before else {
+                info!(node = %locker.node(), redis = %shown, key = %key,
+                    run_id = %marker.run_id.as_deref().unwrap_or("unknown"),
+                    "watching redis for a loss of the fleet's data (marker key read)");
+                continue;
+            };
+            let old_run_id = before.run_id.as_deref().unwrap_or("unknown");
+            let new_run_id = marker.run_id.as_deref().unwrap_or("unknown");
+            let last_seen = super::timetable::rfc3339(before.at);
+            if change == Change::Lost {
+                crate::metrics::redis_data_lost();
+                let how = if old_run_id == new_run_id && old_run_id != "unknown" {
+                    "its keys were deleted while it ran (FLUSHALL, FLUSHDB, eviction)"
+                } else {
+                    "it restarted without its data (no RDB or AOF), or was flushed"
+                };
+                let gone = if coordinator.is_quorum() {
+                    format!(
+                        "this redlock master's copy of the history, the last decisions, and every pause and drain from before {last_seen} is gone (the other masters keep theirs)"
+                    )
+                } else {
+                    format!(
+                        "the history, the last decisions, and every pause and drain from before {last_seen} are gone (paused jobs and drained nodes run again)"
+                    )
+                };
+                error!(node = %locker.node(), redis = %shown, key = %key,
+                    %old_run_id, %new_run_id, last_seen = %last_seen,
+                    "redis lost the fleet's data: {how}; {gone}; pause or drain again what should be, and give redis persistence (appendonly yes, or RDB saves)");
+            } else {
+                info!(node = %locker.node(), redis = %shown, %old_run_id, %new_run_id,
+                    "redis restarted (or failed over) with the fleet's data kept");
+            }
+        }
+    }
+
+    /// Takes each member's answer (`None`: it did not answer, looked at
+    /// the next time) as seen at `now`; returns the members seen for the
+    /// first time and those whose data changed since the last answer
+    /// ([`Change::Lost`] or [`Change::Restarted`]), with what was seen
+    /// before and now: each change once.
+    fn observe(
+        &mut self,
+        answers: Vec<Option<Marker>>,
+        now: DateTime<Utc>,
+    ) -> Vec<(usize, Change, Option<Seen>, Marker)> {
+        self.seen.resize_with(answers.len(), || None);
+        let mut changes = Vec::new();
+        for (index, (answer, seen)) in answers.into_iter().zip(self.seen.iter_mut()).enumerate() {
+            let Some(marker) = answer else {
+                debug!(
+                    member = index,
+                    "the fleet's marker key was not read; looked at again at the next check"
+                );
+                continue;
+            };
+            let before = seen.replace(Seen {
+                token: marker.token.clone(),
+                run_id: marker.run_id.clone(),
+                at: now,
+            });
+            let change = compare(before.as_ref(), &marker);
+            if change != Change::Same {
+                changes.push((index, change, before, marker));
+            }
+        }
+        changes
+    }
+}
+
 /// Whether Redis refused us (wrong password, no such user, a command the
 /// ACL user may not run) rather than being away.
 ///
@@ -290,7 +424,81 @@ pub fn trouble_of(err: &redis::RedisError) -> Trouble {
 
 #[cfg(test)]
 mod tests {
-    use super::is_refusal_text;
+    use super::{Change, DataWatch, Marker, Seen, compare, is_refusal_text};
+
+    #[test]
+    fn a_lost_marker_is_told_from_a_restart_that_kept_the_data() {
+        let marker = |token: &str, run_id: Option<&str>| Marker {
+            token: token.to_string(),
+            run_id: run_id.map(str::to_string),
+        };
+        let seen = Seen {
+            token: "t1".to_string(),
+            run_id: Some("r1".to_string()),
+            at: chrono::DateTime::UNIX_EPOCH,
+        };
+        assert_eq!(compare(None, &marker("t1", Some("r1"))), Change::First);
+        assert_eq!(
+            compare(Some(&seen), &marker("t1", Some("r1"))),
+            Change::Same
+        );
+        assert_eq!(compare(Some(&seen), &marker("t1", None)), Change::Same);
+        assert_eq!(
+            compare(Some(&seen), &marker("t1", Some("r2"))),
+            Change::Restarted
+        );
+        assert_eq!(
+            compare(Some(&seen), &marker("t2", Some("r2"))),
+            Change::Lost
+        );
+        assert_eq!(
+            compare(Some(&seen), &marker("t2", Some("r1"))),
+            Change::Lost
+        );
+    }
+
+    /// Each loss is told once: the next check compares with the new data.
+    /// A member that did not answer keeps what was seen of it.
+    #[test]
+    fn each_change_of_a_members_data_is_told_once() {
+        let marker = |token: &str, run_id: &str| {
+            Some(Marker {
+                token: token.to_string(),
+                run_id: Some(run_id.to_string()),
+            })
+        };
+        let at = |secs| chrono::DateTime::from_timestamp(secs, 0).expect("a time");
+        let mut watch = DataWatch::default();
+        let kinds =
+            |changes: Vec<(usize, Change, Option<Seen>, Marker)>| -> Vec<(usize, Change, i64)> {
+                changes
+                    .into_iter()
+                    .map(|(index, change, before, _)| {
+                        (
+                            index,
+                            change,
+                            before.map_or(0, |before| before.at.timestamp()),
+                        )
+                    })
+                    .collect()
+            };
+        assert_eq!(
+            kinds(watch.observe(vec![marker("t1", "r1"), marker("u1", "s1")], at(10))),
+            [(0, Change::First, 0), (1, Change::First, 0)]
+        );
+        assert_eq!(
+            kinds(watch.observe(vec![marker("t1", "r1"), None], at(20))),
+            []
+        );
+        assert_eq!(
+            kinds(watch.observe(vec![marker("t2", "r2"), marker("u1", "s2")], at(30))),
+            [(0, Change::Lost, 20), (1, Change::Restarted, 10)]
+        );
+        assert_eq!(
+            kinds(watch.observe(vec![marker("t2", "r2"), marker("u1", "s2")], at(40))),
+            []
+        );
+    }
 
     /// The texts Redis 7.0 and redis-rs give for a refusal, as they reach
     /// the Redlock vote and the controls read; and outages that are not.

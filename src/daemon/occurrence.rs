@@ -495,6 +495,12 @@ pub async fn run_lease(
     // an outage was told nobody until Redis answered, never if the node
     // stopped meanwhile).
     if let (Some(shared), Some(_), None) = (runner.shared, attempt.occurrence, retry_at) {
+        // The occurrence's last attempt: its final outcome.
+        metrics::occurrence_decided(
+            &job.name,
+            report.outcome.as_str(),
+            report.finished_at.timestamp_millis() as f64 / 1000.0,
+        );
         let subject = Subject {
             occurrence: name,
             fence: lease.fence,

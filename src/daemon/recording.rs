@@ -364,6 +364,12 @@ pub async fn record_gap_before(
                         .collect();
                     if let Some(first) = missed.first() {
                         crate::metrics::missed_by(&job.name, missed.len() as u64);
+                        crate::metrics::occurrences_decided(
+                            &job.name,
+                            "missed",
+                            missed.len() as u64,
+                            unix_secs(shared.now()),
+                        );
                         warn!(job = %job.name, node = %shared.locker.node(), count = missed.len(),
                             from = %first.occurrence, until = %rfc3339(at),
                             "occurrences nobody claimed (redis away or every node down) recorded as missed");
@@ -520,6 +526,7 @@ pub fn spawn_startup_check(shared: &Arc<Shared>, jobs: &[Arc<Job>]) {
 /// The decision line for a run found abandoned.
 pub fn log_abandoned(shared: &Shared, job: &Arc<Job>, abandoned: &Abandoned) {
     crate::metrics::abandoned(&job.name);
+    crate::metrics::occurrence_decided(&job.name, "abandoned", unix_secs(shared.now()));
     // Shown only where retries exist, as on `run finished`.
     let attempt = (job.retries > 0).then_some(abandoned.attempt);
     warn!(job = %job.name, occurrence = %abandoned.occurrence, node = %shared.locker.node(),
@@ -542,8 +549,10 @@ pub fn log_abandoned(shared: &Shared, job: &Arc<Job>, abandoned: &Abandoned) {
     );
 }
 
-/// Sends `on_failure` for `at` of `job`, which this node just recorded `missed`.
+/// Counts `at` of `job`, which this node just recorded `missed`, as its
+/// final outcome, and sends `on_failure`.
 fn notify_missed(shared: &Shared, job: &Arc<Job>, at: DateTime<Utc>, reason: &str) {
+    crate::metrics::occurrence_decided(&job.name, "missed", unix_secs(shared.now()));
     let name = rfc3339(at);
     let subject = Subject {
         occurrence: &name,
@@ -556,6 +565,11 @@ fn notify_missed(shared: &Shared, job: &Arc<Job>, at: DateTime<Utc>, reason: &st
         subject,
         notifications::decided("missed", reason.to_string()),
     );
+}
+
+/// `at` as Unix seconds, for the metrics' timestamps.
+pub fn unix_secs(at: DateTime<Utc>) -> f64 {
+    at.timestamp_millis() as f64 / 1000.0
 }
 
 impl LockError {

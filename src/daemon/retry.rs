@@ -48,6 +48,7 @@ use tracing::{debug, info, warn};
 use super::Shared;
 use super::notifications::{self, Subject};
 use super::occurrence::{Attempt, run_lease};
+use super::recording::unix_secs;
 use super::timetable::rfc3339;
 use crate::config::{Job, retry_backoff};
 use crate::exec::{Notice, Outcome, Report};
@@ -376,7 +377,10 @@ async fn claim_and_run(
     }
 }
 
+/// The occurrence `name` of `job` ends with `ran`, this node's failed
+/// attempt: its final outcome is counted and its notifier sent.
 fn notify(shared: &Shared, job: &Arc<Job>, name: &str, ran: Ran) {
+    crate::metrics::occurrence_decided(&job.name, &ran.notice.outcome, unix_secs(shared.now()));
     let subject = Subject {
         occurrence: name,
         fence: ran.fence,
