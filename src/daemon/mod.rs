@@ -391,7 +391,7 @@ pub async fn run(
     if let Some(listen) = &config.daemon.metrics_listen {
         // The error already says what failed and where (`cannot serve
         // metrics on ADDRESS`): no context repeating it.
-        metrics::install(listen)?;
+        metrics::start(&config.path, listen)?;
     }
     let conn = connect(&config.redis)?;
     let locker = Locker::new(
