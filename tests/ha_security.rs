@@ -432,7 +432,7 @@ fn cluster_with_passwords_runs_jobs_and_a_wrong_password_exits_78_at_once() {
         .collect();
     assert_eq!(refusals.len(), 1, "one clear line, not a loop:\n{log}");
     assert!(
-        refusals[0].contains("cluster redis://***@127.0.0.1:"),
+        refusals[0].contains("cluster redis://solocron@127.0.0.1:"),
         "names the cluster:\n{log}"
     );
     let status = wrong.cli(&["status"]);

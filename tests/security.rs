@@ -597,6 +597,34 @@ fn planted_secrets_appear_in_no_output_and_no_key() {
     }
 }
 
+/// The URL's user name is not a secret: a wrong password in a
+/// `password_file` stops the daemon naming `redis://solocron@HOST`, and
+/// `status` names it so too; the password shows nowhere.
+#[test]
+fn a_refusal_names_the_redis_user_and_masks_only_the_password() {
+    let server = Server::start(&[]);
+    let work = Workdir::new();
+    fs::write(work.path("redis.pass"), format!("{WRONG_PASSWORD}\n")).expect("write");
+    let url = format!("redis://solocron@127.0.0.1:{}/", server.port);
+    let config = work.write_config(&format!(
+        "[redis]\nurl = \"{url}\"\npassword_file = \"redis.pass\"\n\
+         [jobs.tick]\nschedule = \"* * * * * *\"\ncommand = \"true\"\n"
+    ));
+    let mut node = Node::start_with_args(&work, "n1", &["--config", &toml_path(&config)], &[]);
+    let exit = node.wait_exit(Duration::from_secs(15));
+    let log = node.log();
+    assert_eq!(exit.code(), Some(78), "{log}");
+    assert!(log.contains(&format!("redis at `{url}` refused")), "{log}");
+    let status = cli_with(&config, &["status"]);
+    assert_eq!(status.status.code(), Some(1), "{}", text(&status));
+    let stderr = String::from_utf8_lossy(&status.stderr);
+    assert!(stderr.contains(&url), "{stderr}");
+    for shown in [&log, &stderr.to_string()] {
+        assert!(!shown.contains("***@"), "the user is masked:\n{shown}");
+        assert!(!shown.contains(WRONG_PASSWORD), "{shown}");
+    }
+}
+
 /// A TLS-only server with `pki`'s `server` certificate, trusting `ca` for
 /// client certificates; `auth_clients`: `yes` or `no`.
 fn tls_server(pki: &Pki, auth_clients: &str) -> Server {

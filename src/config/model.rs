@@ -184,22 +184,21 @@ impl RedisConfig {
 
 /// Replaces the password in `scheme://user:password@host` with `***`, and
 /// the value of a `pass=` / `password=` query parameter (unix socket URLs
-/// carry the password there). Masks too much rather than too little: the
-/// user info runs to the *last* `@`, so a password with an unencoded `/`,
-/// `?` or `@` is still hidden.
+/// carry the password there). The user name is not a secret and shows
+/// (`rediss://solocron@host`, whose password is in `password_file`, shows
+/// as written). Masks too much rather than too little: the user info runs
+/// to the *last* `@`, so a password with an unencoded `/`, `?` or `@` is
+/// still hidden.
 pub fn redact_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return url.to_string();
     };
     let (head, rest) = url.split_at(scheme_end + 3);
     let rest = match rest.rfind('@') {
-        Some(at) => {
-            let user = match rest[..at].find(':') {
-                Some(colon) => format!("{}:***", &rest[..colon]),
-                None => "***".to_string(),
-            };
-            format!("{user}{}", &rest[at..])
-        }
+        Some(at) => match rest[..at].find(':') {
+            Some(colon) => format!("{}:***{}", &rest[..colon], &rest[at..]),
+            None => rest.to_string(),
+        },
         None => rest.to_string(),
     };
     format!("{head}{}", mask_query_passwords(&rest))
