@@ -597,6 +597,90 @@ fn planted_secrets_appear_in_no_output_and_no_key() {
     }
 }
 
+/// What a job prints of a `${VAR}` value or an `env_file` value is masked
+/// as `***` in the log, the history's `output_tail`, a notifier's
+/// `SOLOCRON_OUTPUT_TAIL` and `trigger`'s output: from a `command` (also
+/// a value printed in two writes, read in two reads) and from an `argv`
+/// job reading it from its environment.
+#[test]
+fn secrets_a_job_prints_are_masked_in_log_history_notifier_and_trigger() {
+    const FILE_SECRET: &str = "PRINTED-S3CRET-4";
+    const DAEMON_SECRET: &str = "PRINTED-DAEMON-5";
+    let redis = common::RedisServer::start();
+    let work = Workdir::new();
+    fs::write(work.path("env"), format!("TOKEN={FILE_SECRET}\n")).expect("write env");
+    let notified = toml_path(&work.path("notified"));
+    let config = work.write_config(&format!(
+        "[redis]\nurl = \"{}\"\n[daemon]\nenv_file = \"env\"\n\
+         [jobs.cmd]\nschedule = \"* * * * * *\"\n\
+         command = '''echo token=${{TOKEN}} daemon=${{DAEMON_TOKEN}}; t='${{TOKEN}}'; \
+         printf 'split=%s' \"$${{t%-*}}\"; sleep 0.3; printf -- '-%s\\n' \"$${{t##*-}}\"'''\n\
+         [jobs.argv]\nschedule = \"* * * * * *\"\n\
+         argv = [\"/bin/sh\", \"-c\", \"echo argv=$TOKEN >&2; exit 3\"]\n\
+         on_failure = {{ command = 'printf %s \"$SOLOCRON_OUTPUT_TAIL\" > {notified}' }}\n",
+        redis.url()
+    ));
+    let env = [("DAEMON_TOKEN", DAEMON_SECRET)];
+    let mut node = Node::start_with_args(&work, "n1", &["--config", &toml_path(&config)], &env);
+    let tails = |job: &str| -> Vec<String> {
+        let history = cli_with(&config, &["history", "--json", job]);
+        let entries: serde_json::Value =
+            serde_json::from_slice(&history.stdout).unwrap_or_default();
+        let entries = entries.as_array().cloned().unwrap_or_default();
+        entries
+            .iter()
+            .filter_map(|entry| entry["output_tail"].as_str().map(str::to_string))
+            .collect()
+    };
+    wait_until(
+        Duration::from_secs(20),
+        "both jobs ran and notified",
+        || {
+            !tails("cmd").is_empty()
+                && !tails("argv").is_empty()
+                && !work.lines("notified").is_empty()
+        },
+    );
+    node.signal("TERM");
+    node.wait_exit(Duration::from_secs(30));
+    let log = node.log();
+    for told in ["token=*** daemon=***", "split=***", "argv=***"] {
+        assert!(log.contains(told), "`{told}` in the log:\n{log}");
+    }
+    let (cmd, argv) = (tails("cmd"), tails("argv"));
+    assert!(
+        cmd[0].contains("token=*** daemon=***\nsplit=***\n"),
+        "{cmd:?}"
+    );
+    assert!(argv[0].contains("argv=***"), "{argv:?}");
+    let notified = work.lines("notified").join("\n");
+    assert!(notified.contains("argv=***"), "{notified}");
+
+    let trigger = solocron(
+        &[
+            "trigger",
+            "cmd",
+            "--config",
+            &toml_path(&config),
+            "--node-id",
+            "t",
+        ],
+        &env,
+    );
+    assert!(trigger.status.success(), "{}", text(&trigger));
+    let printed = text(&trigger);
+    assert!(printed.contains("token=*** daemon=***"), "{printed}");
+    assert!(printed.contains("split=***"), "{printed}");
+
+    let everything = format!("{log}\n{cmd:?}\n{argv:?}\n{notified}\n{printed}");
+    for secret in [FILE_SECRET, DAEMON_SECRET] {
+        assert!(
+            !everything.contains(secret),
+            "{secret} shows:\n{everything}"
+        );
+    }
+}
+
 /// The URL's user name is not a secret: a wrong password in a
 /// `password_file` stops the daemon naming `redis://solocron@HOST`, and
 /// `status` names it so too; the password shows nowhere.

@@ -26,6 +26,9 @@ pub struct Config {
     /// one). They fill `${VAR}` before the process environment does, and
     /// jobs get them in their environment. Values may be secrets.
     pub env: BTreeMap<String, String>,
+    /// Every value a `${VAR}` of the file was filled with (from `env_file`
+    /// or the process environment). Values may be secrets.
+    pub filled: Vec<String>,
     /// What `check` prints as `warning:` and `run` logs at start and on
     /// reload; never a reason to refuse the file. In file order.
     pub warnings: Vec<super::Warning>,

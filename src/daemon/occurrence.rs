@@ -30,7 +30,7 @@ use super::recording::{self, log_abandoned, spawn_record_missed, watch_lock};
 use super::retry;
 use super::timetable::rfc3339;
 use crate::config::{Job, OnLockLost};
-use crate::exec::{Executor, Outcome, Report, RunContext, StopReason};
+use crate::exec::{Executor, Outcome, OutputMask, Report, RunContext, StopReason};
 use crate::history::Entry;
 use crate::lock::watchdog::{self, LeaseLost};
 use crate::lock::{Claim, ClaimReply, Lease, Locker, Target, new_token};
@@ -373,6 +373,8 @@ pub struct Runner<'a> {
     /// The variables of `[daemon] env_file` the job gets in its environment
     /// (the daemon's as of its last load; `trigger`'s as it read the file).
     pub env_file: Arc<BTreeMap<String, String>>,
+    /// What the output of its runs must not show.
+    pub mask: Arc<OutputMask>,
 }
 
 impl<'a> Runner<'a> {
@@ -384,6 +386,7 @@ impl<'a> Runner<'a> {
         executor: &'a Executor,
         interrupt: &'a CancellationToken,
         env_file: Arc<BTreeMap<String, String>>,
+        mask: Arc<OutputMask>,
     ) -> Runner<'a> {
         Runner {
             locker,
@@ -391,6 +394,7 @@ impl<'a> Runner<'a> {
             interrupt,
             shared: None,
             env_file,
+            mask,
         }
     }
 }
@@ -434,6 +438,7 @@ pub async fn run_lease(
         fence: lease.fence,
         node: node.clone(),
         env_file: Arc::clone(&runner.env_file),
+        mask: Arc::clone(&runner.mask),
         lost_lease_grace: watchdog::safety_margin(lease.ttl) / 2,
         lease_lost: CancellationToken::new(),
         attempt: attempt.number,
