@@ -322,7 +322,7 @@ command = 'echo "$SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE" >> {runs}'
         .arg("seed")
         .query(&mut redis.conn())
         .expect("HSET");
-    let _first = Node::start(&work, &redis, "n1", &[]);
+    let mut first = Node::start(&work, &redis, "n1", &[]);
     wait_until(Duration::from_secs(10), "the catch-up run", || {
         !work.lines("runs").is_empty()
     });
@@ -351,6 +351,24 @@ command = 'echo "$SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE" >> {runs}'
             .count(),
         1,
         "{again:?}"
+    );
+    // n1 restarted finds its own decision: it says so, not that it lost
+    // the claim to itself.
+    first.signal("TERM");
+    first.wait_exit(Duration::from_secs(10));
+    let restarted = Node::start(&work, &redis, "n1", &[]);
+    restarted.wait_for_log(
+        Duration::from_secs(5),
+        &format!(
+            "occurrence already decided by this node before its restart; not claimed again \
+             job=minutely occurrence={} node=n1",
+            record.occurrence
+        ),
+    );
+    assert!(
+        !restarted.log().contains("claim lost"),
+        "{}",
+        restarted.log()
     );
 }
 

@@ -114,6 +114,9 @@ pub(crate) struct Shared {
     /// step of this node's wall clock cannot move it (see [`Shared::now`]).
     redis_at_base_us: AtomicI64,
     clock_base: std::time::Instant,
+    /// When this daemon started, by this node's clock: an occurrence
+    /// before it that this node decided was decided by its previous run.
+    pub began: DateTime<Utc>,
     /// `[daemon] clock = "redis"`: fire by this node's clock minus the
     /// offset (see [`Shared::now`]).
     clock_from_redis: AtomicBool,
@@ -445,6 +448,7 @@ pub async fn run(
         clock_offset_us: AtomicI64::new(i64::MIN),
         redis_at_base_us: AtomicI64::new(i64::MIN),
         clock_base: std::time::Instant::now(),
+        began: Utc::now(),
         clock_from_redis: AtomicBool::new(config.daemon.clock == ClockSource::Redis),
         clock_measured: tokio::sync::Notify::new(),
         clock_rebase: tokio::sync::Notify::new(),

@@ -316,13 +316,26 @@ async fn decided(
             decision,
         } => {
             metrics::claim(&job.name, ClaimResult::Lost);
-            if decision == "claimed" {
+            if by == node {
+                // Not lost to another node: this node's own decision, by
+                // its run before a restart, or by an earlier claim of this
+                // run (a reload's catch-up).
+                let when = if at < shared.began {
+                    "before its restart"
+                } else {
+                    "earlier"
+                };
+                info!(job = %job.name, occurrence = %name, node = %node, decision = %decision, fence,
+                    "occurrence already decided by this node {when}; not claimed again");
+            } else if decision == "claimed" {
                 info!(job = %job.name, occurrence = %name, node = %node, winner = %by, fence, "claim lost");
-                watch_lock(shared, job, fence, reply.lock_ttl_left);
-                retry::watch(shared, job, at, None);
             } else {
                 info!(job = %job.name, occurrence = %name, node = %node, decided_by = %by, decision = %decision,
                     "occurrence already decided by another node");
+            }
+            if decision == "claimed" {
+                watch_lock(shared, job, fence, reply.lock_ttl_left);
+                retry::watch(shared, job, at, None);
             }
         }
         Claim::Busy { holder, fence } => {
