@@ -62,10 +62,11 @@ const MASKED: &[u8] = b"***";
 /// of the values: they are secrets.
 #[derive(Default)]
 pub struct OutputMask {
-    /// Longest first; `None` when there is nothing to mask.
+    /// Finds the values, the longest at a place first; `None` when there
+    /// is nothing to mask.
     finder: Option<AhoCorasick>,
+    /// Longest first, none empty.
     values: Vec<Vec<u8>>,
-    longest: usize,
 }
 
 impl fmt::Debug for OutputMask {
@@ -108,7 +109,6 @@ impl OutputMask {
             _ => None,
         };
         OutputMask {
-            longest: kept.first().map_or(0, Vec::len),
             finder,
             values: kept,
         }
@@ -132,18 +132,18 @@ impl OutputMask {
     /// Where the longest end of `bytes` that could be the start of a value
     /// begins (`bytes.len()` when none could).
     fn held_back(&self, bytes: &[u8]) -> usize {
-        let most = self.longest.saturating_sub(1).min(bytes.len());
-        for len in (1..=most).rev() {
-            let end = &bytes[bytes.len() - len..];
-            if self
-                .values
-                .iter()
-                .any(|value| value.len() > len && value.starts_with(end))
+        let mut cut = bytes.len();
+        for value in &self.values {
+            // Each value looks at its own length of the end only: the cost
+            // is the sum of the values' lengths, whatever was read.
+            let from = bytes.len() - value.len().saturating_sub(1).min(bytes.len());
+            if let Some(start) = (from..cut)
+                .find(|&start| bytes[start] == value[0] && value.starts_with(&bytes[start..]))
             {
-                return bytes.len() - len;
+                cut = start;
             }
         }
-        bytes.len()
+        cut
     }
 }
 
@@ -540,7 +540,11 @@ mod tests {
         let mut out = Vec::new();
         for chunk in chunks {
             out.extend(masking.feed(&mask, chunk));
-            assert!(masking.pending.len() < mask.longest.max(1) + 1);
+            let longest = mask.values.first().map_or(0, Vec::len);
+            assert!(
+                masking.pending.len() <= longest,
+                "held back at most a value"
+            );
         }
         out.extend(masking.finish(&mask));
         String::from_utf8(out).expect("utf-8")
