@@ -183,7 +183,8 @@ pub async fn run(config: Config, node: &str, job_name: &str) -> anyhow::Result<E
         }
     });
     let env_file = Arc::new(config.env.clone());
-    let runner = Runner::standalone(&locker, &executor, &interrupt, env_file);
+    let mask = Arc::new(crate::exec::OutputMask::of(&config));
+    let runner = Runner::standalone(&locker, &executor, &interrupt, env_file, mask);
     let (report, _) = run_lease(&runner, &job, &lease, &name, sent, Attempt::MANUAL).await;
     signals.abort();
     let detail = match (report.exit_code, report.http_status) {

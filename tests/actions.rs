@@ -51,6 +51,7 @@ fn ctx(job: Job) -> RunContext {
         fence: 812,
         node: "web-2".to_string(),
         env_file: Default::default(),
+        mask: Default::default(),
         lost_lease_grace: Duration::from_millis(500),
         lease_lost: Default::default(),
         attempt: 1,

@@ -322,7 +322,7 @@ command = 'echo "$SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE" >> {runs}'
         .arg("seed")
         .query(&mut redis.conn())
         .expect("HSET");
-    let _first = Node::start(&work, &redis, "n1", &[]);
+    let mut first = Node::start(&work, &redis, "n1", &[]);
     wait_until(Duration::from_secs(10), "the catch-up run", || {
         !work.lines("runs").is_empty()
     });
@@ -351,6 +351,24 @@ command = 'echo "$SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE" >> {runs}'
             .count(),
         1,
         "{again:?}"
+    );
+    // n1 restarted finds its own decision: it says so, not that it lost
+    // the claim to itself.
+    first.signal("TERM");
+    first.wait_exit(Duration::from_secs(10));
+    let restarted = Node::start(&work, &redis, "n1", &[]);
+    restarted.wait_for_log(
+        Duration::from_secs(5),
+        &format!(
+            "occurrence already decided by this node before its restart; not claimed again \
+             job=minutely occurrence={} node=n1",
+            record.occurrence
+        ),
+    );
+    assert!(
+        !restarted.log().contains("claim lost"),
+        "{}",
+        restarted.log()
     );
 }
 
@@ -490,4 +508,80 @@ fn a_low_soft_open_files_limit_costs_no_run_and_jobs_keep_it() {
         limits.iter().all(|line| line.starts_with("16 ")),
         "each job starts with the soft limit the daemon was given: {limits:?}"
     );
+}
+
+/// Every live node drained: nobody claims, and the occurrences are
+/// recorded `missed` as such, each once, by one drained node that logs
+/// why; nothing blames Redis. Before, they were recorded only after an
+/// undrain, as "redis was unreachable or every node was down or drained".
+#[test]
+fn a_fully_drained_fleet_records_its_missed_occurrences_as_drained() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let runs = toml_path(&work.path("runs"));
+    let config = work.write_config(&format!(
+        "[jobs.tick]\nschedule = \"* * * * * *\"\nstarting_deadline = \"1s\"\n\
+         command = 'echo \"$SOLOCRON_OCCURRENCE\" >> {runs}'\n"
+    ));
+    let nodes = [
+        Node::start(&work, &redis, "n1", &[]),
+        Node::start(&work, &redis, "n2", &[]),
+    ];
+    let config = toml_path(&config);
+    for node in &nodes {
+        let drain = solocron(&[
+            "drain",
+            "--node",
+            &node.id,
+            "--config",
+            &config,
+            "--redis",
+            &redis.url(),
+        ]);
+        assert!(drain.status.success(), "{drain:?}");
+        node.wait_for_log(Duration::from_secs(10), "draining:");
+    }
+    let drained = |entry: &std::collections::HashMap<String, String>| {
+        entry.get("outcome").map(String::as_str) == Some("missed")
+            && entry
+                .get("error")
+                .is_some_and(|error| error.contains("every live node is drained"))
+    };
+    wait_until(
+        Duration::from_secs(15),
+        "two occurrences recorded missed as drained",
+        || {
+            history(&redis, "tick")
+                .iter()
+                .filter(|entry| drained(entry))
+                .count()
+                >= 2
+        },
+    );
+    let entries = history(&redis, "tick");
+    let missed: Vec<&String> = entries
+        .iter()
+        .filter(|entry| drained(entry))
+        .filter_map(|entry| entry.get("occurrence"))
+        .collect();
+    let mut once = missed.clone();
+    once.dedup();
+    assert_eq!(once, missed, "each once: {entries:?}");
+    let ran = work.lines("runs");
+    assert!(
+        missed.iter().all(|at| !ran.contains(at)),
+        "{ran:?} {missed:?}"
+    );
+    let logs = format!("{}\n{}", nodes[0].log(), nodes[1].log());
+    for at in &missed {
+        let told = logs
+            .lines()
+            .filter(|line| {
+                line.contains("occurrence missed: every live node is drained")
+                    && line.contains(&format!("occurrence={at}"))
+            })
+            .count();
+        assert_eq!(told, 1, "one line for {at}:\n{logs}");
+    }
+    assert!(!logs.contains("redis unreachable"), "{logs}");
 }

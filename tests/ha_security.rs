@@ -12,8 +12,8 @@
 //!   one entry per occurrence;
 //! - in each of the three, without `tls_ca_file` (the system roots, pinned
 //!   to a CA that signed nothing, do not know the test CA) nothing runs,
-//!   `status` exits 1 naming the certificate, and the daemon's outage line
-//!   says why;
+//!   `status` exits 1 naming the certificate, and the daemon exits 78 at
+//!   start with one line saying why;
 //! - Cluster with passwords: `requirepass` + `masterauth` on every node and
 //!   the daemons on `password_file`; the README's ACL user with the line a
 //!   cluster adds (`+cluster|slots +ping +wait`), with Redis's `ACL LOG`
@@ -167,8 +167,8 @@ fn runs_jobs_with_status_and_history(
 }
 
 /// A daemon on `redis` without `tls_ca_file` (`env`: the pinned system
-/// roots): `status` exits 1 naming the certificate, the daemon's outage
-/// line says why its claims fail, and nothing runs.
+/// roots): `status` exits 1 naming the certificate, the daemon exits 78
+/// at start with one line saying why, and nothing runs.
 fn fails_closed_without_the_ca(redis: &str, job: &str, env: &[(String, String)]) {
     let mut fleet = Fleet::new(redis, "", &every_second(&[job])).with_env(env);
     let status = fleet.cli(&["status"]);
@@ -182,18 +182,22 @@ fn fails_closed_without_the_ca(redis: &str, job: &str, env: &[(String, String)])
         "{}",
         stderr(&status)
     );
+    // At start no retry cures it: exit 78 with one line saying why and
+    // what to do.
     fleet.start_node("no-ca");
-    wait_until(
-        LIMIT,
-        "the daemon's outage line says why nothing runs",
-        || {
-            fleet.node("no-ca").log().lines().any(|line| {
-                line.contains("redis unreachable") && line.contains("invalid peer certificate")
-            })
-        },
+    let exit = fleet.node_mut("no-ca").wait_exit(LIMIT);
+    let log = fleet.node("no-ca").log();
+    assert_eq!(exit.code(), Some(78), "{log}");
+    let told: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("does not trust the TLS certificate"))
+        .collect();
+    assert_eq!(told.len(), 1, "one line:\n{log}");
+    assert!(
+        told[0].contains("invalid peer certificate") && told[0].contains("tls_ca_file"),
+        "{log}"
     );
     assert!(fleet.runs().is_empty(), "ran without a trusted server");
-    assert!(fleet.all_alive(), "the daemon waits, it does not exit");
 }
 
 #[test]
@@ -432,7 +436,7 @@ fn cluster_with_passwords_runs_jobs_and_a_wrong_password_exits_78_at_once() {
         .collect();
     assert_eq!(refusals.len(), 1, "one clear line, not a loop:\n{log}");
     assert!(
-        refusals[0].contains("cluster redis://***@127.0.0.1:"),
+        refusals[0].contains("cluster redis://solocron@127.0.0.1:"),
         "names the cluster:\n{log}"
     );
     let status = wrong.cli(&["status"]);

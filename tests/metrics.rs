@@ -376,8 +376,9 @@ fn a_starting_node_reads_each_jobs_last_success_from_the_history() {
 }
 
 /// A `metrics_listen` port another process holds stops `run` at start
-/// (exit 1, not 78: the file is valid) with one error naming the address,
-/// said once (it read `cannot serve metrics: cannot serve metrics on ...`).
+/// with exit 78, as a mistake of the config (a restart loop does not free
+/// the port), with one `error:` naming the address, the key, the file and
+/// what to do, said once.
 #[test]
 fn a_metrics_port_in_use_stops_the_daemon_with_one_error_naming_it() {
     let redis = RedisServer::start();
@@ -398,11 +399,19 @@ fn a_metrics_port_in_use_stops_the_daemon_with_one_error_naming_it() {
     let mut node = Node::spawn_with_args(&work, "n1", &args, &[]);
     let status = node.wait_exit(Duration::from_secs(10));
     let log = node.log();
-    assert_eq!(status.code(), Some(1), "{log}");
+    assert_eq!(status.code(), Some(78), "{log}");
     assert!(
-        log.contains(&format!("`{addr}`")),
+        log.contains(&format!("error: cannot serve metrics on `{addr}`")),
         "names the address:\n{log}"
     );
+    for told in [
+        "`metrics_listen` in `[daemon]`".to_string(),
+        format!("`{}`", config.display()),
+        "Address already in use".to_string(),
+        "choose a free port".to_string(),
+    ] {
+        assert!(log.contains(&told), "says {told}:\n{log}");
+    }
     assert_eq!(
         log.matches("cannot serve metrics").count(),
         1,

@@ -597,17 +597,134 @@ fn planted_secrets_appear_in_no_output_and_no_key() {
     }
 }
 
+/// What a job prints of a `${VAR}` value or an `env_file` value is masked
+/// as `***` in the log, the history's `output_tail`, a notifier's
+/// `SOLOCRON_OUTPUT_TAIL` and `trigger`'s output: from a `command` (also
+/// a value printed in two writes, read in two reads) and from an `argv`
+/// job reading it from its environment.
+#[test]
+fn secrets_a_job_prints_are_masked_in_log_history_notifier_and_trigger() {
+    const FILE_SECRET: &str = "PRINTED-S3CRET-4";
+    const DAEMON_SECRET: &str = "PRINTED-DAEMON-5";
+    let redis = common::RedisServer::start();
+    let work = Workdir::new();
+    fs::write(work.path("env"), format!("TOKEN={FILE_SECRET}\n")).expect("write env");
+    let notified = toml_path(&work.path("notified"));
+    let config = work.write_config(&format!(
+        "[redis]\nurl = \"{}\"\n[daemon]\nenv_file = \"env\"\n\
+         [jobs.cmd]\nschedule = \"* * * * * *\"\n\
+         command = '''echo token=${{TOKEN}} daemon=${{DAEMON_TOKEN}}; t='${{TOKEN}}'; \
+         printf 'split=%s' \"$${{t%-*}}\"; sleep 0.3; printf -- '-%s\\n' \"$${{t##*-}}\"'''\n\
+         [jobs.argv]\nschedule = \"* * * * * *\"\n\
+         argv = [\"/bin/sh\", \"-c\", \"echo argv=$TOKEN >&2; exit 3\"]\n\
+         on_failure = {{ command = 'printf %s \"$SOLOCRON_OUTPUT_TAIL\" > {notified}' }}\n",
+        redis.url()
+    ));
+    let env = [("DAEMON_TOKEN", DAEMON_SECRET)];
+    let mut node = Node::start_with_args(&work, "n1", &["--config", &toml_path(&config)], &env);
+    let tails = |job: &str| -> Vec<String> {
+        let history = cli_with(&config, &["history", "--json", job]);
+        let entries: serde_json::Value =
+            serde_json::from_slice(&history.stdout).unwrap_or_default();
+        let entries = entries.as_array().cloned().unwrap_or_default();
+        entries
+            .iter()
+            .filter_map(|entry| entry["output_tail"].as_str().map(str::to_string))
+            .collect()
+    };
+    wait_until(
+        Duration::from_secs(20),
+        "both jobs ran and notified",
+        || {
+            !tails("cmd").is_empty()
+                && !tails("argv").is_empty()
+                && !work.lines("notified").is_empty()
+        },
+    );
+    node.signal("TERM");
+    node.wait_exit(Duration::from_secs(30));
+    let log = node.log();
+    for told in ["token=*** daemon=***", "split=***", "argv=***"] {
+        assert!(log.contains(told), "`{told}` in the log:\n{log}");
+    }
+    let (cmd, argv) = (tails("cmd"), tails("argv"));
+    assert!(
+        cmd[0].contains("token=*** daemon=***\nsplit=***\n"),
+        "{cmd:?}"
+    );
+    assert!(argv[0].contains("argv=***"), "{argv:?}");
+    let notified = work.lines("notified").join("\n");
+    assert!(notified.contains("argv=***"), "{notified}");
+
+    let trigger = solocron(
+        &[
+            "trigger",
+            "cmd",
+            "--config",
+            &toml_path(&config),
+            "--node-id",
+            "t",
+        ],
+        &env,
+    );
+    assert!(trigger.status.success(), "{}", text(&trigger));
+    let printed = text(&trigger);
+    assert!(printed.contains("token=*** daemon=***"), "{printed}");
+    assert!(printed.contains("split=***"), "{printed}");
+
+    let everything = format!("{log}\n{cmd:?}\n{argv:?}\n{notified}\n{printed}");
+    for secret in [FILE_SECRET, DAEMON_SECRET] {
+        assert!(
+            !everything.contains(secret),
+            "{secret} shows:\n{everything}"
+        );
+    }
+}
+
+/// The URL's user name is not a secret: a wrong password in a
+/// `password_file` stops the daemon naming `redis://solocron@HOST`, and
+/// `status` names it so too; the password shows nowhere.
+#[test]
+fn a_refusal_names_the_redis_user_and_masks_only_the_password() {
+    let server = Server::start(&[]);
+    let work = Workdir::new();
+    fs::write(work.path("redis.pass"), format!("{WRONG_PASSWORD}\n")).expect("write");
+    let url = format!("redis://solocron@127.0.0.1:{}/", server.port);
+    let config = work.write_config(&format!(
+        "[redis]\nurl = \"{url}\"\npassword_file = \"redis.pass\"\n\
+         [jobs.tick]\nschedule = \"* * * * * *\"\ncommand = \"true\"\n"
+    ));
+    let mut node = Node::start_with_args(&work, "n1", &["--config", &toml_path(&config)], &[]);
+    let exit = node.wait_exit(Duration::from_secs(15));
+    let log = node.log();
+    assert_eq!(exit.code(), Some(78), "{log}");
+    assert!(log.contains(&format!("redis at `{url}` refused")), "{log}");
+    let status = cli_with(&config, &["status"]);
+    assert_eq!(status.status.code(), Some(1), "{}", text(&status));
+    let stderr = String::from_utf8_lossy(&status.stderr);
+    assert!(stderr.contains(&url), "{stderr}");
+    for shown in [&log, &stderr.to_string()] {
+        assert!(!shown.contains("***@"), "the user is masked:\n{shown}");
+        assert!(!shown.contains(WRONG_PASSWORD), "{shown}");
+    }
+}
+
 /// A TLS-only server with `pki`'s `server` certificate, trusting `ca` for
 /// client certificates; `auth_clients`: `yes` or `no`.
 fn tls_server(pki: &Pki, auth_clients: &str) -> Server {
+    tls_server_on(pki, free_port(), "server", auth_clients)
+}
+
+/// [`tls_server`] on `port` with the certificate `cert` of `pki`.
+fn tls_server_on(pki: &Pki, port: u16, cert: &str, auth_clients: &str) -> Server {
     let arg = |name: &str| toml_path(&pki.path(name));
     Server::start_on(
-        free_port(),
+        port,
         &[
             "--tls-cert-file".into(),
-            arg("server.pem"),
+            arg(&format!("{cert}.pem")),
             "--tls-key-file".into(),
-            arg("server.key"),
+            arg(&format!("{cert}.key")),
             "--tls-ca-cert-file".into(),
             arg("ca.pem"),
             "--tls-auth-clients".into(),
@@ -646,12 +763,20 @@ fn rediss_with_the_test_ca_runs_jobs_and_fails_closed_without_it() {
     pki.ca("ca");
     pki.ca("other-ca");
     pki.leaf("ca", "server");
+    pki.leaf("other-ca", "other-server");
+    pki.leaf_for("ca", "elsewhere", "DNS:elsewhere.invalid");
     let server = tls_server(&pki, "no");
+    let port = server.port;
     let ca_line = |ca: &str| format!("tls_ca_file = \"{}\"", toml_path(&pki.path(ca)));
 
     let work = Workdir::new();
-    let config = tls_config(&work, server.port, &ca_line("ca.pem"));
-    let node = Node::start_with_args(&work, "tls-a", &["--config", &toml_path(&config)], &[]);
+    let config = tls_config(&work, port, &ca_line("ca.pem"));
+    let node = Node::start_with_args(
+        &work,
+        "tls-a",
+        &["--config", &toml_path(&config)],
+        &[("SOLOCRON_LOG", "debug")],
+    );
     wait_until(Duration::from_secs(15), "a job ran over TLS", || {
         records(&work.lines("runs")).len() >= 2
     });
@@ -668,35 +793,69 @@ fn rediss_with_the_test_ca_runs_jobs_and_fails_closed_without_it() {
                 && e["outcome"] == "succeeded"),
         "{recorded:?} vs {ran:?}"
     );
-    drop(node);
 
-    // No CA (the system roots do not know the test CA), or another CA:
-    // nothing runs, and the error says why.
-    for (case, lines) in [
-        ("no-ca", String::new()),
-        ("other-ca", ca_line("other-ca.pem")),
+    // Once running, a server back with a certificate the node does not
+    // trust is an outage: nothing runs, the daemon waits (not exit 78).
+    drop(server);
+    let other = tls_server_on(&pki, port, "other-server", "no");
+    wait_until(Duration::from_secs(15), "the claims fail", || {
+        node.log().contains("invalid peer certificate")
+    });
+    let ran = work.lines("runs").len();
+    wait_until(Duration::from_secs(15), "a later failed claim", || {
+        node.log().matches("invalid peer certificate").count() >= 3
+    });
+    assert!(common::is_alive(node.pid()), "{}", node.log());
+    assert_eq!(
+        work.lines("runs").len(),
+        ran,
+        "ran without a trusted server"
+    );
+    assert!(node.log().contains("redis unreachable"), "{}", node.log());
+    drop(node);
+    drop(other);
+    let server = tls_server_on(&pki, port, "server", "no");
+    let elsewhere = tls_server_on(&pki, free_port(), "elsewhere", "no");
+
+    // At start: no CA (the system roots do not know the test CA), another
+    // CA, or a certificate for another name: nothing runs, and the daemon
+    // exits 78 at once with one line saying why and what to do.
+    for (case, port, lines, fix) in [
+        ("no-ca", port, String::new(), "update-ca-certificates"),
+        ("other-ca", port, ca_line("other-ca.pem"), "tls_ca_file"),
+        ("name", elsewhere.port, ca_line("ca.pem"), "subjectAltName"),
     ] {
         let work = Workdir::new();
-        let config = tls_config(&work, server.port, &lines);
+        let config = tls_config(&work, port, &lines);
         let status = cli_with(&config, &["status"]);
         assert_eq!(status.status.code(), Some(1), "{case}: {}", text(&status));
         let message = String::from_utf8_lossy(&status.stderr).to_lowercase();
         assert!(message.contains("certificate"), "{case}: {message}");
-        let node = Node::start_with_args(&work, case, &["--config", &toml_path(&config)], &[]);
-        wait_until(Duration::from_secs(15), "the claims fail", || {
-            node.log().contains("redis unreachable")
-        });
-        assert!(
-            node.log().to_lowercase().contains("certificate"),
-            "{}",
-            node.log()
-        );
+        let mut node = Node::start_with_args(&work, case, &["--config", &toml_path(&config)], &[]);
+        let exit = node.wait_exit(Duration::from_secs(15));
+        let log = node.log();
+        assert_eq!(exit.code(), Some(78), "{case}: {log}");
+        let told: Vec<&str> = log
+            .lines()
+            .filter(|line| line.contains("does not trust the TLS certificate"))
+            .collect();
+        assert_eq!(told.len(), 1, "{case}: one line:\n{log}");
+        for part in [
+            format!("rediss://solocron:***@127.0.0.1:{port}/"),
+            "invalid peer certificate".to_string(),
+            fix.to_string(),
+            toml_path(&config),
+        ] {
+            assert!(told[0].contains(&part), "{case}: names {part}:\n{log}");
+        }
+        assert!(!log.contains("redis unreachable"), "{case}: {log}");
         assert!(
             work.lines("runs").is_empty(),
             "{case}: ran without a trusted server"
         );
-        assert!(!node.log().contains(PASSWORD));
+        assert!(!log.contains(PASSWORD));
     }
+    drop(server);
 }
 
 #[test]

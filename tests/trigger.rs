@@ -175,22 +175,26 @@ fn a_local_trigger_gives_the_job_the_env_file_variables_as_the_daemon_does() {
         "TOKEN=fromfile\nSHARED=fromfile\nONLY_FILE=fromfile\n",
     )
     .expect("write tok.env");
-    work.write_config(
+    // Written to a file: what the job prints shows the env file's values
+    // masked.
+    let seen = work.path("seen");
+    work.write_config(&format!(
         "[daemon]\nenv_file = \"tok.env\"\n\n\
          [jobs.show]\nschedule = \"0 0 1 1 *\"\n\
-         command = 'echo \"interp=${TOKEN} runtime=$TOKEN shared=$SHARED file=$ONLY_FILE\"'\n\
-         env = { SHARED = \"fromjob\" }\n",
-    );
+         command = 'echo \"interp=${{TOKEN}} runtime=$TOKEN shared=$SHARED file=$ONLY_FILE\" > {}'\n\
+         env = {{ SHARED = \"fromjob\" }}\n",
+        common::toml_path(&seen)
+    ));
     let run = output(
         trigger(&work, &redis, "show")
             .env("TOKEN", "fromshell")
             .env_remove("ONLY_FILE"),
     );
     assert_eq!(run.status.code(), Some(0), "{run:?}");
-    let stdout = String::from_utf8_lossy(&run.stdout);
+    let seen = std::fs::read_to_string(&seen).expect("the job wrote its environment");
     assert!(
-        stdout.contains("interp=fromfile runtime=fromfile shared=fromjob file=fromfile"),
-        "the job's environment: {stdout}"
+        seen.contains("interp=fromfile runtime=fromfile shared=fromjob file=fromfile"),
+        "the job's environment: {seen}"
     );
 }
 

@@ -11,7 +11,7 @@
 //! borrows of the document.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -30,6 +30,8 @@ pub(super) struct Context<'a> {
     process_env: &'a dyn Fn(&str) -> Option<String>,
     /// `[daemon] env_file`, once read; it wins over `process_env`.
     file_env: RefCell<BTreeMap<String, String>>,
+    /// Every value a `${VAR}` was filled with so far (for `Config.filled`).
+    filled: RefCell<BTreeSet<String>>,
     /// A load for `status` / `history` (see `config::load_for_inspection`).
     pub inspect: bool,
     errors: RefCell<Vec<ConfigError>>,
@@ -51,6 +53,7 @@ impl<'a> Context<'a> {
         Context {
             process_env,
             file_env: RefCell::default(),
+            filled: RefCell::default(),
             inspect,
             errors: RefCell::default(),
             warnings: RefCell::default(),
@@ -80,7 +83,16 @@ impl<'a> Context<'a> {
     /// `template` with `${VAR}` filled in. Loading for inspection keeps an
     /// unset `${VAR}` as written instead of refusing it.
     pub fn fill(&self, template: &str) -> Result<Filled, InterpolateError> {
-        interpolate(template, &|name| self.var(name), self.inspect)
+        let filled = interpolate(template, &|name| self.var(name), self.inspect)?;
+        self.filled
+            .borrow_mut()
+            .extend(filled.values.iter().cloned());
+        Ok(filled)
+    }
+
+    /// Every value a `${VAR}` was filled with (for `Config.filled`).
+    pub fn take_filled(&self) -> Vec<String> {
+        self.filled.take().into_iter().collect()
     }
 
     /// Records `err`; reading goes on.

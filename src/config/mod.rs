@@ -184,6 +184,7 @@ fn parse_with(text: &str, path: &Path, ctx: &Context<'_>) -> Result<Config, Conf
         daemon,
         jobs,
         env: ctx.take_file_env(),
+        filled: ctx.take_filled(),
         warnings: ctx.take_warnings(),
         files: ctx.take_files(),
     })

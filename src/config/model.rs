@@ -26,6 +26,9 @@ pub struct Config {
     /// one). They fill `${VAR}` before the process environment does, and
     /// jobs get them in their environment. Values may be secrets.
     pub env: BTreeMap<String, String>,
+    /// Every value a `${VAR}` of the file was filled with (from `env_file`
+    /// or the process environment). Values may be secrets.
+    pub filled: Vec<String>,
     /// What `check` prints as `warning:` and `run` logs at start and on
     /// reload; never a reason to refuse the file. In file order.
     pub warnings: Vec<super::Warning>,
@@ -188,22 +191,21 @@ impl RedisConfig {
 
 /// Replaces the password in `scheme://user:password@host` with `***`, and
 /// the value of a `pass=` / `password=` query parameter (unix socket URLs
-/// carry the password there). Masks too much rather than too little: the
-/// user info runs to the *last* `@`, so a password with an unencoded `/`,
-/// `?` or `@` is still hidden.
+/// carry the password there). The user name is not a secret and shows
+/// (`rediss://solocron@host`, whose password is in `password_file`, shows
+/// as written). Masks too much rather than too little: the user info runs
+/// to the *last* `@`, so a password with an unencoded `/`, `?` or `@` is
+/// still hidden.
 pub fn redact_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return url.to_string();
     };
     let (head, rest) = url.split_at(scheme_end + 3);
     let rest = match rest.rfind('@') {
-        Some(at) => {
-            let user = match rest[..at].find(':') {
-                Some(colon) => format!("{}:***", &rest[..colon]),
-                None => "***".to_string(),
-            };
-            format!("{user}{}", &rest[at..])
-        }
+        Some(at) => match rest[..at].find(':') {
+            Some(colon) => format!("{}:***{}", &rest[..colon], &rest[at..]),
+            None => rest.to_string(),
+        },
         None => rest.to_string(),
     };
     format!("{head}{}", mask_query_passwords(&rest))

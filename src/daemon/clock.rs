@@ -253,6 +253,15 @@ pub async fn check_loop(shared: Arc<Shared>, config_path: PathBuf) {
                 }
                 data.check(locker, shared.now()).await;
             }
+            Err(err) if !answered && health::is_untrusted_certificate(&err) => {
+                shared.stop_fatally(untrusted_at_start(
+                    &err,
+                    &shared.redis_shown,
+                    locker.node(),
+                    &config_path,
+                ));
+                return;
+            }
             Err(err) if !answered && health::is_fatal_at_start(&err) => {
                 let fix = if health::is_refusal(&err) {
                     "fix the password (`password_file`, or the url) or the ACL user (README, \"A Redis user for solocron\")".to_string()
@@ -293,6 +302,29 @@ pub async fn check_loop(shared: Arc<Shared>, config_path: PathBuf) {
                 "this node's wall clock moved against redis's since the last check (stepped?); measuring the offset again");
         }
     }
+}
+
+/// The start-up error for a server certificate node `node` does not
+/// trust (`err`) on redis at `shown` (a redacted URL) of the config at
+/// `config_path`: what to give it, by the cause.
+fn untrusted_at_start(
+    err: &redis::RedisError,
+    shown: &str,
+    node: &str,
+    config_path: &Path,
+) -> String {
+    let fix = if err.to_string().contains("not valid for name") {
+        "write the host in the url as the certificate names it (its subjectAltName), or have \
+         the server's certificate made for the host in the url"
+    } else {
+        "give the CA that signed the server's certificate in `tls_ca_file` of `[redis]`, or add \
+         it to this host's trusted roots (`update-ca-certificates`) when `tls_ca_file` is not set"
+    };
+    format!(
+        "node `{node}` does not trust the TLS certificate of redis at `{shown}` at start: {err}; \
+         {fix} (`{}`), then start again",
+        config_path.display()
+    )
 }
 
 /// Whether this node's clock is off by more than [`WARN_ABOVE_MS`], and

@@ -2,11 +2,13 @@
 //! occurrence at all, and how (see [`super::controls`] for where the state
 //! comes from).
 //!
-//! - Drained node: it decides nothing, neither a claim nor a `missed` or
-//!   `paused` record; the other nodes decide the occurrence. If every node
-//!   is drained, nobody decides it, and the job's next decision after an
-//!   `undrain` (its next claim anywhere) records it `missed` with the other
-//!   occurrences nobody decided (the gap record of [`super::recording`]).
+//! - Drained node: it claims nothing and records no `paused`; the other
+//!   nodes decide the occurrence. If every live node is drained, nobody
+//!   claims it: past its claim deadline a drained node records it `missed`
+//!   saying so ([`recording::record_if_fleet_drained`]); should that fail,
+//!   the job's next decision after an `undrain` records it `missed` with
+//!   the other occurrences nobody decided (the gap record of
+//!   [`super::recording`]).
 //! - Paused job: the occurrence is recorded `paused` through the job's
 //!   state hash ([`crate::lock::Locker::record_paused`]) instead of
 //!   claimed: whichever node decides first wins, so it is recorded once
@@ -75,6 +77,7 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
     if shared.controls.draining() {
         debug!(job = %job.name, occurrence = %rfc3339(at), node = %shared.locker.node(),
             "occurrence not claimed here: this node is drained");
+        recording::record_if_fleet_drained(&shared, &job, at, deadline).await;
         return;
     }
     match shared.controls.pause_for(&job.name, at.timestamp_millis()) {

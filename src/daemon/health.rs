@@ -406,9 +406,19 @@ pub fn is_rejection(err: &redis::RedisError) -> bool {
 /// monitors the master's name (or none of which is a sentinel).
 pub fn is_fatal_at_start(err: &redis::RedisError) -> bool {
     is_refusal(err)
+        || is_untrusted_certificate(err)
         || err.to_string().contains("refused to switch database")
         || crate::coordinator::cluster::is_not_a_cluster(err)
         || crate::coordinator::sentinel::is_misconfigured(err)
+}
+
+/// Whether `err` is this node not trusting the server's TLS certificate
+/// (rustls's "invalid peer certificate": an unknown CA, a name the
+/// certificate is not valid for, an expired one). At start no retry cures
+/// it ([`is_fatal_at_start`]); once running, a server that comes back with
+/// such a certificate is an outage like any other (fail closed, retried).
+pub fn is_untrusted_certificate(err: &redis::RedisError) -> bool {
+    err.to_string().contains("invalid peer certificate")
 }
 
 /// The kind of trouble a plain Redis error is.

@@ -44,7 +44,7 @@ use tracing::{error, info, warn};
 use chrono::{DateTime, Utc};
 
 use crate::config::{ClockSource, Config, Job};
-use crate::exec::Executor;
+use crate::exec::{Executor, OutputMask};
 use crate::lock::Locker;
 use crate::{metrics, notify, registry};
 
@@ -93,6 +93,9 @@ pub(crate) struct Shared {
     pub claims_in_flight: tokio::sync::Semaphore,
     /// `[daemon] env_file` of the loaded config, for the jobs' environment.
     env_file: RwLock<Arc<BTreeMap<String, String>>>,
+    /// What the output of the jobs started now must not show (the values
+    /// of the loaded config's env file and `${VAR}`s).
+    mask: RwLock<Arc<OutputMask>>,
     /// The loaded config's jobs that have retries, by name: a retry runs
     /// under the job's definition of the moment, or not at all once a
     /// reload removed the job or took its retries ([`retry`]).
@@ -112,6 +115,9 @@ pub(crate) struct Shared {
     /// step of this node's wall clock cannot move it (see [`Shared::now`]).
     redis_at_base_us: AtomicI64,
     clock_base: std::time::Instant,
+    /// When this daemon started, by this node's clock: an occurrence
+    /// before it that this node decided was decided by its previous run.
+    pub began: DateTime<Utc>,
     /// `[daemon] clock = "redis"`: fire by this node's clock minus the
     /// offset (see [`Shared::now`]).
     clock_from_redis: AtomicBool,
@@ -155,6 +161,7 @@ impl Shared {
             interrupt: &self.interrupt,
             shared: Some(self),
             env_file: self.env_file(),
+            mask: self.mask(),
         }
     }
 
@@ -171,6 +178,14 @@ impl Shared {
     pub fn env_file(&self) -> Arc<BTreeMap<String, String>> {
         match self.env_file.read() {
             Ok(env) => Arc::clone(&env),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    /// What the output of the jobs started now must not show.
+    pub fn mask(&self) -> Arc<OutputMask> {
+        match self.mask.read() {
+            Ok(mask) => Arc::clone(&mask),
             Err(poisoned) => Arc::clone(&poisoned.into_inner()),
         }
     }
@@ -212,11 +227,17 @@ impl Shared {
             .insert(job.to_string(), at_ms);
     }
 
-    fn set_env_file(&self, env: &BTreeMap<String, String>) {
-        let env = Arc::new(env.clone());
+    /// The env file's variables and the output mask of `config`.
+    fn set_env_file(&self, config: &Config) {
+        let env = Arc::new(config.env.clone());
         match self.env_file.write() {
             Ok(mut current) => *current = env,
             Err(poisoned) => *poisoned.into_inner() = env,
+        }
+        let mask = Arc::new(OutputMask::of(config));
+        match self.mask.write() {
+            Ok(mut current) => *current = mask,
+            Err(poisoned) => *poisoned.into_inner() = mask,
         }
     }
 
@@ -394,7 +415,7 @@ pub async fn run(
     if let Some(listen) = &config.daemon.metrics_listen {
         // The error already says what failed and where (`cannot serve
         // metrics on ADDRESS`): no context repeating it.
-        metrics::install(listen)?;
+        metrics::start(&config.path, listen)?;
     }
     let conn = connect(&config.redis)?;
     let locker = Locker::new(
@@ -424,11 +445,13 @@ pub async fn run(
         claim_turns: Mutex::new(HashMap::new()),
         claims_in_flight: tokio::sync::Semaphore::new(occurrence::CLAIMS_IN_FLIGHT),
         env_file: RwLock::new(Arc::new(config.env.clone())),
+        mask: RwLock::new(Arc::new(OutputMask::of(&config))),
         retry_jobs: RwLock::new(Arc::new(with_retries(&config.jobs))),
         gap_floors: Mutex::new(HashMap::new()),
         clock_offset_us: AtomicI64::new(i64::MIN),
         redis_at_base_us: AtomicI64::new(i64::MIN),
         clock_base: std::time::Instant::now(),
+        began: Utc::now(),
         clock_from_redis: AtomicBool::new(config.daemon.clock == ClockSource::Redis),
         clock_measured: tokio::sync::Notify::new(),
         clock_rebase: tokio::sync::Notify::new(),

@@ -106,6 +106,7 @@ fn prepare(
         fence: subject.fence,
         node: shared.locker.node().to_string(),
         env_file: shared.env_file(),
+        mask: shared.mask(),
         lost_lease_grace: notifier.timeout,
         lease_lost: Default::default(),
         attempt: subject.attempt,

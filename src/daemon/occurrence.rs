@@ -30,7 +30,7 @@ use super::recording::{self, log_abandoned, spawn_record_missed, watch_lock};
 use super::timetable::rfc3339;
 use super::{rename, retry};
 use crate::config::{Job, OnLockLost};
-use crate::exec::{Executor, Outcome, Report, RunContext, StopReason};
+use crate::exec::{Executor, Outcome, OutputMask, Report, RunContext, StopReason};
 use crate::history::Entry;
 use crate::lock::watchdog::{self, LeaseLost};
 use crate::lock::{Claim, ClaimReply, Lease, Locker, Target, new_token};
@@ -320,13 +320,26 @@ async fn decided(
             decision,
         } => {
             metrics::claim(&job.name, ClaimResult::Lost);
-            if decision == "claimed" {
+            if by == node {
+                // Not lost to another node: this node's own decision, by
+                // its run before a restart, or by an earlier claim of this
+                // run (a reload's catch-up).
+                let when = if at < shared.began {
+                    "before its restart"
+                } else {
+                    "earlier"
+                };
+                info!(job = %job.name, occurrence = %name, node = %node, decision = %decision, fence,
+                    "occurrence already decided by this node {when}; not claimed again");
+            } else if decision == "claimed" {
                 info!(job = %job.name, occurrence = %name, node = %node, winner = %by, fence, "claim lost");
-                watch_lock(shared, job, fence, reply.lock_ttl_left);
-                retry::watch(shared, job, at, None);
             } else {
                 info!(job = %job.name, occurrence = %name, node = %node, decided_by = %by, decision = %decision,
                     "occurrence already decided by another node");
+            }
+            if decision == "claimed" {
+                watch_lock(shared, job, fence, reply.lock_ttl_left);
+                retry::watch(shared, job, at, None);
             }
         }
         Claim::Busy { holder, fence } => {
@@ -377,6 +390,8 @@ pub struct Runner<'a> {
     /// The variables of `[daemon] env_file` the job gets in its environment
     /// (the daemon's as of its last load; `trigger`'s as it read the file).
     pub env_file: Arc<BTreeMap<String, String>>,
+    /// What the output of its runs must not show.
+    pub mask: Arc<OutputMask>,
 }
 
 impl<'a> Runner<'a> {
@@ -388,6 +403,7 @@ impl<'a> Runner<'a> {
         executor: &'a Executor,
         interrupt: &'a CancellationToken,
         env_file: Arc<BTreeMap<String, String>>,
+        mask: Arc<OutputMask>,
     ) -> Runner<'a> {
         Runner {
             locker,
@@ -395,6 +411,7 @@ impl<'a> Runner<'a> {
             interrupt,
             shared: None,
             env_file,
+            mask,
         }
     }
 }
@@ -438,6 +455,7 @@ pub async fn run_lease(
         fence: lease.fence,
         node: node.clone(),
         env_file: Arc::clone(&runner.env_file),
+        mask: Arc::clone(&runner.mask),
         lost_lease_grace: watchdog::safety_margin(lease.ttl) / 2,
         lease_lost: CancellationToken::new(),
         attempt: attempt.number,

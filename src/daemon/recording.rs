@@ -233,6 +233,91 @@ pub fn spawn_record_missed(
 const NOBODY_CLAIMED: &str =
     "no node claimed it: redis was unreachable or every node was down or drained";
 
+/// Why an occurrence was not run while every live node was drained.
+const FLEET_DRAINED: &str = "no node claimed it: every live node is drained (`solocron undrain --node NODE` \
+     lets a node claim again)";
+
+/// How long after an occurrence's claim deadline a drained node looks
+/// whether anyone decided it (a claim sent in time is answered by then).
+const DRAINED_LOOK_AFTER: Duration = Duration::from_secs(1);
+
+/// For a drained node, the occurrence `at` of `job` (claim deadline
+/// `deadline`): once the deadline has passed, if this node is still
+/// drained and so is every live node of the registry, nobody claims it,
+/// so this node records it `missed` saying why (one line, by the node
+/// whose record took; the history entry; `on_failure`), instead of
+/// leaving it to the next claim's gap record, which cannot tell a drained
+/// fleet from a Redis outage. The record refuses any later claim, and
+/// any failure leaves the occurrence to that gap record.
+pub async fn record_if_fleet_drained(
+    shared: &Arc<Shared>,
+    job: &Arc<Job>,
+    at: DateTime<Utc>,
+    deadline: DateTime<Utc>,
+) {
+    let wait = (deadline - shared.now()).to_std().unwrap_or(Duration::ZERO) + DRAINED_LOOK_AFTER;
+    tokio::select! {
+        _ = shared.cancel.cancelled() => return,
+        _ = tokio::time::sleep(wait) => {}
+    }
+    if !shared.controls.draining() {
+        return;
+    }
+    let node = shared.locker.node();
+    let name = rfc3339(at);
+    match every_live_node_drained(shared).await {
+        Ok(true) => {}
+        Ok(false) => return,
+        Err(err) => {
+            debug!(job = %job.name, occurrence = %name, node = %node, error = %err,
+                "cannot read whether every live node is drained; the next decision records the occurrence");
+            return;
+        }
+    }
+    let recorded = shared
+        .locker
+        .record_missed(&job.name, at.timestamp_millis(), &name, FLEET_DRAINED, "")
+        .await;
+    match recorded {
+        Ok(Missed {
+            recorded: true,
+            previous_ms,
+        }) => {
+            crate::metrics::missed(&job.name);
+            warn!(job = %job.name, occurrence = %name, node = %node,
+                "occurrence missed: every live node is drained, so none claimed it (`solocron undrain --node NODE` lets a node claim again)");
+            notify_missed(shared, job, at, FLEET_DRAINED);
+            record_gap_before(shared, job, previous_ms, at).await;
+        }
+        Ok(_) => {}
+        Err(err) => {
+            debug!(job = %job.name, occurrence = %name, node = %node, error = %err,
+                "cannot record the occurrence of a drained fleet; the next decision records it");
+        }
+    }
+}
+
+/// Whether the registry lists a live node and every one is drained now,
+/// read from every member (Redlock: the union of live nodes, the newest
+/// mark of each).
+async fn every_live_node_drained(shared: &Shared) -> redis::RedisResult<bool> {
+    let coordinator = shared.locker.coordinator();
+    let prefix = shared.locker.prefix();
+    let lives = coordinator
+        .on_members(|conn| async move { crate::registry::live_nodes(&conn, prefix).await })
+        .await?;
+    let key = crate::control::drains_key(prefix);
+    let key = key.as_str();
+    let drains = crate::control::merge(
+        coordinator
+            .on_members(|conn| async move { crate::control::read_marks(&conn, key).await })
+            .await?,
+    );
+    let mut lives = lives.into_iter().flatten().peekable();
+    Ok(lives.peek().is_some()
+        && lives.all(|live| drains.get(&live.node).is_some_and(|mark| mark.active)))
+}
+
 /// The occurrences of one outcome beyond the listed ones of a gap.
 struct Unlisted {
     outcome: &'static str,

@@ -22,6 +22,7 @@ mod spawner;
 
 pub use http::proxies_from_env;
 pub use launch::give_jobs_open_files;
+pub use output::{MASK_MIN, OutputMask};
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -47,6 +48,8 @@ pub struct RunContext {
     /// Extra environment from `[daemon] env_file` (the job's own `env`
     /// wins over it).
     pub env_file: Arc<BTreeMap<String, String>>,
+    /// What the run's output must not show (see [`OutputMask`]).
+    pub mask: Arc<OutputMask>,
     /// How long a job stopped for a lost lease gets between SIGTERM and
     /// SIGKILL: what is left before another node could take the lock.
     pub lost_lease_grace: Duration,

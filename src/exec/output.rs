@@ -23,12 +23,21 @@
 //! swallows the `claim won` / `run finished` lines of other runs. The last
 //! [`TAIL_CAP`] bytes of what the run printed, whatever the budget, are
 //! kept for the history entry (`output_tail`).
+//!
+//! What the run printed is masked before it goes anywhere (log, echo,
+//! tail, and so a notifier's `SOLOCRON_OUTPUT_TAIL`): every value of
+//! [`OutputMask`] (the `[daemon] env_file` values and what `${VAR}`s were
+//! filled with) becomes `***`. A value split across two reads is masked
+//! whole: each stream holds back the end of a read that could be the
+//! start of a value ([`Masking`]), so memory stays at the longest value.
 
 use std::collections::VecDeque;
+use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use std::io::Write as _;
 
+use aho_corasick::{AhoCorasick, MatchKind};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Longest line logged, in bytes; the rest of a longer line is dropped.
@@ -39,6 +48,143 @@ const READ_CHUNK: usize = 8192;
 
 /// Bytes of a run's last output kept for its history entry.
 pub(super) const TAIL_CAP: usize = 4096;
+
+/// Shortest value [`OutputMask`] masks: a shorter one is no secret (a
+/// `PORT=80`, a `DEBUG=1`), and masking every `80` or `1` would garble
+/// the output.
+pub const MASK_MIN: usize = 4;
+
+/// What stands for a masked value.
+const MASKED: &[u8] = b"***";
+
+/// The values a run's output must not show: each value (and each line of
+/// a value of several lines) of at least [`MASK_MIN`] bytes. No `Debug`
+/// of the values: they are secrets.
+#[derive(Default)]
+pub struct OutputMask {
+    /// Finds the values, the longest at a place first; `None` when there
+    /// is nothing to mask.
+    finder: Option<AhoCorasick>,
+    /// Longest first, none empty.
+    values: Vec<Vec<u8>>,
+}
+
+impl fmt::Debug for OutputMask {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "OutputMask({} values)", self.values.len())
+    }
+}
+
+impl OutputMask {
+    /// The mask of the runs of `config`'s jobs (and notifiers): every
+    /// value of its `[daemon] env_file` (each job has them in its
+    /// environment) and every value a `${VAR}` of the file was filled
+    /// with.
+    pub fn of(config: &crate::config::Config) -> OutputMask {
+        let env_file = config.env.values().map(String::as_str);
+        OutputMask::new(env_file.chain(config.filled.iter().map(String::as_str)))
+    }
+
+    /// A mask of `values`.
+    pub fn new<'a>(values: impl IntoIterator<Item = &'a str>) -> OutputMask {
+        let mut kept: Vec<Vec<u8>> = Vec::new();
+        for value in values {
+            let lines = value.lines().filter(|line| *line != value);
+            for part in std::iter::once(value).chain(lines) {
+                if part.len() >= MASK_MIN {
+                    kept.push(part.as_bytes().to_vec());
+                }
+            }
+        }
+        kept.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        kept.dedup();
+        // Built from at most a few thousand short values: cannot fail
+        // (the automaton's limits are far above); without it nothing
+        // could be masked, so the values are dropped rather than shown.
+        let finder = match AhoCorasick::builder()
+            .match_kind(MatchKind::LeftmostLongest)
+            .build(&kept)
+        {
+            Ok(finder) if !kept.is_empty() => Some(finder),
+            _ => None,
+        };
+        OutputMask {
+            finder,
+            values: kept,
+        }
+    }
+
+    /// Appends `bytes` to `out` with every value replaced by `***`.
+    fn replace(&self, bytes: &[u8], out: &mut Vec<u8>) {
+        let Some(finder) = &self.finder else {
+            out.extend_from_slice(bytes);
+            return;
+        };
+        let mut at = 0;
+        for found in finder.find_iter(bytes) {
+            out.extend_from_slice(&bytes[at..found.start()]);
+            out.extend_from_slice(MASKED);
+            at = found.end();
+        }
+        out.extend_from_slice(&bytes[at..]);
+    }
+
+    /// Where the longest end of `bytes` that could be the start of a value
+    /// begins (`bytes.len()` when none could).
+    fn held_back(&self, bytes: &[u8]) -> usize {
+        let mut cut = bytes.len();
+        for value in &self.values {
+            // Each value looks at its own length of the end only: the cost
+            // is the sum of the values' lengths, whatever was read.
+            let from = bytes.len() - value.len().saturating_sub(1).min(bytes.len());
+            if let Some(start) = (from..cut)
+                .find(|&start| bytes[start] == value[0] && value.starts_with(&bytes[start..]))
+            {
+                cut = start;
+            }
+        }
+        cut
+    }
+}
+
+/// One stream's bytes on their way through an [`OutputMask`]: what may
+/// be the start of a value waits for the next read.
+#[derive(Debug, Default)]
+struct Masking {
+    pending: Vec<u8>,
+}
+
+impl Masking {
+    /// `chunk` after what was held back, masked, except an end that may
+    /// be the start of a value (held back for the next call).
+    fn feed(&mut self, mask: &OutputMask, chunk: &[u8]) -> Vec<u8> {
+        let Some(finder) = &mask.finder else {
+            return chunk.to_vec();
+        };
+        let mut bytes = std::mem::take(&mut self.pending);
+        bytes.extend_from_slice(chunk);
+        let mut cut = mask.held_back(&bytes);
+        // A whole value running past the cut waits too, whole: a longer
+        // value may start the same way.
+        if let Some(found) = finder
+            .find_iter(&bytes)
+            .find(|found| found.start() < cut && found.end() > cut)
+        {
+            cut = found.start();
+        }
+        let mut out = Vec::with_capacity(cut);
+        mask.replace(&bytes[..cut], &mut out);
+        self.pending = bytes.split_off(cut);
+        out
+    }
+
+    /// What was held back, masked: the stream ended.
+    fn finish(&mut self, mask: &OutputMask) -> Vec<u8> {
+        let mut out = Vec::new();
+        mask.replace(&std::mem::take(&mut self.pending), &mut out);
+        out
+    }
+}
 
 /// What one run printed: the log budget left and the tail; shared by the
 /// stdout and stderr readers.
@@ -168,6 +314,8 @@ pub(super) struct LineFields {
     pub(super) echo: bool,
     /// The run's log budget and tail.
     pub(super) output: Arc<RunOutput>,
+    /// What the run's output must not show.
+    pub(super) mask: Arc<OutputMask>,
 }
 
 /// Reads `pipe` to EOF (or until a read fails), logging each line.
@@ -178,13 +326,15 @@ pub(super) async fn log_lines(
 ) {
     let mut buf = vec![0u8; READ_CHUNK];
     let mut line = LineBuffer::default();
+    let mut masking = Masking::default();
     let mut emit = |text: String| emit_line(&fields, stream, &text);
     loop {
         match pipe.read(&mut buf).await {
             Ok(0) => break,
             Ok(n) => {
-                fields.output.keep_tail(&buf[..n]);
-                line.push(&buf[..n], &mut emit);
+                let masked = masking.feed(&fields.mask, &buf[..n]);
+                fields.output.keep_tail(&masked);
+                line.push(&masked, &mut emit);
             }
             Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(err) => {
@@ -194,6 +344,9 @@ pub(super) async fn log_lines(
             }
         }
     }
+    let rest = masking.finish(&fields.mask);
+    fields.output.keep_tail(&rest);
+    line.push(&rest, &mut emit);
     line.finish(&mut emit);
 }
 
@@ -206,6 +359,7 @@ fn emit_line(fields: &LineFields, stream: Stream, line: &str) {
         notifier,
         echo,
         output,
+        mask: _,
     } = fields;
     if *echo {
         // Best effort: a closed terminal must not stop the job.
@@ -377,6 +531,57 @@ mod tests {
         let output = RunOutput::new(3);
         assert!(!output.admit(7));
         assert!(!output.admit(0));
+    }
+
+    /// `chunks` through a [`Masking`] of `values`, joined.
+    fn masked(values: &[&str], chunks: &[&[u8]]) -> String {
+        let mask = OutputMask::new(values.iter().copied());
+        let mut masking = Masking::default();
+        let mut out = Vec::new();
+        for chunk in chunks {
+            out.extend(masking.feed(&mask, chunk));
+            let longest = mask.values.first().map_or(0, Vec::len);
+            assert!(
+                masking.pending.len() <= longest,
+                "held back at most a value"
+            );
+        }
+        out.extend(masking.finish(&mask));
+        String::from_utf8(out).expect("utf-8")
+    }
+
+    #[test]
+    fn values_are_masked_whole_also_across_reads() {
+        let secret = "s3cr3t-T0KEN";
+        assert_eq!(
+            masked(&[secret], &[b"token=s3cr3t-T0KEN ok\n"]),
+            "token=*** ok\n"
+        );
+        // Split at every byte, and byte by byte.
+        let text = format!("a {secret} b {secret}\n");
+        for at in 0..text.len() {
+            let (one, two) = text.as_bytes().split_at(at);
+            assert_eq!(masked(&[secret], &[one, two]), "a *** b ***\n", "{at}");
+        }
+        let bytes: Vec<&[u8]> = text.as_bytes().chunks(1).collect();
+        assert_eq!(masked(&[secret], &bytes), "a *** b ***\n");
+        // The start of a value that never comes is shown at the end.
+        assert_eq!(masked(&[secret], &[b"s3cr3t", b"-T0"]), "s3cr3t-T0");
+        // A value holding another is masked whole; short values are not.
+        assert_eq!(
+            masked(&["abcd", "abcdef", "80"], &[b"abc", b"def 80 abcd."]),
+            "*** 80 ***."
+        );
+        // Each line of a value of several lines, too.
+        assert_eq!(
+            masked(
+                &["line-one\nline-two"],
+                &[b"x line-two y\nline-one\nline-two\n"]
+            ),
+            "x *** y\n***\n"
+        );
+        // Nothing to mask: passed as read.
+        assert_eq!(masked(&[], &[b"s3cr3t", b"\n"]), "s3cr3t\n");
     }
 
     #[test]

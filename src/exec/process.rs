@@ -392,6 +392,7 @@ fn start_readers(
         notifier: ctx.notice.is_some(),
         echo,
         output: Arc::clone(output),
+        mask: Arc::clone(&ctx.mask),
     };
     let stdout = pipe::Receiver::from_owned_fd(stdout)?;
     let stderr = pipe::Receiver::from_owned_fd(stderr)?;

@@ -123,11 +123,13 @@ impl Pki {
 
     /// `NAME.pem` / `NAME.key` signed by `ca`, valid for 127.0.0.1.
     pub fn leaf(&self, ca: &str, name: &str) {
-        fs::write(
-            self.path("san.ext"),
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
-        )
-        .expect("write san");
+        self.leaf_for(ca, name, "IP:127.0.0.1,DNS:localhost");
+    }
+
+    /// `NAME.pem` / `NAME.key` signed by `ca`, valid for the names of
+    /// `san` (a `subjectAltName` value such as `DNS:elsewhere.invalid`).
+    pub fn leaf_for(&self, ca: &str, name: &str, san: &str) {
+        fs::write(self.path("san.ext"), format!("subjectAltName={san}\n")).expect("write san");
         self.openssl(&[
             "req",
             "-newkey",

@@ -712,6 +712,20 @@ fn redact_url_masks_odd_passwords_and_query_passwords() {
     assert_eq!(redact_url("redis://db:6379/0"), "redis://db:6379/0");
 }
 
+/// The user name is not a secret: shown, with or without a password.
+#[test]
+fn redact_url_shows_the_user_name() {
+    use crate::config::redact_url;
+    assert_eq!(
+        redact_url("rediss://solocron@db:6380/0"),
+        "rediss://solocron@db:6380/0"
+    );
+    assert_eq!(
+        redact_url("redis://solocron:hunter2@db"),
+        "redis://solocron:***@db"
+    );
+}
+
 #[test]
 fn redis_password_file() {
     let dir = tempfile::tempdir().expect("temp dir");
