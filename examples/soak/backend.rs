@@ -384,7 +384,7 @@ fn redlock_fault(masters: &mut Masters) -> Injected {
             ("SIGSTOP, then SIGCONT", victims, down)
         }
         _ => {
-            // Down longer than `lock_ttl` + `starting_deadline` (docs/HA.md).
+            // Down longer than `lock_ttl` + `starting_deadline` (docs/ha.md).
             let (victims, down) = (pick(&WIPEABLE, count), random_ms(7000, 10000));
             victims.iter().for_each(|&i| masters.kill(i));
             std::thread::sleep(down);

@@ -17,7 +17,7 @@
 //! Sentinel group settled (one master, every running replica linked and
 //! seen by every sentinel: until the old master is a replica again, a
 //! master may list fewer replicas than it did in the last 30 s and then
-//! grants no claim, docs/HA.md); a Cluster healthy with every replica
+//! grants no claim, docs/ha.md); a Cluster healthy with every replica
 //! linked (with `wait_replicas` 1 and one replica per master, a promoted
 //! replica grants nothing until the old master is its replica).
 //!
