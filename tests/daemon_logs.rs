@@ -270,7 +270,7 @@ fn json_logs_carry_numbers_and_a_fatal_or_usage_error_is_json_too() {
     assert!(String::from_utf8_lossy(&plain.stderr).starts_with("error: "));
 }
 
-/// Every command of the README's ACL line that a daemon needs to run jobs
+/// Every command of the ACL line in docs/operations.md that a daemon needs to run jobs
 /// is checked at start: a user without any one of them stops the daemon
 /// with exit 78 naming it. Before, a user without `HSET` passed the start,
 /// failed inside the claim script after the script had taken the lock,

@@ -13,7 +13,7 @@
 //! strictly in START order across it (a plain `INCR` would restart at 1:
 //! an inversion), and with an append-only file nothing runs twice. Without
 //! persistence an occurrence claimed just before the loss may be claimed
-//! again (README "Limits"); the test allows that only for occurrences due
+//! again (docs/operations.md, "Limits"); the test allows that only for occurrences due
 //! before the restart.
 
 mod common;

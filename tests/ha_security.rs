@@ -15,12 +15,12 @@
 //!   `status` exits 1 naming the certificate, and the daemon exits 78 at
 //!   start with one line saying why;
 //! - Cluster with passwords: `requirepass` + `masterauth` on every node and
-//!   the daemons on `password_file`; the README's ACL user with the line a
+//!   the daemons on `password_file`; the documented ACL user with the line a
 //!   cluster adds (`+cluster|slots +ping +wait`), with Redis's `ACL LOG`
 //!   empty afterwards on every node; `trigger` works; a wrong password
 //!   stops the daemon at once (exit 78) with one clear line naming the
 //!   cluster; no password shows anywhere;
-//! - Sentinel with the README's ACL user and the line Sentinel adds
+//! - Sentinel with the documented ACL user and the line Sentinel adds
 //!   (`+role +wait`) on every data node: jobs, `status`, `history` and
 //!   `trigger` work and `ACL LOG` stays empty.
 //!
@@ -336,7 +336,7 @@ fn redlock_with_a_password_runs_jobs_and_a_wrong_password_exits_78_at_once() {
     assert!(wrong.runs().is_empty());
 }
 
-/// The README's ACL user with what a cluster adds, set on every node.
+/// The ACL user of docs/operations.md with what a cluster adds, set on every node.
 fn set_readme_acl_user(cluster: &RedisCluster, password: &str) {
     for port in cluster.ports() {
         let mut conn = cluster.conn(port);
@@ -392,7 +392,7 @@ fn cluster_with_passwords_runs_jobs_and_a_wrong_password_exits_78_at_once() {
         format!("password_file = \"{}\"", toml_path(&path))
     };
 
-    // `requirepass` (the default user), then the README's ACL user.
+    // `requirepass` (the default user), then the documented ACL user.
     let mut logs = String::new();
     for redis in [
         format!("{seeds}\n{}", pass_file("admin.pass", ADMIN)),
@@ -411,7 +411,7 @@ fn cluster_with_passwords_runs_jobs_and_a_wrong_password_exits_78_at_once() {
             .unwrap_or_default();
         assert!(
             refused.is_empty(),
-            "node {port} refused the README's user: {refused:?}"
+            "node {port} refused the documented user: {refused:?}"
         );
     }
 
@@ -498,7 +498,7 @@ fn sentinel_with_the_readme_acl_user_runs_jobs_and_redis_refuses_nothing() {
             .unwrap_or_default();
         assert!(
             refused.is_empty(),
-            "data node {port} refused the README's user: {refused:?}"
+            "data node {port} refused the documented user: {refused:?}"
         );
     }
     let logs = fleet.logs();

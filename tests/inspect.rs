@@ -681,7 +681,7 @@ fn each_subcommand_lists_only_its_own_options() {
     );
     expect(
         "status",
-        // Every key of the `--json` object, as the README lists them.
+        // Every key of the `--json` object, as docs/operations.md lists them.
         &[
             "--config",
             "--redis",

@@ -566,8 +566,8 @@ fn the_package_builds_installs_upgrades_and_purges() {
         said.contains("installed template") && !said.contains("truncated"),
         "{said}"
     );
-    // A password file made root's own (mode 600: the README's old third
-    // recipe), and the env files made the one way the README says.
+    // A password file made root's own (mode 600: the docs' old third
+    // recipe), and the env files made the one way docs/operations.md says.
     std::fs::write(PASSWORD, "hunter2-package-test\n").expect("write redis.pass");
     std::fs::set_permissions(PASSWORD, std::fs::Permissions::from_mode(0o600)).expect("chmod");
     for file in ["/etc/solocron/env", "/etc/solocron/daemon.env"] {
@@ -688,7 +688,7 @@ fn the_package_builds_installs_upgrades_and_purges() {
         Some("deinstall ok config-files")
     );
 
-    // Purge: the config, the secret files the README has the operator
+    // Purge: the config, the secret files docs/operations.md has the operator
     // create and the statoverrides go, the user stays. A file of the
     // operator's own stays, but no longer for the group solocron or the
     // user: their ids go to the next system user made after `deluser`.

@@ -58,7 +58,7 @@ fn check_as_root_warns_about_a_secret_file_the_service_user_cannot_read() {
     let env = dir.path().join("env");
     std::fs::write(&password, "hunter2-secret\n").expect("write");
     std::fs::write(&env, "TOKEN=abc-secret\n").expect("write");
-    // The README's old third recipe: mode 600, owned by root.
+    // The docs' old third recipe: mode 600, owned by root.
     chmod(&password, 0o600);
     chmod(&env, 0o644);
     let config = dir.path().join("jobs.toml");

@@ -10,7 +10,7 @@
 //! - `rediss://` against a server with a certificate from the test's own CA
 //!   (made with `openssl`): works with `tls_ca_file`, fails closed without
 //!   it or with another CA; mutual TLS with `tls_cert_file`/`tls_key_file`;
-//! - the README's ACL line is enough for two daemons, `status`, `history`,
+//! - the ACL line of docs/operations.md is enough for two daemons, `status`, `history`,
 //!   `trigger` (also `--fleet`), `pause`, `resume`, `drain` and `undrain`
 //!   (the server's `ACL LOG` stays empty), and refuses anything else.
 //! - `HTTP_PROXY` in the daemon's environment carries hooks to other hosts
@@ -901,7 +901,7 @@ fn the_readme_acl_user_is_enough_and_restrictive() {
     setuser.arg("SETUSER").arg(readme_acl(PASSWORD));
     let () = setuser
         .query(&mut admin)
-        .expect("ACL SETUSER from the README");
+        .expect("ACL SETUSER from docs/operations.md");
     let () = redis::cmd("ACL")
         .arg("LOG")
         .arg("RESET")
@@ -1019,7 +1019,7 @@ fn the_readme_acl_user_is_enough_and_restrictive() {
     }
 }
 
-/// The history's repair paths run as the README's ACL user too: a run found
+/// The history's repair paths run as the documented ACL user too: a run found
 /// `abandoned` (its lock expired unreleased), then the run's own late
 /// release replacing that entry (`XDEL`), and a gap of occurrences nobody
 /// decided recorded `missed`.
@@ -1035,7 +1035,7 @@ fn the_readme_acl_user_can_record_abandoned_runs_gaps_and_late_releases() {
         .arg("SETUSER")
         .arg(readme_acl(PASSWORD))
         .query(&mut admin)
-        .expect("ACL SETUSER from the README");
+        .expect("ACL SETUSER from docs/operations.md");
     let url = server.url_with(PASSWORD);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {

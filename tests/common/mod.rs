@@ -717,23 +717,24 @@ pub fn scrape_metrics(port: u16) -> String {
     body.to_string()
 }
 
-/// The first `ACL SETUSER solocron ...` line of the README, split into
-/// the arguments of `ACL SETUSER`, with `PASSWORD` filled in.
+/// The first `ACL SETUSER solocron ...` line of docs/operations.md (the
+/// ACL user the docs give operators), split into the arguments of `ACL
+/// SETUSER`, with `PASSWORD` filled in.
 pub fn readme_acl(password: &str) -> Vec<String> {
     readme_acl_line("ACL SETUSER solocron ", password)
 }
 
-/// The first line of the README starting with `start` (e.g. `ACL SETUSER
-/// solocron +`), split into the arguments of `ACL SETUSER`, with
+/// The first line of docs/operations.md starting with `start` (e.g. `ACL
+/// SETUSER solocron +`), split into the arguments of `ACL SETUSER`, with
 /// `PASSWORD` filled in.
 pub fn readme_acl_line(start: &str, password: &str) -> Vec<String> {
-    let readme = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("read README.md");
-    let line = readme
+    let doc = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+        .expect("read docs/operations.md");
+    let line = doc
         .lines()
         .map(str::trim)
         .find(|line| line.starts_with(start))
-        .unwrap_or_else(|| panic!("README.md has a `{start}...` line"));
+        .unwrap_or_else(|| panic!("docs/operations.md has a `{start}...` line"));
     line.split_whitespace()
         .skip(2)
         .map(|word| word.replace(">PASSWORD", &format!(">{password}")))
