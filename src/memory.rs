@@ -1,34 +1,22 @@
 //! Keeps the daemon's resident memory to what it uses.
 //!
-//! Two things of glibc's allocator, not of the daemon's own data, made up a
-//! fifth of an idle daemon's resident memory (measured in
-//! docs/PERFORMANCE.md):
+//! Two habits of glibc's allocator, not the daemon's own data, would
+//! otherwise hold much of an idle daemon's resident memory:
 //!
-//! - **Freed pages are kept.** Parsing `jobs.toml` builds a full document
-//!   tree (every key with its position, for error messages) several times
-//!   the size of the jobs made from it, and publishing to the node registry
-//!   builds a map of every job's fingerprint. Both are dropped at once, but
-//!   glibc keeps freed pages for reuse: a daemon that loaded 10,000 jobs
-//!   kept the parse's peak (~33 MB) as resident memory for its whole life.
-//!   [`release_freed`] (`malloc_trim`) after each of these rare peaks
-//!   returns what is free.
-//! - **One arena per thread.** glibc gives each thread that allocates an
-//!   arena of its own (up to 8 per core), and each keeps its own free
-//!   pages and fragments: the loader's parsing threads, the runtime's
-//!   workers and the spawning threads held ~4 MB between them at idle.
-//!   [`limit_arenas`] caps them before any thread starts: at
-//!   [`DAEMON_ARENAS`] for `run`, at [`COMMAND_ARENAS`] for the commands
-//!   that exit soon (`check` parses on every core and is ~25 % slower
-//!   with one arena). With 2 (the main arena and one more) an idle daemon with 10,000
-//!   distinct expressions kept 7–22 MiB of anonymous memory from one start
-//!   to the next (what the parse left in the second arena was not given
-//!   back); with 1, 7 MiB every time (docs/PERFORMANCE.md, item 2). The
-//!   daemon's threads allocate little and briefly, and glibc's per-thread
-//!   cache serves most small allocations without the arena's lock, so
-//!   they seldom wait for each other. The one that allocates a lot, the
-//!   config loader's parse, uses no more threads than there are arenas
-//!   ([`parallel_allocators`]): two parsing threads on one arena waited
-//!   for each other more than they gained.
+//! - **Freed pages are kept.** Parsing `jobs.toml` builds a document tree
+//!   several times the size of the jobs made from it, and publishing to
+//!   the node registry builds a map of every job's fingerprint; glibc keeps
+//!   the freed pages for reuse. [`release_freed`] (`malloc_trim`) after
+//!   each of these rare peaks returns what is free.
+//! - **One arena per thread.** glibc gives each allocating thread an arena
+//!   of its own, each with its own free pages and fragments, and a second
+//!   arena does not give back what the parse left in it. [`limit_arenas`]
+//!   caps them before any thread starts: [`DAEMON_ARENAS`] for `run`,
+//!   [`COMMAND_ARENAS`] for the commands that exit soon (`check` parses on
+//!   every core). The daemon's threads allocate little and briefly, and
+//!   glibc's per-thread cache serves most small allocations without the
+//!   arena's lock. The config loader's parse, which allocates a lot, uses
+//!   no more threads than there are arenas ([`parallel_allocators`]).
 //!
 //! Both are requests to the allocator; neither can fail in a way the
 //! daemon must handle (a refused `mallopt` leaves glibc's default).

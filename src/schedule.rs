@@ -32,8 +32,8 @@
 //! default, `dom_and_dow = false`).
 //!
 //! croner's parsed form keeps a byte per year up to 5000 (about 7 KB per
-//! expression): 10,000 jobs with as many distinct expressions held 70 MB.
-//! So a [`Schedule`] does not keep it. It keeps the expression's text and
+//! expression), too much to keep one per job. So a [`Schedule`] does not
+//! keep it. It keeps the expression's text and
 //! the next occurrence it last computed ([`Hint`]); the parsed forms live
 //! in a cache ([`parsed`]): shared by pattern while anything holds them,
 //! and the [`RECENT`] most recently used ones held besides, so that the
@@ -674,7 +674,7 @@ fn keep_recent(cron: &Arc<Form>) {
 /// The parsed form of `pattern`, shared with every other holder of the
 /// same pattern. Whether it can ever fire is not checked here but by
 /// [`Schedule::parse`], whose search for the next occurrence tells (a
-/// search of its own here was a fifth of a 10,000-job load, measured).
+/// search of its own here would repeat that work).
 fn parsed(pattern: &str) -> Result<Arc<Form>, Invalid> {
     if let Some(cron) = lock(&PARSED).get(pattern).and_then(Weak::upgrade) {
         if !loading() {
@@ -796,8 +796,8 @@ impl Drop for Warm {
 
 /// Drops the cache entries whose forms nobody holds, and their memory.
 /// An entry (its key and the `Weak`, which keeps its form's allocation)
-/// outlives the form: 10,000 entries left behind by a load, spread among
-/// the freed forms' pages, kept 50 MB resident (measured).
+/// outlives the form, and entries left behind by a load, spread among the
+/// freed forms' pages, would keep those pages resident.
 fn forget_unheld() {
     let mut cache = lock(&PARSED);
     cache.retain(|_, cron| cron.strong_count() > 0);
@@ -826,16 +826,13 @@ impl Warm {
 /// is done.
 ///
 /// Each thread drops a parsed form (~7 KB, most of it croner's year table)
-/// as soon as it has searched it, and reuses its memory for the next one;
-/// holding all 10,000 of a load made the threads fault in 70 MB of fresh
-/// pages and free them again (a quarter of a start-up, measured). Under a
+/// as soon as it has searched it, and reuses its memory for the next one,
+/// so a load does not fault in fresh pages for every form. Under a
 /// [`Hold`] (`check`, which lists more occurrences of every job) the
 /// forms are parsed into the cache and held by it instead.
 pub fn parse_in_parallel<'a>(exprs: impl Iterator<Item = (&'a str, Tz)>) -> Warm {
-    // No more threads than malloc arenas: the daemon's one arena made two
-    // parsing threads wait for each other on its lock (55,000 context
-    // switches a second; start-up 195–213 ms against 161–184 with one
-    // thread, docs/PERFORMANCE.md).
+    // No more threads than malloc arenas: two parsing threads on one arena
+    // wait for each other on its lock more than they gain.
     let threads = std::thread::available_parallelism()
         .map_or(1, usize::from)
         .min(crate::memory::parallel_allocators().unwrap_or(usize::MAX));
@@ -943,8 +940,8 @@ const MACROS: [(&str, &str); 7] = [
 ];
 
 /// The years croner is told a pattern may fire in. Left open (`*`), croner
-/// fills its year table one entry at a time up to the year 5000, which was
-/// most of a config load (`docs/PERFORMANCE.md`); occurrences after 2199
+/// fills its year table one entry at a time up to the year 5000, which
+/// would be most of a config load; occurrences after 2199
 /// are not computed (a schedule then has no further occurrences).
 const YEARS: &str = "1970-2199";
 

@@ -1,4 +1,4 @@
-//! `exec`: what a run sees and how it ends (SPEC §5), through the public API.
+//! `exec`: what a run sees and how it ends (docs/configuration.md), through the public API.
 //!
 //! Process tests run real `/bin/sh` jobs; HTTP tests talk to a tiny
 //! std-only server on a loopback port (`common::http`). Waits poll with
@@ -474,7 +474,7 @@ async fn job_dies_with_the_thread_that_started_it() {
 
 #[tokio::test]
 async fn a_process_left_in_the_group_keeps_the_run_going_until_it_ends() {
-    // SPEC §2.2: a run is over when its last process is; until then its
+    // Guarantee 2 (docs/guarantees.md): a run is over when its last process is; until then its
     // lease is kept, so a leftover `cmd &` cannot overlap the next run.
     let dir = tempfile::tempdir().expect("tempdir");
     let pid_file = dir.path().join("child.pid");

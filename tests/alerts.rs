@@ -1,4 +1,4 @@
-//! Notifications and retries (SPEC §4), on real daemons sharing one Redis.
+//! Notifications and retries (docs/configuration.md), on real daemons sharing one Redis.
 //!
 //! - A failing job on 3 nodes: `on_failure` ran exactly once per failed
 //!   occurrence, on the node that ran it, with the run's variables

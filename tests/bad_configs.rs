@@ -1,5 +1,5 @@
 //! The corpus of broken `jobs.toml` files in `tests/bad-configs/`: one file
-//! per rule of SPEC §4 and per error the loader can produce.
+//! per rule of docs/configuration.md and per error the loader can produce.
 //!
 //! Each file starts with one or more `# expect: TEXT` lines; every `TEXT` must
 //! be a substring of the error, and the first one starts with `:LINE:COL: `,

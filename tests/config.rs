@@ -310,7 +310,7 @@ fn check_shows_a_splayed_jobs_offset_and_the_occurrences_still_to_start() {
     );
 }
 
-/// SPEC §2.7: `check` reports every error of a file, then how many, exit 1.
+/// Guarantee 7 (docs/guarantees.md): `check` reports every error of a file, then how many, exit 1.
 #[test]
 fn check_lists_every_error_and_exits_1() {
     let text = "[redis]\nurl = \"redis://127.0.0.1:6379\"\n\n\
@@ -375,7 +375,7 @@ fn an_empty_file_is_refused_by_check_and_run() {
 
 /// `status` and `history` load the file without the jobs' secrets: unset
 /// `${VAR}`s and an unreadable `env_file` or `password_file` are fine
-/// there, and only there (SPEC §3).
+/// there, and only there (docs/operations.md).
 #[test]
 fn inspection_loads_a_file_whose_secrets_are_not_here() {
     let text = "[redis]\nurl = \"redis://solocron@127.0.0.1:6379\"\npassword_file = \"redis.pass\"\n\n\

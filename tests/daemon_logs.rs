@@ -1,4 +1,4 @@
-//! What the daemon tells the operator (SPEC §6; issue #9 items 9 and 10).
+//! What the daemon tells the operator (docs/operations.md, logs).
 //!
 //! - A wrong Redis password, or an ACL user that may not run the scripts,
 //!   stops `solocron run` at once with one clear error and exit 78 (the

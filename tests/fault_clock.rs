@@ -1,4 +1,4 @@
-//! Clock skew (SPEC §2.1): three nodes whose wall clocks disagree (one
+//! Clock skew (guarantee 1, docs/guarantees.md): three nodes whose wall clocks disagree (one
 //! right, one ahead, one behind, by libfaketime with the monotonic clock
 //! left alone) run every occurrence exactly once — a 5 ms job and a job
 //! that works 75 % of its period — audited occurrence by occurrence.
@@ -11,7 +11,7 @@
 //! period) that is 1.8 s, after the run ended and released the lock, so only
 //! the occurrence record stops it from running the occurrence again; at
 //! ±0.3 s the lock refuses it too, and the record answers first.
-//! A skip *is* legal (SPEC §2.3) if the ahead node stalled long enough for
+//! A skip *is* legal (guarantee 3) if the ahead node stalled long enough for
 //! another node to win (its run then ends after the ahead node's next
 //! claim); the test accepts a skip only in that case.
 //!

@@ -1,4 +1,5 @@
-//! `kill -9` of the node running a long job (SPEC §2.1, §2.2, §5): the job's
+//! `kill -9` of the node running a long job (guarantees 1 and 2,
+//! docs/guarantees.md): the job's
 //! process dies with its daemon (parent-death signal) within a second, the
 //! occurrence is not run again, later occurrences run on the survivors, and
 //! nothing overlaps — audited over the whole window.

@@ -1,5 +1,5 @@
-//! Every occurrence ends up in the history exactly once (SPEC §2.3; issue
-//! #9 item 4), also when a node dies mid-run and when Redis goes away.
+//! Every occurrence ends up in the history exactly once (guarantee 3,
+//! docs/guarantees.md), also when a node dies mid-run and when Redis goes away.
 //!
 //! - `kill -9` of the node running a long job whose next occurrence is far
 //!   away: a surviving node records the run `abandoned`, naming the dead

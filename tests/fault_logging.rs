@@ -1,4 +1,5 @@
-//! A broken log destination never costs a run (SPEC §2.10, issue #9 item 1).
+//! A broken log destination never costs a run (guarantee 10,
+//! docs/guarantees.md).
 //!
 //! A node whose stdout and stderr are one pipe: the test reads until the
 //! node has scheduled its jobs, then closes its end (what `solocron run |

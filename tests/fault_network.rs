@@ -1,5 +1,5 @@
 //! A network cut between one node and Redis (a TCP proxy in the test), while
-//! that node runs a long job (SPEC §2.2, §2.4): its run is gone before its
+//! that node runs a long job (guarantees 2 and 4, docs/guarantees.md): its run is gone before its
 //! lock could expire in Redis, the other nodes carry on (the next
 //! occurrences run on them, nothing is missed), nothing overlaps, and once
 //! the link is back the cut node claims and runs again.

@@ -1,14 +1,14 @@
 //! Redis faults: paused (SIGSTOP) for twice the lock TTL during a long run,
 //! and restarted without persistence and with `appendonly yes`.
 //!
-//! Pause (SPEC §2.2, §2.4): the run is stopped before its lock could expire
+//! Pause (guarantees 2 and 4, docs/guarantees.md): the run is stopped before its lock could expire
 //! in Redis, so no other node can start while it lives; nothing starts while
 //! Redis is paused (fail closed); afterwards the cluster runs every
 //! occurrence again by itself. Breaks if the watchdog counted the lease
 //! from the reply instead of the send, if claims ran without an answer, or
 //! if a node stayed wedged after SIGCONT.
 //!
-//! Restart (SPEC §2.6, §7): the daemons reconnect and reload the scripts
+//! Restart (guarantee 6): the daemons reconnect and reload the scripts
 //! (runs go on after the restart), fences read from the job records grow
 //! strictly in START order across it (a plain `INCR` would restart at 1:
 //! an inversion), and with an append-only file nothing runs twice. Without
@@ -123,7 +123,7 @@ fn redis_paused_for_twice_the_ttl_stops_the_run_in_time_fails_closed_and_recover
 /// Guarantees 3 and 4 across a pause: every occurrence due while Redis was
 /// paused is run, or recorded in the history (missed / skipped), or — when
 /// a newer occurrence was decided before the node's claim or miss record
-/// reached Redis — at least logged by the nodes as not run (SPEC §2.4:
+/// reached Redis — at least logged by the nodes as not run (guarantee 4:
 /// "logged as missed"). And no skip is caused by a lock nobody runs under: every
 /// skipped decision names the fence of a real run.
 ///
@@ -197,8 +197,8 @@ fn restart_redis_under_load(
     // Redis is away from `kill_at` for 1 s and its start: the occurrence
     // due then runs late only if a claim retry lands after Redis is back
     // and before the next one (its deadline), else it is recorded missed;
-    // a late run may also hold the lock over the next one (a skip, SPEC
-    // §2.3). Both are fail-closed outcomes of the outage, not losses.
+    // a late run may also hold the lock over the next one (a skip,
+    // guarantee 3). Both are fail-closed outcomes of the outage, not losses.
     let windows: Vec<_> = jobs
         .iter()
         .map(|job| {

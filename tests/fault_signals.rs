@@ -1,4 +1,5 @@
-//! Signals during load (SPEC §8, §2.7).
+//! Signals during load (guarantee 7, docs/guarantees.md;
+//! docs/operations.md, signals).
 //!
 //! SIGTERM during a long run with `shutdown_grace = "1s"`: the node exits 0
 //! inside the grace plus the time to kill, the run is recorded as

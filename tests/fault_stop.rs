@@ -1,6 +1,6 @@
-//! A run keeps its lease until its last process is gone (SPEC §2.2), and a
+//! A run keeps its lease until its last process is gone (guarantee 2), and a
 //! second stop signal kills, releases and records before the daemon exits
-//! (SPEC §2.10); issue #9 items 2 and 3.
+//! (guarantee 10, docs/guarantees.md).
 //!
 //! Every job here ignores SIGTERM, so after its timeout, a lost lease or the
 //! shutdown grace it lives on until SIGKILL. Before the fix the watchdog

@@ -1,4 +1,4 @@
-//! Redis Cluster (SPEC §2.8, §7): 3 masters with a replica each, 21
+//! Redis Cluster (guarantee 8, docs/guarantees.md): 3 masters with a replica each, 21
 //! every-second jobs spread over the shards (7 on each), 3 daemons. One
 //! master is killed (kill -9) and its replica promoted; the killed node then
 //! rejoins as a replica.

@@ -1,4 +1,4 @@
-//! Redlock over 5 independent masters (SPEC §2.9), three daemons, an
+//! Redlock over 5 independent masters (guarantee 9, docs/guarantees.md), three daemons, an
 //! every-second job:
 //! 1. a minority down (one killed, one paused): every occurrence runs
 //!    exactly once, nothing is missed;

@@ -1,4 +1,4 @@
-//! Redis Sentinel (SPEC §2.8): three daemons follow the master of a group
+//! Redis Sentinel (guarantee 8, docs/guarantees.md): three daemons follow the master of a group
 //! of 1 master, 2 replicas and 3 sentinels across a graceful `SENTINEL
 //! FAILOVER` and, later, a `kill -9` of the master, without a restart.
 //!

@@ -1,5 +1,6 @@
-//! A claim counts only once `wait_replicas` replicas acknowledged it (SPEC
-//! §2.8): the claim is one pipeline `[EVALSHA claim, WAIT n timeout]`, and a
+//! A claim counts only once `wait_replicas` replicas acknowledged it
+//! (guarantee 8, docs/guarantees.md): the claim is one pipeline
+//! `[EVALSHA claim, WAIT n timeout]`, and a
 //! claim whose `WAIT` comes back short is undone and never runs.
 //!
 //! One master and one replica (`--replicaof`), the daemon on the master's

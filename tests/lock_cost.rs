@@ -2,7 +2,7 @@
 //! commandstats` on a real redis-server with no other client: a losing
 //! claim only reads (no `TIME`, no write), a won claim writes the job's
 //! state once, a release reads and writes it once. These are the Redis
-//! cost of every occurrence on every node (`docs/PERFORMANCE.md`, scenario
+//! cost of every occurrence on every node (`docs/performance.md`, scenario
 //! r), so a change that adds reads or writes to them shows here.
 
 mod common;

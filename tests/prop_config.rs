@@ -12,7 +12,7 @@
 //!   cause) and its message starts with `PATH:LINE:COL: `, LINE and COL
 //!   inside the text, with the line shown under it;
 //! - no message contains the value of `${SECRET}`;
-//! - `Ok` holds only what SPEC §4 allows: a Redis server and at least one
+//! - `Ok` holds only what docs/configuration.md allows: a Redis server and at least one
 //!   job, valid job names, `lock_ttl` and `timeout` at least 1 s, exactly
 //!   one action (by construction), a schedule that fires, `history_max` at
 //!   least 1, a non-empty key prefix without braces;

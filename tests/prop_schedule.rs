@@ -16,7 +16,7 @@
 //! - no matching instant between two consecutive occurrences is skipped
 //!   (checked when they are at most two hours apart).
 //!
-//! DST exceptions (SPEC §4), and nothing else:
+//! DST exceptions (docs/configuration.md), and nothing else:
 //! - a *fixed-time* pattern (no wildcard and no step in the second, minute
 //!   or hour field: values, lists and ranges, like `30 2 * * *`,
 //!   `0 2,14 * * *` or `30 1-3 * * *`) whose wall time falls into a
@@ -566,7 +566,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: DST_CASES, ..ProptestConfig::default() })]
 
     /// A fixed daily time placed near a real transition (inside a gap, in
-    /// a repeated hour, or just around them) fires exactly where SPEC §4
+    /// a repeated hour, or just around them) fires exactly where docs/configuration.md
     /// says: at its instant if the wall time exists once, at the earlier
     /// instant if it exists twice, at the end of the gap if it does not
     /// exist; then daily as before.

@@ -1,4 +1,5 @@
-//! `systemd/solocron.service` keeps the settings SPEC §8 and the daemon's
+//! `systemd/solocron.service` keeps the settings docs/operations.md
+//! (signals and systemd) and the daemon's
 //! shutdown rely on, and systemd's own parser (`systemd-analyze verify`)
 //! accepts every line of it.
 
@@ -73,7 +74,7 @@ fn unit_does_not_restart_a_bad_config_and_stops_gracefully() {
                    [jobs.a]\nschedule = \"@daily\"\ncommand = \"true\"\n";
     let config = solocron::config::parse(minimal, Path::new("jobs.toml"), &|_| None)
         .expect("a minimal jobs.toml is valid");
-    // SPEC §5: the job's group gets SIGKILL 10 s after SIGTERM.
+    // What a run sees: the job's group gets SIGKILL 10 s after SIGTERM.
     let needed = config.daemon.shutdown_grace + Duration::from_secs(10);
     let stop = humantime::parse_duration(&service("TimeoutStopSec")).expect("TimeoutStopSec");
     assert!(

@@ -254,7 +254,7 @@ pub struct DaemonConfig {
     pub shutdown_grace: Duration,
     /// Approximate cap of each job's history stream (default 10,000).
     pub history_max: u64,
-    /// Prometheus listener, off by default (served from issue #3 on).
+    /// Prometheus listener, off by default.
     pub metrics_listen: Option<String>,
     /// `env_file`, resolved against the config's directory; re-read at
     /// every load (start and each reload).

@@ -18,9 +18,9 @@ use super::error::{ConfigError, Position, Source, locate};
 use super::warnings::{Spot, Warning};
 
 /// The longest duration any key accepts: 100 years. The daemon adds and
-/// subtracts durations to and from dates and clocks; `starting_deadline =
-/// "300000y"` used to pass `check` and then panic the job's loop on
-/// `DateTime - TimeDelta` overflow, so the job silently never ran (#4).
+/// subtracts durations to and from dates and clocks, so a longer one (say
+/// `starting_deadline = "300000y"`) is refused by the loader rather than
+/// overflowing `DateTime - TimeDelta` in the job's loop.
 pub(super) const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600);
 
 /// A value as the document holds it.

@@ -61,13 +61,13 @@ pub const WARN_ABOVE_MS: i64 = 500;
 /// A first measured offset above this (with `clock = "redis"`) makes the
 /// daemon compute its schedule again by Redis's instant: it was computed
 /// by this node's wall clock at start, before Redis first answered, and a
-/// node whose clock was a day ahead then ran nothing for that day (its
-/// next occurrences were all tomorrow's). Below it the claim script's
+/// node whose clock is far ahead would otherwise wait for occurrences that
+/// are not due yet. Below it the claim script's
 /// window and the start's catch-up absorb the difference.
 pub const REBASE_ABOVE_MS: i64 = 1000;
 /// How often a lasting offset above [`WARN_ABOVE_MS`] is warned about
-/// again (it is measured every [`PERIOD`]: a warning each time was 8,640
-/// lines a day from one node with a broken NTP).
+/// again (it is measured every [`PERIOD`]; warning at each measurement
+/// would flood the log of a node with a broken NTP).
 const WARN_REPEAT: Duration = Duration::from_secs(300);
 /// Between checks once Redis has answered and the first few quick ones
 /// (1, 2, 4 and 8 s apart: the start-up round trips are the slowest) are
@@ -90,10 +90,8 @@ const STEP_WATCH: Duration = Duration::from_secs(1);
 ///
 /// The bound of each is used, not its midpoint: firing by it is never
 /// early, at most a round trip late. The midpoint assumes the request and
-/// the answer took as long; on a busy machine a request that waited longer
-/// for Redis to be scheduled than the answer waited for this node made the
-/// offset too small, and 924 of 1,000 splayed runs started ~4 ms before
-/// their instant (docs/PERFORMANCE.md, scenario s).
+/// the answer took as long, which does not hold on a busy machine and
+/// would let runs start before their instant.
 async fn round_trips(shared: &Shared) -> Result<Vec<RoundTrip>, redis::RedisError> {
     let mut trips = Vec::with_capacity(SAMPLES);
     let mut last_error = None;

@@ -490,8 +490,8 @@ pub async fn run(
     let watchdog = tokio::spawn(notify::watchdog_loop(watchdog_stop.clone()));
     let mut timetable = timetable::Timetable::default();
     timetable.apply(&shared, &config.jobs);
-    // Scheduling every job parsed again the patterns the loader let go
-    // (10,000 distinct ones: 50 MB freed at once); give those pages back.
+    // Scheduling every job parsed again the patterns the loader let go,
+    // and freed them at once; give those pages back.
     crate::memory::release_freed();
     recording::spawn_startup_check(&shared, &config.jobs);
     info!(node = %options.node, jobs = config.jobs.len(), "jobs scheduled");

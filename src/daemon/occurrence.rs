@@ -44,13 +44,10 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 const FAIR_SPREAD: Duration = Duration::from_millis(1);
 /// The most scheduled claims of this node waiting for Redis's reply at
 /// once; the others wait their turn here. Every command has a 500 ms reply
-/// timeout counted from when it is queued on the connection: 1,000 claims
-/// due on one second, all queued at once, were answered after up to 2 s on
-/// a busy machine, so the later ones timed out and were sent again (the
-/// first copies still ran in Redis), and the Redis work of the burst grew
-/// threefold (docs/PERFORMANCE.md, "Round two"). 64 in flight keep the
-/// connection pipelined (scenario j sustains ~14,000 claims/s with 64)
-/// while each reply comes in a few milliseconds of Redis work.
+/// timeout counted from when it is queued on the connection, so a burst
+/// queued all at once would time out and be sent again while the first
+/// copies still run in Redis. The cap keeps the connection pipelined while
+/// each queued claim is answered well within that timeout.
 pub(super) const CLAIMS_IN_FLIGHT: usize = 64;
 /// How long after the deadline (this node's clock) claims are still retried:
 /// above the redis response timeout plus the clock offset we warn about.

@@ -11,8 +11,8 @@
 //! script): if the occurrence is decided it logs who won, as a losing claim
 //! would; if not (the first node is dead, paused, drained, slow, or sees
 //! other nodes) it claims as before and the claim script decides. A losing
-//! claim script costs Redis ~30–45 µs; a peek a few µs (docs/PERFORMANCE.md,
-//! "Redis cost per occurrence"), and the losers are N − 1 of N claims.
+//! claim script costs Redis several times what a peek costs, and the
+//! losers are N − 1 of N claims (figures: docs/performance.md).
 //!
 //! Failure model: the live set is what the registry listed at this node's
 //! last refresh (every [`crate::registry::REFRESH`]), so nodes may disagree
@@ -32,10 +32,7 @@ use std::time::Duration;
 /// round trip and the nodes' firing spread (Redis's clock, within a
 /// millisecond), so that the read usually finds the occurrence decided,
 /// and short, because it is also how late an occurrence runs when its
-/// first node is slow (descheduled, busy spawning) or gone. With 50 ms a
-/// 1,000-job splayed burst on a busy 2-core machine had a lag p99 of
-/// 44–46 ms (docs/PERFORMANCE.md, scenario s): the first node was late
-/// and nobody covered for it.
+/// first node is slow (descheduled, busy spawning) or gone.
 pub const PEEK_DELAY: Duration = Duration::from_millis(5);
 
 /// The live nodes as the registry last listed them (sorted, deduplicated),

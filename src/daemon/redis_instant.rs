@@ -7,11 +7,9 @@
 //! `TIME − answered` (low) and `TIME − sent` (high). Firing by the low
 //! bound is never early and at most that round trip late. The estimate is
 //! the highest low bound among the round trips of the last [`WINDOW_US`]:
-//! the tightest of them, so one slow round trip (the node busy loading 1,000
-//! jobs at start, a loaded machine) no longer makes the node fire late
-//! until the next measurement. On a 2-core machine a node whose only
-//! measurement was taken at start fired 4 ms late for its first minute
-//! (docs/PERFORMANCE.md, scenario s).
+//! the tightest of them, so one slow round trip (the node busy loading its
+//! jobs at start, a loaded machine) does not make the node fire late until
+//! the next measurement.
 //!
 //! Failure model: the monotonic clock and Redis's advance at the same rate
 //! (both NTP-disciplined; a drift of 10 ppm moves a bound 0.3 ms in the

@@ -4,9 +4,8 @@
 //! `Solocron-*` headers and `Idempotency-Key: JOB@OCCURRENCE`, so the
 //! receiver can drop a duplicate or a stale fence. A 2xx status succeeds,
 //! any other fails; only the status is read, never the body. Redirects
-//! are not followed (the client is built so, `Executor::new`): following a
-//! 302 would send a POST again as a GET, without its body, and report what
-//! that answered. A 3xx is a failure whose error names where its
+//! are not followed (the client is built so, `Executor::new`): a 302 would
+//! turn a POST into a GET without its body. A 3xx is a failure whose error names where its
 //! `Location` pointed (not a 304 Not Modified, which points nowhere).
 //!
 //! Errors are shown without secrets: reqwest errors lose their URL
@@ -21,9 +20,8 @@
 //! lowercase forms) in the daemon's environment carries every hook except
 //! those `NO_PROXY` names and those to this machine (`localhost`, a
 //! loopback address), which always go direct, as Go's HTTP client does: a
-//! proxy meant for the outside world answered a hook on 127.0.0.1 itself,
-//! and a hook to a port where nothing listened was recorded `succeeded`
-//! with the proxy's 200. The daemon logs the proxies it found at start
+//! hook's outcome is what this machine answered, never a proxy's. The
+//! daemon logs the proxies it found at start
 //! ([`proxies_from_env`]).
 
 use std::future::Future;

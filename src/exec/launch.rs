@@ -5,8 +5,8 @@
 //! Why not `std::process::Command`: with a `pre_exec` hook (which the
 //! parent-death signal needs) it falls back to `fork`, which copies the
 //! daemon's page tables and write-protects its memory while its other
-//! threads run; with 1,000 jobs due the same second that was most of the
-//! start lag (see docs/PERFORMANCE.md). A `CLONE_VM` child shares the
+//! threads run, which costs start lag when many jobs start at once. A
+//! `CLONE_VM` child shares the
 //! daemon's memory until `execve`, so between clone and exec it only makes
 //! raw system calls on data prepared beforehand: no allocation, no locks.
 //!

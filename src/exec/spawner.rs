@@ -3,11 +3,10 @@
 //!
 //! Starting a process blocks the calling thread until the child has called
 //! `execve` (`launch.rs`), a fraction of a millisecond, more while many jobs
-//! start at once. Done on a runtime worker, 1,000 jobs due the same second
-//! kept both workers blocked for most of a second, and the Redis replies
-//! that the other jobs' claims waited for sat unread (claims answered after
-//! 300–600 ms; see docs/PERFORMANCE.md). Here a few threads take the
-//! spawns, so the runtime goes on claiming, releasing and reading output.
+//! start at once. On a runtime worker a burst of starts would leave the
+//! Redis replies other jobs' claims wait for unread. Here a few threads
+//! take the spawns, so the runtime goes on claiming, releasing and reading
+//! output.
 //!
 //! The parent-death signal is tied to the thread that started the child:
 //! these threads never exit while a [`Spawner`] (and so a job it started)

@@ -681,8 +681,8 @@ impl Server {
     /// that [`crate::daemon::is_refusal`] recognises.
     pub(super) async fn load_scripts(&self, prefix: &str) -> Result<(), redis::RedisError> {
         // All at once on the multiplexed connection: one round trip, not
-        // one per script (one after another, a 150 ms link to Redis took
-        // longer than the start-up check allows, and the node never started).
+        // one per script, so a slow link to Redis stays within the time the
+        // start-up check allows.
         let loads = self.scripts.all().into_iter().map(|script| {
             let mut conn = self.conn.clone();
             async move { script.prepare_invoke().load_async(&mut conn).await }

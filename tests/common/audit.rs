@@ -194,7 +194,7 @@ impl Window {
 }
 
 /// What the audit found. `is_clean` ignores `skipped` (an explicit overlap
-/// skip is allowed by SPEC §2.3) and `excused`; tests assert on them.
+/// skip is allowed by guarantee 3) and `excused`; tests assert on them.
 #[derive(Debug, Default)]
 pub struct Report {
     /// Occurrences the schedules had due in the windows.
@@ -354,7 +354,7 @@ pub fn instants(ats: impl IntoIterator<Item = DateTime<Utc>>) -> BTreeSet<DateTi
 }
 
 /// How the history covers the windows' occurrences: each must be there
-/// exactly once (SPEC §2.3: run, skipped, paused, missed or abandoned).
+/// exactly once (guarantee 3, docs/guarantees.md: run, skipped, paused, missed or abandoned).
 #[derive(Debug, Default)]
 pub struct HistoryReport {
     /// Occurrences due in a window with no entry at all.

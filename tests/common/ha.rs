@@ -1,5 +1,5 @@
-//! High-availability Redis topologies for the issue #10 tests (SPEC §2.8,
-//! §2.9, §7): a Sentinel group ([`SentinelGroup`]), a Redis Cluster
+//! High-availability Redis topologies for the issue #10 tests (guarantees 8
+//! and 9, docs/guarantees.md): a Sentinel group ([`SentinelGroup`]), a Redis Cluster
 //! ([`RedisCluster`]) and N independent masters for Redlock ([`Masters`]),
 //! all real `redis-server` processes on loopback. Each can run TLS-only
 //! with certificates from the test's CA ([`super::pki`]): then every

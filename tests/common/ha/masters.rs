@@ -1,4 +1,4 @@
-//! N independent `redis-server` masters for Redlock (SPEC §2.9), indexed
+//! N independent `redis-server` masters for Redlock (guarantee 9, docs/guarantees.md), indexed
 //! 0..N in start order; each keeps its port and dir across restarts, so a
 //! daemon's connection to "master `i`" finds it again.
 //!
