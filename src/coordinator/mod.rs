@@ -20,6 +20,7 @@
 //! token), and nothing here ever panics on what Redis or the network does.
 
 pub mod cluster;
+pub mod errors;
 pub mod identity;
 pub mod sentinel;
 pub mod single;

@@ -49,7 +49,6 @@ use crate::lock::Locker;
 use crate::{metrics, notify, registry};
 
 pub use crate::coordinator::connect;
-pub use health::is_refusal;
 pub use occurrence::{Attempt, Runner, claim_deadline, run_lease};
 pub use recording::{GAP_LISTED, gap_entries};
 pub use timetable::rfc3339;

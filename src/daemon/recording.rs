@@ -27,6 +27,7 @@ use super::Shared;
 use super::notifications::{self, Subject};
 use super::timetable::rfc3339;
 use crate::config::Job;
+use crate::coordinator::errors;
 use crate::history::Entry;
 use crate::lock::{AbandonCheck, Abandoned, GapEntry, Lease, LockError, Locker, Missed};
 
@@ -663,9 +664,7 @@ impl LockError {
         use super::health::Trouble;
         match self {
             _ if self.is_refusal() => Trouble::Refused,
-            LockError::Redis { cause, .. } if super::health::is_rejection(cause) => {
-                Trouble::Rejected
-            }
+            LockError::Redis { cause, .. } if errors::is_rejection(cause) => Trouble::Rejected,
             // Most masters did not answer at all: an outage, not a vote.
             LockError::NoQuorum {
                 answered, needed, ..
@@ -680,8 +679,8 @@ impl LockError {
     /// Whether Redis refused us (credentials, ACL) rather than being away.
     pub fn is_refusal(&self) -> bool {
         match self {
-            LockError::Redis { cause, .. } => super::health::is_refusal(cause),
-            LockError::NoQuorum { first_error, .. } => super::health::is_refusal_text(first_error),
+            LockError::Redis { cause, .. } => errors::is_refusal(cause),
+            LockError::NoQuorum { first_error, .. } => errors::is_refusal_text(first_error),
             LockError::Reply { .. }
             | LockError::Unacknowledged { .. }
             | LockError::ReplicaLost { .. }

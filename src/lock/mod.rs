@@ -714,7 +714,7 @@ impl Locker {
         for (server, result) in self.servers.iter().zip(results) {
             match result {
                 Ok(()) => loaded += 1,
-                Err(err) if crate::daemon::is_refusal(&err) => {
+                Err(err) if crate::coordinator::errors::is_refusal(&err) => {
                     return Err(self.naming(&server.shown, err));
                 }
                 Err(err) => {
