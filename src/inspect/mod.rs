@@ -40,7 +40,7 @@ const REACH_LIMIT: Duration = Duration::from_secs(5);
 /// [`REACH_LIMIT`].
 pub(crate) async fn open(config: &RedisConfig) -> anyhow::Result<(Coordinator, i64)> {
     let redacted = config.redacted_url();
-    let coordinator = crate::daemon::connect(config)?;
+    let coordinator = crate::coordinator::connect(config)?;
     match tokio::time::timeout(REACH_LIMIT, coordinator_time_ms(&coordinator)).await {
         Ok(Ok(now_ms)) => Ok((coordinator, now_ms)),
         Ok(Err(err)) => Err(redis_failed("cannot reach", config, &err)),
