@@ -36,7 +36,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::history::Recorded;
+use super::Recorded;
 
 /// Outcomes that ran nothing.
 const RAN_NOTHING: [&str; 3] = ["skipped", "missed", "paused"];
