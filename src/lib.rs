@@ -4,6 +4,7 @@
 //! Modules, from the pure core outwards:
 //! - [`schedule`]: cron expression + time zone -> UTC occurrences (pure).
 //! - [`config`]: `jobs.toml` -> a validated [`config::Config`].
+//! - [`keys`]: the Redis keys of one job (`{PREFIX:JOB}:…`).
 //! - [`coordinator`]: how we talk to Redis: one server, Sentinel, Cluster, Redlock.
 //! - [`control`]: fleet-wide pauses, drains and `trigger --fleet` requests in Redis.
 //! - [`lock`]: the claim / extend / release scripts on Redis, and the watchdog.
@@ -33,6 +34,7 @@ pub mod daemon;
 pub mod exec;
 pub mod history;
 pub mod inspect;
+pub mod keys;
 pub mod lock;
 pub mod logging;
 pub mod manual;

@@ -21,7 +21,7 @@ use crate::coordinator::Conn;
 use redis::streams::StreamRangeReply;
 
 use super::{BAD, Entry, NOT_BAD, Recorded};
-use crate::lock::JobKeys;
+use crate::keys::JobKeys;
 
 /// How far ahead of Redis `TIME` a node may fire an occurrence.
 pub const SKEW: i64 = 60_000;

@@ -44,6 +44,7 @@ use futures_util::future::join_all;
 
 use crate::coordinator::{Conn, Coordinator};
 use crate::history::Entry;
+use crate::keys::JobKeys;
 
 /// Redis failed (unreachable, timed out, or replied with something unexpected).
 #[derive(Debug, thiserror::Error)]
@@ -133,39 +134,6 @@ pub struct GapEntry {
     pub outcome: &'static str,
     /// The entry's error text: why nobody ran it.
     pub error: String,
-}
-
-/// The Redis keys of one job; all share the hash tag `{PREFIX:JOB}`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobKeys {
-    /// `{PREFIX:JOB}:lock`: `TOKEN NODE`, with a TTL.
-    pub lock: String,
-    /// `{PREFIX:JOB}:state`: hash with the fence and the last decision.
-    pub state: String,
-    /// `{PREFIX:JOB}:history`: stream of decisions.
-    pub history: String,
-    /// The hash tag `{PREFIX:JOB}` itself.
-    tag: String,
-}
-
-impl JobKeys {
-    /// The keys of `job` under `prefix`.
-    pub fn new(prefix: &str, job: &str) -> JobKeys {
-        let tag = format!("{{{prefix}:{job}}}");
-        JobKeys {
-            lock: format!("{tag}:lock"),
-            state: format!("{tag}:state"),
-            history: format!("{tag}:history"),
-            tag,
-        }
-    }
-
-    /// `{PREFIX:JOB}:recorded:TOKEN`: set (with a TTL) by the release that
-    /// recorded the run of `token`, so a retried release records nothing
-    /// twice ([`scripts::RELEASE`]).
-    pub fn recorded(&self, token: &str) -> String {
-        format!("{}:recorded:{token}", self.tag)
-    }
 }
 
 /// What is being claimed.

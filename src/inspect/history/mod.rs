@@ -29,7 +29,7 @@ use super::Source;
 use super::format;
 use super::source::{closest, job_hint, node_jobs, note};
 use crate::history::{merge, read};
-use crate::lock::JobKeys;
+use crate::keys::JobKeys;
 use crate::registry;
 
 pub use crate::history::read::Filter;
