@@ -528,9 +528,9 @@ pub const EXIT_USAGE: u8 = 2;
 /// start of `run`, 2 for a usage error found after parsing
 /// ([`crate::inspect::UsageError`]), 1 otherwise.
 pub fn exit_code_for(command: &Command, err: &anyhow::Error) -> u8 {
-    let bad_config = err.chain().any(|cause| {
-        cause.is::<config::ConfigError>() || cause.is::<crate::daemon::StartRefused>()
-    });
+    let bad_config = err
+        .chain()
+        .any(|cause| cause.is::<config::ConfigError>() || cause.is::<config::StartRefused>());
     let usage = err
         .chain()
         .any(|cause| cause.is::<crate::inspect::UsageError>());

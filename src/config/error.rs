@@ -370,6 +370,13 @@ fn floor_char_boundary(text: &str, mut index: usize) -> usize {
     index
 }
 
+/// A start refused for a cause waiting will not cure: Redis refused this
+/// node (wrong password, ACL), or the metrics address cannot be bound.
+/// The daemon stops with this error (exit 78, like a bad config).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct StartRefused(pub String);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -44,7 +44,7 @@ use std::sync::Arc;
 use chrono_tz::Tz;
 use toml::de::{DeTable, DeValue};
 
-pub use error::{ConfigError, Position, locate};
+pub use error::{ConfigError, Position, StartRefused, locate};
 pub use fingerprint::FingerprintCache;
 pub use model::*;
 pub use redis::DEFAULT_KEY_PREFIX;

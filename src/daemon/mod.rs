@@ -43,7 +43,7 @@ use tracing::{error, info, warn};
 
 use chrono::{DateTime, Utc};
 
-use crate::config::{ClockSource, Config, Job};
+use crate::config::{ClockSource, Config, Job, StartRefused};
 use crate::exec::{Executor, OutputMask};
 use crate::lock::Locker;
 use crate::{metrics, notify, registry};
@@ -61,12 +61,6 @@ pub struct Options {
     /// `--redis`: replaces `[redis] url` of every loaded file, reloads too.
     pub redis_override: Option<String>,
 }
-
-/// Redis refused this node at start (wrong password, ACL): waiting will
-/// not help, so `run` stops with this error (exit 78, like a bad config).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct StartRefused(pub String);
 
 /// What every task of one daemon shares.
 pub(crate) struct Shared {
