@@ -44,6 +44,7 @@ pub mod journal;
 
 use std::fmt;
 use std::io::{IsTerminal as _, Write as _};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::time::Duration;
@@ -87,9 +88,21 @@ pub fn lines_lost() -> u64 {
     LOST.load(Ordering::Relaxed)
 }
 
+/// Told the new total at each lost line, once the metrics are served
+/// ([`on_line_lost`]).
+static LOST_HOOK: OnceLock<fn(u64)> = OnceLock::new();
+
+/// Has `hook` told the total of lost lines at each line lost from now on
+/// (the metrics endpoint's counter). Only the first hook set is kept.
+pub fn on_line_lost(hook: fn(u64)) {
+    let _ = LOST_HOOK.set(hook);
+}
+
 fn lose_line() {
     let total = LOST.fetch_add(1, Ordering::Relaxed) + 1;
-    crate::metrics::log_lines_lost(total);
+    if let Some(hook) = LOST_HOOK.get() {
+        hook(total);
+    }
 }
 
 /// The log format: `--log-format`.

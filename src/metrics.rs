@@ -196,6 +196,7 @@ pub fn install(listen: &str) -> Result<(), MetricsError> {
             describe();
             // Served from the start (at 0 unless lines were lost before),
             // so that the first lost line is an increase.
+            crate::logging::on_line_lost(log_lines_lost);
             counter!(LOG_LINES_LOST).absolute(crate::logging::lines_lost());
             counter!(REDIS_DATA_LOST).increment(0);
             Ok(())
