@@ -13,14 +13,14 @@
 //! - [`registry`]: live nodes and their job fingerprints (config drift guard).
 //! - [`exec`]: runs a job's action and classifies its [`exec::Outcome`].
 //! - [`daemon`]: the loop joining schedule, lock, exec and history.
-//! - [`cli`]: command-line types, logging set-up and the subcommands.
+//! - [`cli`]: command-line types, logging set-up and the subcommands; its
+//!   [`cli::manual`] generates man pages and shell completions for packaging.
 //! - [`shutdown`]: stop requests (SIGTERM, SIGINT), reloads (SIGHUP), and Ctrl-Z
 //!   (SIGTSTP, SIGTTIN, SIGTTOU) refused while locks are renewed.
 //! - [`trigger`]: `solocron trigger JOB`, a manual run under the lock.
 //! - [`ops`]: `pause`, `resume`, `drain`, `undrain`, `trigger --fleet`.
 //! - [`logging`]: log lines that never block or panic (a queue to one writer thread),
 //!   or native journal entries under systemd.
-//! - [`manual`]: man pages and shell completions generated from [`cli`], for packaging.
 //! - [`metrics`], [`notify`]: Prometheus metrics and systemd notifications.
 //! - [`memory`], [`open_files`]: the allocator's arenas, and the open files
 //!   limit raised for the process and given back to its jobs.
@@ -37,7 +37,6 @@ pub mod inspect;
 pub mod keys;
 pub mod lock;
 pub mod logging;
-pub mod manual;
 pub mod memory;
 pub mod metrics;
 pub mod notify;
