@@ -172,7 +172,7 @@ pub async fn current_pause(
     prefix: &str,
     job: &str,
 ) -> redis::RedisResult<Option<(Mark, bool)>> {
-    let now_ms = crate::lock::coordinator_time_ms(coordinator).await?;
+    let now_ms = crate::coordinator::coordinator_time_ms(coordinator).await?;
     let key = pauses_key(prefix);
     let key = key.as_str();
     let lists = coordinator

@@ -72,6 +72,16 @@ pub fn is_untrusted_certificate(err: &redis::RedisError) -> bool {
     err.to_string().contains("invalid peer certificate")
 }
 
+/// The error of a command that got no answer within its bound.
+pub fn timed_out(what: &'static str) -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!(
+            "no answer to {what} in time (redis does not answer, or a TLS handshake never completes: a `rediss://` url for a server without TLS?)"
+        ),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::is_refusal_text;

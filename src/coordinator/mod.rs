@@ -33,8 +33,13 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::config::{RedisConfig, RedisMode, redact_url};
+use errors::timed_out;
 
 pub use sentinel::SentinelFollower;
+
+/// Longest wait for one Redlock master's answer; one command of any mode
+/// waits at most three times as long.
+pub const ANSWER_TIMEOUT: Duration = Duration::from_millis(300);
 
 /// A connection to one logical Redis: a server, a followed Sentinel master,
 /// or a Cluster. Cheap to clone; commands may run concurrently.
@@ -296,4 +301,36 @@ pub async fn redis_time_ms(conn: &Conn) -> redis::RedisResult<i64> {
 pub async fn redis_time_us(conn: &Conn) -> redis::RedisResult<i64> {
     let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn.clone()).await?;
     Ok(secs * 1_000_000 + micros)
+}
+
+/// Redis `TIME` of `coordinator` as UTC epoch ms: one member's, or the
+/// median of a majority of Redlock masters.
+pub async fn coordinator_time_ms(coordinator: &Coordinator) -> Result<i64, redis::RedisError> {
+    Ok(coordinator_time_us(coordinator).await?.div_euclid(1000))
+}
+
+/// [`coordinator_time_ms`] in µs.
+pub async fn coordinator_time_us(coordinator: &Coordinator) -> Result<i64, redis::RedisError> {
+    let answers =
+        futures_util::future::join_all(coordinator.members().iter().map(|member| async move {
+            tokio::time::timeout(ANSWER_TIMEOUT * 3, redis_time_us(&member.conn))
+                .await
+                .unwrap_or_else(|_| Err(timed_out("TIME")))
+        }))
+        .await;
+    let mut times = Vec::new();
+    let mut first_error = None;
+    for answer in answers {
+        match answer {
+            Ok(time) => times.push(time),
+            Err(err) => {
+                first_error.get_or_insert(err);
+            }
+        }
+    }
+    if times.len() < coordinator.majority() {
+        return Err(first_error.unwrap_or_else(|| timed_out("TIME")));
+    }
+    times.sort_unstable();
+    Ok(times[times.len() / 2])
 }

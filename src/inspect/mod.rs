@@ -23,7 +23,7 @@ use std::time::Duration;
 use crate::coordinator::Coordinator;
 
 use crate::config::RedisConfig;
-use crate::lock::coordinator_time_ms;
+use crate::coordinator::coordinator_time_ms;
 
 pub(crate) use format::flat;
 pub use history::{HistoryQuery, OUTCOMES, TimeBound, UsageError, history, parse_outcome};

@@ -42,7 +42,8 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use crate::coordinator::{Conn, Coordinator};
+use crate::coordinator::errors::timed_out;
+use crate::coordinator::{ANSWER_TIMEOUT, Conn, Coordinator, coordinator_time_us};
 use crate::history::Entry;
 use crate::keys::JobKeys;
 
@@ -605,7 +606,7 @@ impl Locker {
         let answers = join_all(self.servers.iter().map(|server| async move {
             let mut conn = server.conn.clone();
             tokio::time::timeout(
-                quorum::ANSWER_TIMEOUT * 3,
+                ANSWER_TIMEOUT * 3,
                 read.query_async::<Option<String>>(&mut conn),
             )
             .await
@@ -669,12 +670,9 @@ impl Locker {
     /// majority took the scripts.
     pub async fn load_scripts(&self) -> Result<(), redis::RedisError> {
         let results = join_all(self.servers.iter().map(|server| async move {
-            tokio::time::timeout(
-                quorum::ANSWER_TIMEOUT * 3,
-                server.load_scripts(&self.prefix),
-            )
-            .await
-            .unwrap_or_else(|_| Err(timed_out("SCRIPT LOAD")))
+            tokio::time::timeout(ANSWER_TIMEOUT * 3, server.load_scripts(&self.prefix))
+                .await
+                .unwrap_or_else(|_| Err(timed_out("SCRIPT LOAD")))
         }))
         .await;
         let mut loaded = 0;
@@ -717,49 +715,6 @@ impl Locker {
     pub async fn redis_time_us(&self) -> Result<i64, redis::RedisError> {
         coordinator_time_us(&self.coordinator).await
     }
-}
-
-/// Redis `TIME` of `coordinator` as UTC epoch ms: one member's, or the
-/// median of a majority of Redlock masters.
-pub async fn coordinator_time_ms(coordinator: &Coordinator) -> Result<i64, redis::RedisError> {
-    Ok(coordinator_time_us(coordinator).await?.div_euclid(1000))
-}
-
-/// [`coordinator_time_ms`] in µs.
-pub async fn coordinator_time_us(coordinator: &Coordinator) -> Result<i64, redis::RedisError> {
-    let answers = join_all(coordinator.members().iter().map(|member| async move {
-        tokio::time::timeout(
-            quorum::ANSWER_TIMEOUT * 3,
-            crate::coordinator::redis_time_us(&member.conn),
-        )
-        .await
-        .unwrap_or_else(|_| Err(timed_out("TIME")))
-    }))
-    .await;
-    let mut times = Vec::new();
-    let mut first_error = None;
-    for answer in answers {
-        match answer {
-            Ok(time) => times.push(time),
-            Err(err) => {
-                first_error.get_or_insert(err);
-            }
-        }
-    }
-    if times.len() < coordinator.majority() {
-        return Err(first_error.unwrap_or_else(|| timed_out("TIME")));
-    }
-    times.sort_unstable();
-    Ok(times[times.len() / 2])
-}
-
-fn timed_out(what: &'static str) -> redis::RedisError {
-    redis::RedisError::from(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        format!(
-            "no answer to {what} in time (redis does not answer, or a TLS handshake never completes: a `rediss://` url for a server without TLS?)"
-        ),
-    ))
 }
 
 /// Redis `TIME` of `conn` as UTC epoch ms.

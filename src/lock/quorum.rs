@@ -38,12 +38,10 @@ use super::{
     AbandonCheck, Claim, ClaimReply, JobKeys, Lease, LockError, Missed, Paused, Released,
     RetryState,
 };
+use crate::coordinator::ANSWER_TIMEOUT;
 use crate::history::Entry;
 
 pub(super) use claim::{Order, claim};
-
-/// Longest wait for one master's answer.
-pub const ANSWER_TIMEOUT: Duration = Duration::from_millis(300);
 
 /// Runs `op` on every master at once, each bounded by [`ANSWER_TIMEOUT`];
 /// a master that does not answer in time counts as failed.
