@@ -1,4 +1,5 @@
-//! Where log lines go, and why writing one never stops a run (SPEC §2.10).
+//! Where log lines go, and why writing one never stops a run (guarantee 10,
+//! docs/guarantees.md).
 //!
 //! Every event is formatted on the thread that logs it and handed to one
 //! writer thread through a bounded queue; the writer thread does the only
@@ -16,7 +17,7 @@
 //!
 //! Text lines name a run's numbers the way people read them (`exit=0
 //! duration=41.2s`); JSON lines carry the same fields as numbers
-//! (`exit_code`, `duration_ms`), matching the history (SPEC §6).
+//! (`exit_code`, `duration_ms`), matching the history (docs/operations.md).
 //!
 //! Under systemd the daemon logs to journald natively instead, with every
 //! field a journal field ([`journal`]): the entries go through the same

@@ -1,5 +1,5 @@
 //! How solocron talks to its coordinator: the one place that knows the four
-//! `[redis]` modes (SPEC §4, §7).
+//! `[redis]` modes (docs/configuration.md, docs/ha.md).
 //!
 //! - `url`: one server ([`single`]);
 //! - `sentinel`: the master of a Sentinel group, followed across failovers
@@ -7,8 +7,8 @@
 //! - `cluster`: a Redis Cluster, each job's keys on the shard of its slot
 //!   ([`cluster`]);
 //! - `redlock`: N independent masters, each a `url` server; a majority
-//!   decides ([`crate::lock`] combines them, SPEC §2.9); [`identity`]
-//!   finds two masters that are one server.
+//!   decides ([`crate::lock`] combines them; guarantee 9, docs/guarantees.md);
+//!   [`identity`] finds two masters that are one server.
 //!
 //! Everything above this module sees a [`Coordinator`]: its [`Member`]s (one,
 //! or the N Redlock masters), each a [`Conn`] that runs commands, scripts and

@@ -1,4 +1,5 @@
-//! This node's view of Redis, for the two lines an outage gets (SPEC §6).
+//! This node's view of Redis, for the two lines an outage gets
+//! (docs/operations.md).
 //!
 //! Every Redis operation of the daemon reports here: [`Health::failed`]
 //! with its error, [`Health::answered`] on success. The first failure

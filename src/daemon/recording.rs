@@ -1,7 +1,7 @@
 //! What this node owes the history besides its claims: a finished run's
 //! outcome, the occurrences it gave up on, the occurrences nobody decided,
-//! and runs whose node died (SPEC §2.3: every occurrence ends up in the
-//! history exactly once).
+//! and runs whose node died (guarantee 3, docs/guarantees.md: every occurrence
+//! ends up in the history exactly once).
 //!
 //! Failure model: Redis may be away for a long time, and this node may stop
 //! at any moment. A finished run's outcome is held in memory and retried
@@ -519,7 +519,8 @@ impl Watches {
 /// job's next claim is too far away to notice an abandoned run in time,
 /// look at the lock once its TTL has run out, and again while it is held,
 /// so that a run whose node died is recorded `abandoned` within `lock_ttl`
-/// plus a few seconds (SPEC §2.3). One watch per job and fence per node.
+/// plus a few seconds (guarantee 3, docs/guarantees.md). One watch per job and
+/// fence per node.
 pub fn watch_lock(shared: &Arc<Shared>, job: &Arc<Job>, fence: u64, ttl_left: Option<Duration>) {
     let Some(ttl_left) = ttl_left else {
         return;

@@ -19,7 +19,7 @@ use chrono::{DateTime, Utc};
 
 use crate::exec::Report;
 
-/// The outcome names a history entry can have (SPEC §3).
+/// The outcome names a history entry can have (docs/operations.md).
 pub const OUTCOMES: [&str; 9] = [
     "succeeded",
     "failed",

@@ -16,13 +16,13 @@
 //! Extend and release compare the full lock value first: a node never
 //! touches a lock it no longer holds (no bare `DEL`).
 //!
-//! The history gets every occurrence once (SPEC §2.3): a run's outcome in
-//! the release, a skip in the claim, a miss in [`Locker::record_missed`];
-//! the occurrences nobody decided (all nodes down, Redis away) are named by
-//! the next decision's [`ClaimReply::previous_ms`] and recorded by
-//! [`Locker::record_gap`]; an occurrence due while its job is paused is
-//! recorded by [`Locker::record_paused`]; a run whose node died is found
-//! by the next claim or by [`Locker::check_abandoned`] once its lock
+//! The history gets every occurrence once (guarantee 3, docs/guarantees.md): a
+//! run's outcome in the release, a skip in the claim, a miss in
+//! [`Locker::record_missed`]; the occurrences nobody decided (all nodes down,
+//! Redis away) are named by the next decision's [`ClaimReply::previous_ms`] and
+//! recorded by [`Locker::record_gap`]; an occurrence due while its job is
+//! paused is recorded by [`Locker::record_paused`]; a run whose node died is
+//! found by the next claim or by [`Locker::check_abandoned`] once its lock
 //! expired unreleased.
 
 //!

@@ -1,5 +1,6 @@
 //! Redlock: the lock over N independent masters, as a combinator of the
-//! one-server operations of [`super::server`] (SPEC §2.9).
+//! one-server operations of [`super::server`] (guarantee 9,
+//! docs/guarantees.md).
 //!
 //! A claim goes first to one master, the lead (the first by address that
 //! answers), then to the others in parallel, each answer awaited at most

@@ -109,8 +109,8 @@ pub struct JobSchedule {
     pub expression: String,
     /// Its IANA time zone.
     pub timezone: String,
-    /// Its splay offset (SPEC §4 `splay`), ms; 0 without a splay, and for
-    /// a node too old to publish one.
+    /// Its splay offset (`splay`, docs/configuration.md), ms; 0 without a
+    /// splay, and for a node too old to publish one.
     pub splay_ms: u64,
 }
 
