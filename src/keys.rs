@@ -1,7 +1,9 @@
-//! The Redis keys of one job. All of them share the hash tag
-//! `{PREFIX:JOB}`, so a job's keys live on one Cluster shard and one Lua
-//! script may touch them all; the lock, the history readers and `status`
-//! name them through [`JobKeys`] only.
+//! Every Redis key name solocron uses, one function or field per kind.
+//!
+//! A job's keys ([`JobKeys`]) share the hash tag `{PREFIX:JOB}`, so they
+//! live on one Cluster shard and one Lua script may touch them all. The
+//! fleet's own keys (pauses, drains, requests, the node registry, the data
+//! marker) share the hash tag `{PREFIX}`.
 
 /// The Redis keys of one job; all share the hash tag `{PREFIX:JOB}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,5 +35,51 @@ impl JobKeys {
     /// twice (the lock's release script).
     pub fn recorded(&self, token: &str) -> String {
         format!("{}:recorded:{token}", self.tag)
+    }
+}
+
+/// `{PREFIX}:pauses`.
+pub fn pauses_key(prefix: &str) -> String {
+    format!("{{{prefix}}}:pauses")
+}
+
+/// `{PREFIX}:drains`.
+pub fn drains_key(prefix: &str) -> String {
+    format!("{{{prefix}}}:drains")
+}
+
+/// `{PREFIX}:requests`: the list of waiting requests (newest at the head).
+pub fn requests_key(prefix: &str) -> String {
+    format!("{{{prefix}}}:requests")
+}
+
+/// `{PREFIX}:request:ID`: the state and result of one taken request.
+pub fn request_key(prefix: &str, id: &str) -> String {
+    format!("{{{prefix}}}:request:{id}")
+}
+
+/// `{PREFIX}:nodes`.
+pub fn nodes_key(prefix: &str) -> String {
+    format!("{{{prefix}}}:nodes")
+}
+
+/// `{PREFIX}:node:NODE`.
+pub fn node_key(prefix: &str, node: &str) -> String {
+    format!("{{{prefix}}}:node:{node}")
+}
+
+/// The marker key of the fleet under `prefix` ([`crate::coordinator::identity::markers`]).
+pub fn marker_key(prefix: &str) -> String {
+    format!("{{{prefix}}}:dataset")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{request_key, requests_key};
+
+    #[test]
+    fn request_keys_share_the_fleet_tag() {
+        assert_eq!(requests_key("p"), "{p}:requests");
+        assert_eq!(request_key("p", "ab"), "{p}:request:ab");
     }
 }

@@ -4,7 +4,7 @@
 //! Modules, from the pure core outwards:
 //! - [`schedule`]: cron expression + time zone -> UTC occurrences (pure).
 //! - [`config`]: `jobs.toml` -> a validated [`config::Config`].
-//! - [`keys`]: the Redis keys of one job (`{PREFIX:JOB}:…`).
+//! - [`keys`]: every Redis key name (a job's, and the fleet's own).
 //! - [`coordinator`]: how we talk to Redis: one server, Sentinel, Cluster, Redlock.
 //! - [`control`]: fleet-wide pauses, drains and `trigger --fleet` requests in Redis.
 //! - [`lock`]: the claim / extend / release scripts on Redis, and the watchdog.

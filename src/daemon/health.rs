@@ -279,7 +279,7 @@ impl DataWatch {
     /// and one `INFO server` per member.
     pub async fn check(&mut self, locker: &Locker, now: DateTime<Utc>) {
         let coordinator = locker.coordinator();
-        let key = identity::marker_key(locker.prefix());
+        let key = crate::keys::marker_key(locker.prefix());
         let answers = identity::markers(coordinator, &key, &new_token()).await;
         for (index, change, before, marker) in self.observe(answers, now) {
             let shown = coordinator

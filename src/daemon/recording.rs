@@ -307,7 +307,7 @@ async fn every_live_node_drained(shared: &Shared) -> redis::RedisResult<bool> {
     let lives = coordinator
         .on_members(|conn| async move { crate::registry::live_nodes(&conn, prefix).await })
         .await?;
-    let key = crate::control::drains_key(prefix);
+    let key = crate::keys::drains_key(prefix);
     let key = key.as_str();
     let drains = crate::control::merge(
         coordinator
