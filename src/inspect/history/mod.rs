@@ -227,7 +227,7 @@ fn left_out(source: &Source) -> String {
 
 /// The newest entries of `jobs` that `filter` keeps, at most `limit`: one
 /// server's as they are; with Redlock every master's, merged to one entry
-/// per occurrence (`merge.rs`). The node and outcome filters then apply to
+/// per occurrence ([`merge`]). The node and outcome filters then apply to
 /// the merged entries (a skip one master holds for an occurrence that ran
 /// is not "a skip"), so each master is read without them, and read again
 /// further back while too few entries pass and a master may hold more.
