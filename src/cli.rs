@@ -3,13 +3,15 @@
 //! Each subcommand has its own options (`check --help` lists only what
 //! applies to `check`); the shared ones are small flattened groups with the
 //! same names and env fallbacks everywhere. Every subcommand (but the
-//! hidden `generate-docs` of [`crate::manual`]) loads `jobs.toml` first,
+//! hidden `generate-docs` of [`manual`]) loads `jobs.toml` first,
 //! so a bad file is reported the same way everywhere (file:line:col, key,
 //! what to do); `status`, `history`, `pause`, `resume`, `drain`, `undrain`
 //! and `trigger --fleet` read it without its `${VAR}` values and may go
 //! without it when given `--redis` ([`crate::inspect::Source`]). `run` maps a bad
 //! file to exit 78 (EX_CONFIG) so the unit can say
 //! `RestartPreventExitStatus=78`.
+
+pub mod manual;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -474,7 +476,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::GenerateDocs(args) => {
             let mut out = std::io::stdout().lock();
-            for path in crate::manual::generate(&args.dir)? {
+            for path in manual::generate(&args.dir)? {
                 writeln!(out, "{}", path.display())?;
             }
             Ok(ExitCode::SUCCESS)
@@ -528,9 +530,9 @@ pub const EXIT_USAGE: u8 = 2;
 /// start of `run`, 2 for a usage error found after parsing
 /// ([`crate::inspect::UsageError`]), 1 otherwise.
 pub fn exit_code_for(command: &Command, err: &anyhow::Error) -> u8 {
-    let bad_config = err.chain().any(|cause| {
-        cause.is::<config::ConfigError>() || cause.is::<crate::daemon::StartRefused>()
-    });
+    let bad_config = err
+        .chain()
+        .any(|cause| cause.is::<config::ConfigError>() || cause.is::<config::StartRefused>());
     let usage = err
         .chain()
         .any(|cause| cause.is::<crate::inspect::UsageError>());

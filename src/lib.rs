@@ -1,28 +1,34 @@
 //! solocron: run cron jobs on a fleet of servers so that every scheduled
 //! occurrence runs on exactly one of them.
 //!
-//! Modules, from the pure core outwards:
+//! Modules, from the pure core outwards; each uses only modules listed
+//! above it (`tests/module_graph.rs` fails on any cycle between them):
+//! - [`memory`]: the allocator's arenas.
 //! - [`schedule`]: cron expression + time zone -> UTC occurrences (pure).
 //! - [`config`]: `jobs.toml` -> a validated [`config::Config`].
-//! - [`coordinator`]: how we talk to Redis: one server, Sentinel, Cluster, Redlock.
-//! - [`control`]: fleet-wide pauses, drains and `trigger --fleet` requests in Redis.
-//! - [`lock`]: the claim / extend / release scripts on Redis, and the watchdog.
-//! - [`history`]: the per-job decision stream (who ran which occurrence).
-//! - [`inspect`]: read-only `status` and `history` views for operators.
-//! - [`registry`]: live nodes and their job fingerprints (config drift guard).
-//! - [`exec`]: runs a job's action and classifies its [`exec::Outcome`].
-//! - [`daemon`]: the loop joining schedule, lock, exec and history.
-//! - [`cli`]: command-line types, logging set-up and the subcommands.
+//! - [`keys`]: every Redis key name (a job's, and the fleet's own).
+//! - [`notify`]: systemd notifications.
 //! - [`shutdown`]: stop requests (SIGTERM, SIGINT), reloads (SIGHUP), and Ctrl-Z
 //!   (SIGTSTP, SIGTTIN, SIGTTOU) refused while locks are renewed.
-//! - [`trigger`]: `solocron trigger JOB`, a manual run under the lock.
-//! - [`ops`]: `pause`, `resume`, `drain`, `undrain`, `trigger --fleet`.
 //! - [`logging`]: log lines that never block or panic (a queue to one writer thread),
 //!   or native journal entries under systemd.
-//! - [`manual`]: man pages and shell completions generated from [`cli`], for packaging.
-//! - [`metrics`], [`notify`]: Prometheus metrics and systemd notifications.
-//! - [`memory`], [`open_files`]: the allocator's arenas, and the open files
-//!   limit raised for the process and given back to its jobs.
+//! - [`exec`]: runs a job's action and classifies its [`exec::Outcome`].
+//! - [`open_files`]: the open files limit raised for the process and given
+//!   back to its jobs.
+//! - [`metrics`]: Prometheus metrics.
+//! - [`coordinator`]: how we talk to Redis: one server, Sentinel, Cluster, Redlock;
+//!   what a Redis error means; the fleet's Redis `TIME`.
+//! - [`history`]: the per-job decision stream (who ran which occurrence): the
+//!   entry, reading it back, merging Redlock masters' histories.
+//! - [`registry`]: live nodes and their job fingerprints (config drift guard).
+//! - [`lock`]: the claim / extend / release scripts on Redis, and the watchdog.
+//! - [`control`]: fleet-wide pauses, drains and `trigger --fleet` requests in Redis.
+//! - [`daemon`]: the loop joining schedule, lock, exec and history.
+//! - [`inspect`]: read-only `status` and `history` views for operators.
+//! - [`trigger`]: `solocron trigger JOB`, a manual run under the lock.
+//! - [`ops`]: `pause`, `resume`, `drain`, `undrain`, `trigger --fleet`.
+//! - [`cli`]: command-line types, logging set-up and the subcommands; its
+//!   [`cli::manual`] generates man pages and shell completions for packaging.
 #![deny(unsafe_code)]
 
 pub mod cli;
@@ -33,9 +39,9 @@ pub mod daemon;
 pub mod exec;
 pub mod history;
 pub mod inspect;
+pub mod keys;
 pub mod lock;
 pub mod logging;
-pub mod manual;
 pub mod memory;
 pub mod metrics;
 pub mod notify;

@@ -1,4 +1,5 @@
-//! Where log lines go, and why writing one never stops a run (SPEC §2.10).
+//! Where log lines go, and why writing one never stops a run (guarantee 10,
+//! docs/guarantees.md).
 //!
 //! Every event is formatted on the thread that logs it and handed to one
 //! writer thread through a bounded queue; the writer thread does the only
@@ -16,7 +17,7 @@
 //!
 //! Text lines name a run's numbers the way people read them (`exit=0
 //! duration=41.2s`); JSON lines carry the same fields as numbers
-//! (`exit_code`, `duration_ms`), matching the history (SPEC §6).
+//! (`exit_code`, `duration_ms`), matching the history (docs/operations.md).
 //!
 //! Under systemd the daemon logs to journald natively instead, with every
 //! field a journal field ([`journal`]): the entries go through the same
@@ -44,6 +45,7 @@ pub mod journal;
 
 use std::fmt;
 use std::io::{IsTerminal as _, Write as _};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::time::Duration;
@@ -87,9 +89,21 @@ pub fn lines_lost() -> u64 {
     LOST.load(Ordering::Relaxed)
 }
 
+/// Told the new total at each lost line, once the metrics are served
+/// ([`on_line_lost`]).
+static LOST_HOOK: OnceLock<fn(u64)> = OnceLock::new();
+
+/// Has `hook` told the total of lost lines at each line lost from now on
+/// (the metrics endpoint's counter). Only the first hook set is kept.
+pub fn on_line_lost(hook: fn(u64)) {
+    let _ = LOST_HOOK.set(hook);
+}
+
 fn lose_line() {
     let total = LOST.fetch_add(1, Ordering::Relaxed) + 1;
-    crate::metrics::log_lines_lost(total);
+    if let Some(hook) = LOST_HOOK.get() {
+        hook(total);
+    }
 }
 
 /// The log format: `--log-format`.

@@ -146,7 +146,7 @@ pub enum MetricsError {
 /// The daemon's start of the endpoint of `metrics_listen` = `listen` in
 /// the config at `config_path`: [`install`], with an address it cannot
 /// bind (a port in use, an address not on this host) refused as a
-/// mistake of the config ([`crate::daemon::StartRefused`], exit 78: a
+/// mistake of the config ([`crate::config::StartRefused`], exit 78: a
 /// restart does not free the port) in one error naming the address, the
 /// key, the file and what to do.
 pub fn start(config_path: &std::path::Path, listen: &str) -> anyhow::Result<()> {
@@ -156,7 +156,7 @@ pub fn start(config_path: &std::path::Path, listen: &str) -> anyhow::Result<()> 
                 Some(os) => os.to_string(),
                 None => source.to_string(),
             };
-            Err(crate::daemon::StartRefused(format!(
+            Err(crate::config::StartRefused(format!(
                 "cannot serve metrics on `{addr}` (`metrics_listen` in `[daemon]` of `{}`): \
                  {cause}; stop the process that holds the port (`ss -ltnp` names it) or \
                  choose a free port or an address of this host in `metrics_listen`, then start \
@@ -196,6 +196,7 @@ pub fn install(listen: &str) -> Result<(), MetricsError> {
             describe();
             // Served from the start (at 0 unless lines were lost before),
             // so that the first lost line is an increase.
+            crate::logging::on_line_lost(log_lines_lost);
             counter!(LOG_LINES_LOST).absolute(crate::logging::lines_lost());
             counter!(REDIS_DATA_LOST).increment(0);
             Ok(())

@@ -5,11 +5,12 @@
 //!
 //! `systemctl stop` sends SIGTERM, a terminal sends SIGINT; `ctrl_c()` alone
 //! would miss the first. Once a signal is handled its default action is
-//! gone, so what a second one means is ours to say (SPEC §2.10): the first
-//! asks for a graceful stop, the second for killing every job at once and
-//! stopping as soon as their locks are released and their outcome recorded,
-//! never for an exit that leaves a job running without its lease. Each
-//! signal is one message on the stream; the daemon and `trigger` decide.
+//! gone, so what a second one means is ours to say (guarantee 10,
+//! docs/guarantees.md): the first asks for a graceful stop, the second for
+//! killing every job at once and stopping as soon as their locks are released
+//! and their outcome recorded, never for an exit that leaves a job running
+//! without its lease. Each signal is one message on the stream; the daemon and
+//! `trigger` decide.
 
 use std::io;
 
@@ -113,7 +114,8 @@ pub const FATAL_BY_DEFAULT: [(libc::c_int, &str); 8] = [
 /// SIGXFSZ (a log file past `ulimit -f`) is ignored instead, without a
 /// word: it comes with every write past the limit, log lines included, and
 /// an ignored one lets the write fail (EFBIG), a lost log line like any
-/// other (SPEC §2.10), where its default action ended the process.
+/// other (guarantee 10, docs/guarantees.md), where its default action ended the
+/// process.
 pub fn refuse_fatal(said: impl Fn(&'static str) + Send + Sync + 'static) -> io::Result<()> {
     ignore(nix::sys::signal::Signal::SIGXFSZ)?;
     let said = std::sync::Arc::new(said);

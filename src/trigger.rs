@@ -26,7 +26,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::daemon::{Attempt, Runner, connect, run_lease};
+use crate::coordinator::connect;
+use crate::daemon::{Attempt, Runner, run_lease};
 use crate::exec::{Executor, Outcome};
 use crate::lock::{Claim, Locker, Target, new_token};
 use crate::logging::tell;

@@ -264,7 +264,7 @@ pub fn check(report: &mut Report) {
 
 /// Runs `command` to completion: wall time, exit code, ru_maxrss (KiB).
 /// The child is reaped by `wait4` itself (std's `wait` would lose the rusage).
-#[allow(clippy::zombie_processes)]
+#[allow(clippy::zombie_processes, unsafe_code)]
 fn run_with_rusage(mut command: Command) -> (Duration, i32, i64) {
     let started = Instant::now();
     let child = command.spawn().expect("spawn");

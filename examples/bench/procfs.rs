@@ -16,6 +16,7 @@ pub struct CpuSample {
 }
 
 /// Clock ticks per second (`sysconf(_SC_CLK_TCK)`).
+#[allow(unsafe_code)]
 pub fn clock_ticks() -> f64 {
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };

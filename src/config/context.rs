@@ -4,11 +4,11 @@
 //! (programs in `PATH`, the intervals of schedules).
 //!
 //! Errors are collected, not returned, so that one bad key never hides the
-//! next (SPEC §2.7: `check` reports every error of a file). A reader
-//! pushes what it finds and goes on with the next key; the loader refuses
-//! the file at the end if anything was pushed. The collections sit in
-//! `RefCell`s so that every reader can take `&Context` while it also holds
-//! borrows of the document.
+//! next (guarantee 7, docs/guarantees.md: `check` reports every error of a
+//! file). A reader pushes what it finds and goes on with the next key; the
+//! loader refuses the file at the end if anything was pushed. The collections
+//! sit in `RefCell`s so that every reader can take `&Context` while it also
+//! holds borrows of the document.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};

@@ -39,9 +39,9 @@ pub enum ConfigError {
         message: String,
         snippet: String,
     },
-    /// Valid TOML that breaks a rule of SPEC §4. `key` is the dotted path
-    /// of the offending key (`jobs.nightly-report.timezone`); `message`
-    /// names the table and key the way a person reads them.
+    /// Valid TOML that breaks a rule of docs/configuration.md. `key` is the
+    /// dotted path of the offending key (`jobs.nightly-report.timezone`);
+    /// `message` names the table and key the way a person reads them.
     #[error("{}:{line}:{column}: {message}\n{snippet}", path.display())]
     Invalid {
         path: PathBuf,
@@ -51,10 +51,10 @@ pub enum ConfigError {
         message: String,
         snippet: String,
     },
-    /// More than one error in the file (SPEC §2.7: every error of a file is
-    /// reported), in file order. Never empty and never holds a `Several`; a
-    /// single error is reported as itself. `Display` shows each one whole,
-    /// then `N errors in PATH`.
+    /// More than one error in the file (guarantee 7, docs/guarantees.md: every
+    /// error of a file is reported), in file order. Never empty and never holds
+    /// a `Several`; a single error is reported as itself. `Display` shows each
+    /// one whole, then `N errors in PATH`.
     #[error("{}", show_several(path, errors))]
     Several {
         path: PathBuf,
@@ -369,6 +369,13 @@ fn floor_char_boundary(text: &str, mut index: usize) -> usize {
     }
     index
 }
+
+/// A start refused for a cause waiting will not cure: Redis refused this
+/// node (wrong password, ACL), or the metrics address cannot be bound.
+/// The daemon stops with this error (exit 78, like a bad config).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct StartRefused(pub String);
 
 #[cfg(test)]
 mod tests {

@@ -5,9 +5,9 @@
 //! any other `$` is kept as written. The resolved values may be secrets, so
 //! errors name the variable, never a value.
 //!
-//! The `SOLOCRON_*` variables a run sees (SPEC §5) do not exist yet when
-//! the file loads: `${SOLOCRON_OCCURRENCE}` is refused with what to write
-//! instead, even when the loading process happens to have it set (a
+//! The `SOLOCRON_*` variables a run sees (docs/configuration.md) do not exist
+//! yet when the file loads: `${SOLOCRON_OCCURRENCE}` is refused with what to
+//! write instead, even when the loading process happens to have it set (a
 //! `check` run by a job would otherwise bake in that run's value).
 
 /// Set by solocron for each run (and notifier), never at load time.

@@ -1,4 +1,4 @@
-//! `jobs.toml` -> validated [`Config`] (SPEC §4).
+//! `jobs.toml` -> validated [`Config`] (docs/configuration.md).
 //!
 //! [`load`] reads the file and [`parse`] checks every rule at once, so a bad
 //! file is refused whole at start or on reload (the old schedule keeps
@@ -44,7 +44,7 @@ use std::sync::Arc;
 use chrono_tz::Tz;
 use toml::de::{DeTable, DeValue};
 
-pub use error::{ConfigError, Position, locate};
+pub use error::{ConfigError, Position, StartRefused, locate};
 pub use fingerprint::FingerprintCache;
 pub use model::*;
 pub use redis::DEFAULT_KEY_PREFIX;
@@ -73,8 +73,8 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 }
 
 /// Reads `path` for the read-only commands (`status`, `history`), which
-/// must work for on-call staff who do not have the jobs' secrets (SPEC §3):
-/// see [`parse_for_inspection`].
+/// must work for on-call staff who do not have the jobs' secrets
+/// (docs/operations.md): see [`parse_for_inspection`].
 pub fn load_for_inspection(path: &Path) -> Result<Config, ConfigError> {
     let text = read(path)?;
     parse_for_inspection(&text, path, &|name| std::env::var(name).ok())

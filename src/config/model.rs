@@ -1,9 +1,9 @@
 //! The validated configuration: what the rest of the daemon reads.
 //!
-//! Everything here has passed every rule of SPEC §4: one action per job,
-//! `${VAR}` already interpolated, durations and time zones parsed, every
-//! schedule able to fire. Secrets (the Redis password, interpolated values)
-//! are kept out of `Debug` output.
+//! Everything here has passed every rule of docs/configuration.md: one action
+//! per job, `${VAR}` already interpolated, durations and time zones parsed,
+//! every schedule able to fire. Secrets (the Redis password, interpolated
+//! values) are kept out of `Debug` output.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -79,7 +79,8 @@ pub struct RedisConfig {
     pub tls: RedisTls,
 }
 
-/// Exactly one of `url`, `sentinel`, `cluster`, `redlock` (SPEC §4).
+/// Exactly one of `url`, `sentinel`, `cluster`, `redlock`
+/// (docs/configuration.md).
 #[derive(Clone, PartialEq, Eq)]
 pub enum RedisMode {
     /// `url = "redis://…"`: one server.

@@ -35,6 +35,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::coordinator::Conn;
+use crate::keys::{drains_key, pauses_key, requests_key};
 
 /// The field of `pause --all`: no job is called that (names are `A-Z a-z 0-9 _ . -`).
 pub const ALL: &str = "*";
@@ -42,16 +43,6 @@ pub const ALL: &str = "*";
 pub const REFRESH: Duration = Duration::from_secs(1);
 /// Inactive or expired marks older than this are dropped by the next write.
 pub const PRUNE_AFTER: Duration = Duration::from_secs(24 * 3600);
-
-/// `{PREFIX}:pauses`.
-pub fn pauses_key(prefix: &str) -> String {
-    format!("{{{prefix}}}:pauses")
-}
-
-/// `{PREFIX}:drains`.
-pub fn drains_key(prefix: &str) -> String {
-    format!("{{{prefix}}}:drains")
-}
 
 /// A pause or a drain as stored, or its end (a tombstone).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -172,7 +163,7 @@ pub async fn current_pause(
     prefix: &str,
     job: &str,
 ) -> redis::RedisResult<Option<(Mark, bool)>> {
-    let now_ms = crate::lock::coordinator_time_ms(coordinator).await?;
+    let now_ms = crate::coordinator::coordinator_time_ms(coordinator).await?;
     let key = pauses_key(prefix);
     let key = key.as_str();
     let lists = coordinator
@@ -278,7 +269,7 @@ pub async fn snapshot(
     pending_max: usize,
 ) -> redis::RedisResult<Snapshot> {
     let mut conn = conn.clone();
-    let requests_key = requests::requests_key(prefix);
+    let requests_key = requests_key(prefix);
     let mut pipe = redis::pipe();
     pipe.hget(pauses_key(prefix), "~version")
         .hget(drains_key(prefix), node);

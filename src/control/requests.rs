@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use super::scripts;
 use crate::coordinator::Conn;
+use crate::keys::{drains_key, request_key, requests_key};
 
 /// How long a request waits to be taken; then the CLI withdraws it (exit 4).
 pub const TAKE_WITHIN: Duration = Duration::from_secs(10);
@@ -42,16 +43,6 @@ pub const DONE_TTL: Duration = Duration::from_secs(600);
 pub const STALE_AFTER_MS: u64 = 60_000;
 /// How many waiting requests a daemon looks at per snapshot.
 pub const PENDING_LOOKED_AT: usize = 16;
-
-/// `{PREFIX}:requests`: the list of waiting requests (newest at the head).
-pub fn requests_key(prefix: &str) -> String {
-    format!("{{{prefix}}}:requests")
-}
-
-/// `{PREFIX}:request:ID`: the state and result of one taken request.
-pub fn request_key(prefix: &str, id: &str) -> String {
-    format!("{{{prefix}}}:request:{id}")
-}
 
 /// One request, as queued.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -129,7 +120,7 @@ pub async fn take(
     let reply: String = scripts::TAKE
         .key(requests_key(prefix))
         .key(request_key(prefix, &request.id))
-        .key(super::drains_key(prefix))
+        .key(drains_key(prefix))
         .arg(raw)
         .arg(node)
         .arg(request.deadline_ms)
@@ -210,7 +201,5 @@ mod tests {
         assert_eq!(request.id.len(), 16);
         assert_eq!(Request::from_raw(&request.to_raw()), Some(request));
         assert_eq!(Request::from_raw("{}"), None);
-        assert_eq!(requests_key("p"), "{p}:requests");
-        assert_eq!(request_key("p", "ab"), "{p}:request:ab");
     }
 }

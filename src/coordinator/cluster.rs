@@ -119,7 +119,7 @@ impl Probe {
         }
         let pick = errors
             .iter()
-            .position(crate::daemon::health::is_refusal)
+            .position(super::errors::is_refusal)
             .or_else(|| errors.iter().position(is_not_a_cluster))
             .unwrap_or(0);
         (pick < errors.len()).then(|| errors.swap_remove(pick))

@@ -100,11 +100,6 @@ pub async fn identities(coordinator: &Coordinator) -> Identities {
     found
 }
 
-/// The marker key of the fleet under `prefix` ([`markers`]).
-pub fn marker_key(prefix: &str) -> String {
-    format!("{{{prefix}}}:dataset")
-}
-
 /// What one member holds of the fleet's data.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Marker {

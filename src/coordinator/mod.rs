@@ -1,5 +1,5 @@
 //! How solocron talks to its coordinator: the one place that knows the four
-//! `[redis]` modes (SPEC §4, §7).
+//! `[redis]` modes (docs/configuration.md, docs/ha.md).
 //!
 //! - `url`: one server ([`single`]);
 //! - `sentinel`: the master of a Sentinel group, followed across failovers
@@ -7,8 +7,8 @@
 //! - `cluster`: a Redis Cluster, each job's keys on the shard of its slot
 //!   ([`cluster`]);
 //! - `redlock`: N independent masters, each a `url` server; a majority
-//!   decides ([`crate::lock`] combines them, SPEC §2.9); [`identity`]
-//!   finds two masters that are one server.
+//!   decides ([`crate::lock`] combines them; guarantee 9, docs/guarantees.md);
+//!   [`identity`] finds two masters that are one server.
 //!
 //! Everything above this module sees a [`Coordinator`]: its [`Member`]s (one,
 //! or the N Redlock masters), each a [`Conn`] that runs commands, scripts and
@@ -20,6 +20,7 @@
 //! token), and nothing here ever panics on what Redis or the network does.
 
 pub mod cluster;
+pub mod errors;
 pub mod identity;
 pub mod sentinel;
 pub mod single;
@@ -32,8 +33,13 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::config::{RedisConfig, RedisMode, redact_url};
+use errors::timed_out;
 
 pub use sentinel::SentinelFollower;
+
+/// Longest wait for one Redlock master's answer; one command of any mode
+/// waits at most three times as long.
+pub const ANSWER_TIMEOUT: Duration = Duration::from_millis(300);
 
 /// A connection to one logical Redis: a server, a followed Sentinel master,
 /// or a Cluster. Cheap to clone; commands may run concurrently.
@@ -295,4 +301,36 @@ pub async fn redis_time_ms(conn: &Conn) -> redis::RedisResult<i64> {
 pub async fn redis_time_us(conn: &Conn) -> redis::RedisResult<i64> {
     let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn.clone()).await?;
     Ok(secs * 1_000_000 + micros)
+}
+
+/// Redis `TIME` of `coordinator` as UTC epoch ms: one member's, or the
+/// median of a majority of Redlock masters.
+pub async fn coordinator_time_ms(coordinator: &Coordinator) -> Result<i64, redis::RedisError> {
+    Ok(coordinator_time_us(coordinator).await?.div_euclid(1000))
+}
+
+/// [`coordinator_time_ms`] in µs.
+pub async fn coordinator_time_us(coordinator: &Coordinator) -> Result<i64, redis::RedisError> {
+    let answers =
+        futures_util::future::join_all(coordinator.members().iter().map(|member| async move {
+            tokio::time::timeout(ANSWER_TIMEOUT * 3, redis_time_us(&member.conn))
+                .await
+                .unwrap_or_else(|_| Err(timed_out("TIME")))
+        }))
+        .await;
+    let mut times = Vec::new();
+    let mut first_error = None;
+    for answer in answers {
+        match answer {
+            Ok(time) => times.push(time),
+            Err(err) => {
+                first_error.get_or_insert(err);
+            }
+        }
+    }
+    if times.len() < coordinator.majority() {
+        return Err(first_error.unwrap_or_else(|| timed_out("TIME")));
+    }
+    times.sort_unstable();
+    Ok(times[times.len() / 2])
 }

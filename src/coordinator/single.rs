@@ -95,7 +95,7 @@ pub fn certificates(config: &RedisConfig) -> TlsCertificates {
 /// crate's 100 ms and up): the callers' own retry loops space the attempts
 /// out, and a refused connection or an untrusted certificate must come back
 /// as that error within a Redlock master's answer window
-/// ([`crate::lock::quorum::ANSWER_TIMEOUT`]), not as "did not answer".
+/// ([`super::ANSWER_TIMEOUT`]), not as "did not answer".
 pub fn manager(client: redis::Client, shown: &str) -> anyhow::Result<ConnectionManager> {
     let manager_config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))

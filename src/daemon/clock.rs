@@ -53,7 +53,7 @@ use tracing::{debug, info, warn};
 use super::Shared;
 use super::health;
 use super::redis_instant::{Added, RedisInstant, RoundTrip};
-use crate::coordinator::identity;
+use crate::coordinator::{errors, identity};
 use crate::{metrics, notify};
 
 /// Offsets above this are logged as warnings.
@@ -251,7 +251,7 @@ pub async fn check_loop(shared: Arc<Shared>, config_path: PathBuf) {
                 }
                 data.check(locker, shared.now()).await;
             }
-            Err(err) if !answered && health::is_untrusted_certificate(&err) => {
+            Err(err) if !answered && errors::is_untrusted_certificate(&err) => {
                 shared.stop_fatally(untrusted_at_start(
                     &err,
                     &shared.redis_shown,
@@ -260,8 +260,8 @@ pub async fn check_loop(shared: Arc<Shared>, config_path: PathBuf) {
                 ));
                 return;
             }
-            Err(err) if !answered && health::is_fatal_at_start(&err) => {
-                let fix = if health::is_refusal(&err) {
+            Err(err) if !answered && errors::is_fatal_at_start(&err) => {
+                let fix = if errors::is_refusal(&err) {
                     "fix the password (`password_file`, or the url) or the ACL user (README, \"A Redis user for solocron\")".to_string()
                 } else if crate::coordinator::cluster::is_not_a_cluster(&err)
                     || crate::coordinator::sentinel::is_misconfigured(&err)

@@ -173,7 +173,7 @@ pub async fn run(shared: Arc<Shared>, config_rx: watch::Receiver<Arc<Config>>) {
             }
             Err(error) => {
                 crate::metrics::redis_error("controls");
-                let refused = super::health::is_refusal_text(&error);
+                let refused = crate::coordinator::errors::is_refusal_text(&error);
                 if refused {
                     shared.controls.mark_known();
                 }

@@ -111,7 +111,7 @@ pub async fn check_loop(shared: Arc<Shared>) {
                         found = warning(&member.shown, &memory);
                     }
                 }
-                Err(err) if super::is_refusal(&err) => {
+                Err(err) if crate::coordinator::errors::is_refusal(&err) => {
                     if !told_refused {
                         told_refused = true;
                         info!(node = %node, redis = %member.shown, error = %err,

@@ -1,4 +1,5 @@
-//! This node's view of Redis, for the two lines an outage gets (SPEC §6).
+//! This node's view of Redis, for the two lines an outage gets
+//! (docs/operations.md).
 //!
 //! Every Redis operation of the daemon reports here: [`Health::failed`]
 //! with its error, [`Health::answered`] on success. The first failure
@@ -37,6 +38,7 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 use tracing::{debug, error, info};
 
+use crate::coordinator::errors::{is_refusal, is_rejection};
 use crate::coordinator::identity::{self, Marker};
 use crate::lock::{Locker, new_token};
 
@@ -277,7 +279,7 @@ impl DataWatch {
     /// and one `INFO server` per member.
     pub async fn check(&mut self, locker: &Locker, now: DateTime<Utc>) {
         let coordinator = locker.coordinator();
-        let key = identity::marker_key(locker.prefix());
+        let key = crate::keys::marker_key(locker.prefix());
         let answers = identity::markers(coordinator, &key, &new_token()).await;
         for (index, change, before, marker) in self.observe(answers, now) {
             let shown = coordinator
@@ -353,74 +355,6 @@ impl DataWatch {
     }
 }
 
-/// Whether Redis refused us (wrong password, no such user, a command the
-/// ACL user may not run) rather than being away.
-///
-/// A command refused inside a script comes without a code on Redis 7.0
-/// (`ERR The user executing the script can't run this command or
-/// subcommand`, `… can't access at least one of the keys …`): it is a
-/// refusal too, not an outage.
-pub fn is_refusal(err: &redis::RedisError) -> bool {
-    if err.kind() == redis::ErrorKind::AuthenticationFailed
-        || matches!(err.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"))
-    {
-        return true;
-    }
-    is_refusal_text(&err.to_string())
-}
-
-/// The signs of a refusal in an error's text, for errors that reach us as
-/// text only (a Redlock vote's first error, the fleet controls read of
-/// several members): the codes (`WRONGPASS`, `NOAUTH`, `NOPERM`), redis-rs's
-/// "authentication" failure, and Redis 7.0's code-less script refusals.
-pub fn is_refusal_text(text: &str) -> bool {
-    [
-        "WRONGPASS",
-        "NOAUTH",
-        "NOPERM",
-        "no permissions",
-        "authentication",
-        "can't run this command",
-        "can't access at least one of the keys",
-    ]
-    .iter()
-    .any(|sign| text.contains(sign))
-}
-
-/// Whether Redis answered but refused to write: out of memory, a
-/// read-only replica, a failed save. Not an outage (it answers), not a
-/// refusal of this node (time, or an operator, can cure it).
-pub fn is_rejection(err: &redis::RedisError) -> bool {
-    if matches!(err.code(), Some("OOM" | "READONLY" | "MISCONF")) {
-        return true;
-    }
-    let text = err.to_string();
-    ["OOM command not allowed", "READONLY", "MISCONF"]
-        .iter()
-        .any(|sign| text.contains(sign))
-}
-
-/// Whether `err` at start is a mistake of the config that no retry cures:
-/// a database number the server does not have, a `cluster` seed that is
-/// not a cluster node, sentinels that all answer but none of which
-/// monitors the master's name (or none of which is a sentinel).
-pub fn is_fatal_at_start(err: &redis::RedisError) -> bool {
-    is_refusal(err)
-        || is_untrusted_certificate(err)
-        || err.to_string().contains("refused to switch database")
-        || crate::coordinator::cluster::is_not_a_cluster(err)
-        || crate::coordinator::sentinel::is_misconfigured(err)
-}
-
-/// Whether `err` is this node not trusting the server's TLS certificate
-/// (rustls's "invalid peer certificate": an unknown CA, a name the
-/// certificate is not valid for, an expired one). At start no retry cures
-/// it ([`is_fatal_at_start`]); once running, a server that comes back with
-/// such a certificate is an outage like any other (fail closed, retried).
-pub fn is_untrusted_certificate(err: &redis::RedisError) -> bool {
-    err.to_string().contains("invalid peer certificate")
-}
-
 /// The kind of trouble a plain Redis error is.
 pub fn trouble_of(err: &redis::RedisError) -> Trouble {
     if is_refusal(err) {
@@ -434,7 +368,7 @@ pub fn trouble_of(err: &redis::RedisError) -> Trouble {
 
 #[cfg(test)]
 mod tests {
-    use super::{Change, DataWatch, Marker, Seen, compare, is_refusal_text};
+    use super::{Change, DataWatch, Marker, Seen, compare};
 
     #[test]
     fn a_lost_marker_is_told_from_a_restart_that_kept_the_data() {
@@ -508,30 +442,5 @@ mod tests {
             kinds(watch.observe(vec![marker("t2", "r2"), marker("u1", "s2")], at(40))),
             []
         );
-    }
-
-    /// The texts Redis 7.0 and redis-rs give for a refusal, as they reach
-    /// the Redlock vote and the controls read; and outages that are not.
-    #[test]
-    fn refusals_are_told_from_outages_by_their_text() {
-        for refusal in [
-            "WRONGPASS invalid username-password pair or user is disabled.",
-            "NOAUTH Authentication required.",
-            "NOPERM this user has no permissions to run the 'hset' command",
-            "NOPERM this user has no permissions to access one of the keys used as arguments",
-            "ERR The user executing the script can't run this command or subcommand script: 1",
-            "ERR The user executing the script can't access at least one of the keys mentioned",
-            "AuthenticationFailed: authentication failed",
-        ] {
-            assert!(is_refusal_text(refusal), "{refusal}");
-        }
-        for outage in [
-            "Connection refused (os error 111)",
-            "timed out",
-            "LOADING Redis is loading the dataset in memory",
-            "READONLY You can't write against a read only replica.",
-        ] {
-            assert!(!is_refusal_text(outage), "{outage}");
-        }
     }
 }

@@ -35,7 +35,7 @@ use tracing::{debug, info};
 
 use super::Shared;
 use crate::config::Job;
-use crate::inspect::history::read::{self, Filter};
+use crate::history::read::{self, Filter};
 use crate::metrics;
 use crate::schedule::PERIOD_HORIZON;
 

@@ -43,13 +43,12 @@ use tracing::{error, info, warn};
 
 use chrono::{DateTime, Utc};
 
-use crate::config::{ClockSource, Config, Job};
+use crate::config::{ClockSource, Config, Job, StartRefused};
 use crate::exec::{Executor, OutputMask};
 use crate::lock::Locker;
 use crate::{metrics, notify, registry};
 
 pub use crate::coordinator::connect;
-pub use health::is_refusal;
 pub use occurrence::{Attempt, Runner, claim_deadline, run_lease};
 pub use recording::{GAP_LISTED, gap_entries};
 pub use timetable::rfc3339;
@@ -62,12 +61,6 @@ pub struct Options {
     /// `--redis`: replaces `[redis] url` of every loaded file, reloads too.
     pub redis_override: Option<String>,
 }
-
-/// Redis refused this node at start (wrong password, ACL): waiting will
-/// not help, so `run` stops with this error (exit 78, like a bad config).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct StartRefused(pub String);
 
 /// What every task of one daemon shares.
 pub(crate) struct Shared {

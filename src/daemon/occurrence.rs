@@ -7,11 +7,12 @@
 //! Redis answers again. The deadline is the earlier of `starting_deadline`
 //! and the job's next occurrence, so after an outage at most the newest
 //! pending occurrence runs late and every older one is `missed`, never
-//! `skipped` behind a late run of an old one (SPEC §2.3).
+//! `skipped` behind a late run of an old one (guarantee 3, docs/guarantees.md).
 //!
 //! The lease is renewed for as long as the run lasts, which is until the
 //! last process of its group is gone (also while a timed-out or interrupted
-//! job ignores SIGTERM), and released only then (SPEC §2.2).
+//! job ignores SIGTERM), and released only then (guarantee 2,
+//! docs/guarantees.md).
 
 use std::collections::BTreeMap;
 use std::future::pending;

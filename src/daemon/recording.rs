@@ -1,7 +1,7 @@
 //! What this node owes the history besides its claims: a finished run's
 //! outcome, the occurrences it gave up on, the occurrences nobody decided,
-//! and runs whose node died (SPEC §2.3: every occurrence ends up in the
-//! history exactly once).
+//! and runs whose node died (guarantee 3, docs/guarantees.md: every occurrence
+//! ends up in the history exactly once).
 //!
 //! Failure model: Redis may be away for a long time, and this node may stop
 //! at any moment. A finished run's outcome is held in memory and retried
@@ -27,6 +27,7 @@ use super::Shared;
 use super::notifications::{self, Subject};
 use super::timetable::rfc3339;
 use crate::config::Job;
+use crate::coordinator::errors;
 use crate::history::Entry;
 use crate::lock::{AbandonCheck, Abandoned, GapEntry, Lease, LockError, Locker, Missed};
 
@@ -306,7 +307,7 @@ async fn every_live_node_drained(shared: &Shared) -> redis::RedisResult<bool> {
     let lives = coordinator
         .on_members(|conn| async move { crate::registry::live_nodes(&conn, prefix).await })
         .await?;
-    let key = crate::control::drains_key(prefix);
+    let key = crate::keys::drains_key(prefix);
     let key = key.as_str();
     let drains = crate::control::merge(
         coordinator
@@ -518,7 +519,8 @@ impl Watches {
 /// job's next claim is too far away to notice an abandoned run in time,
 /// look at the lock once its TTL has run out, and again while it is held,
 /// so that a run whose node died is recorded `abandoned` within `lock_ttl`
-/// plus a few seconds (SPEC §2.3). One watch per job and fence per node.
+/// plus a few seconds (guarantee 3, docs/guarantees.md). One watch per job and
+/// fence per node.
 pub fn watch_lock(shared: &Arc<Shared>, job: &Arc<Job>, fence: u64, ttl_left: Option<Duration>) {
     let Some(ttl_left) = ttl_left else {
         return;
@@ -663,9 +665,7 @@ impl LockError {
         use super::health::Trouble;
         match self {
             _ if self.is_refusal() => Trouble::Refused,
-            LockError::Redis { cause, .. } if super::health::is_rejection(cause) => {
-                Trouble::Rejected
-            }
+            LockError::Redis { cause, .. } if errors::is_rejection(cause) => Trouble::Rejected,
             // Most masters did not answer at all: an outage, not a vote.
             LockError::NoQuorum {
                 answered, needed, ..
@@ -680,8 +680,8 @@ impl LockError {
     /// Whether Redis refused us (credentials, ACL) rather than being away.
     pub fn is_refusal(&self) -> bool {
         match self {
-            LockError::Redis { cause, .. } => super::health::is_refusal(cause),
-            LockError::NoQuorum { first_error, .. } => super::health::is_refusal_text(first_error),
+            LockError::Redis { cause, .. } => errors::is_refusal(cause),
+            LockError::NoQuorum { first_error, .. } => errors::is_refusal_text(first_error),
             LockError::Reply { .. }
             | LockError::Unacknowledged { .. }
             | LockError::ReplicaLost { .. }

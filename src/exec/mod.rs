@@ -9,9 +9,10 @@
 //! A job that fails is a [`Report`] with an [`Outcome`], never an `Err` and
 //! never a panic: `execute` always returns, and for a process it returns only
 //! once every process of the job's group is gone (a run is over when its
-//! last process is, SPEC §2.2): the caller keeps the lease until then. When
-//! the job's `timeout` and the `stop` future race, whichever fires first
-//! names the outcome, even if the process then exits 0 after SIGTERM.
+//! last process is; guarantee 2, docs/guarantees.md): the caller keeps the
+//! lease until then. When the job's `timeout` and the `stop` future race,
+//! whichever fires first names the outcome, even if the process then exits 0
+//! after SIGTERM.
 
 mod child;
 mod http;
@@ -63,7 +64,7 @@ pub struct RunContext {
     pub notice: Option<Arc<Notice>>,
 }
 
-/// What a notifier is told about the run it reports (SPEC §4):
+/// What a notifier is told about the run it reports (docs/configuration.md):
 /// `SOLOCRON_OUTCOME`, `SOLOCRON_EXIT_CODE`, `SOLOCRON_ERROR`,
 /// `SOLOCRON_OUTPUT_TAIL`, and `Solocron-*` headers / a JSON body for HTTP.
 #[derive(Debug, Clone, Default)]
@@ -242,7 +243,7 @@ pub enum ExecError {
     Spawner(#[source] std::io::Error),
 }
 
-/// Time between SIGTERM and SIGKILL (SPEC §5).
+/// Time between SIGTERM and SIGKILL (docs/configuration.md).
 const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
 
 /// How long output readers may keep going after the job's process has exited

@@ -23,7 +23,7 @@ use std::time::Duration;
 use crate::coordinator::Coordinator;
 
 use crate::config::RedisConfig;
-use crate::lock::coordinator_time_ms;
+use crate::coordinator::coordinator_time_ms;
 
 pub(crate) use format::flat;
 pub use history::{HistoryQuery, OUTCOMES, TimeBound, UsageError, history, parse_outcome};
@@ -40,7 +40,7 @@ const REACH_LIMIT: Duration = Duration::from_secs(5);
 /// [`REACH_LIMIT`].
 pub(crate) async fn open(config: &RedisConfig) -> anyhow::Result<(Coordinator, i64)> {
     let redacted = config.redacted_url();
-    let coordinator = crate::daemon::connect(config)?;
+    let coordinator = crate::coordinator::connect(config)?;
     match tokio::time::timeout(REACH_LIMIT, coordinator_time_ms(&coordinator)).await {
         Ok(Ok(now_ms)) => Ok((coordinator, now_ms)),
         Ok(Err(err)) => Err(redis_failed("cannot reach", config, &err)),

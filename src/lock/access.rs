@@ -23,7 +23,7 @@
 //! changed while the daemon runs is met by the scripts' own order (a claim
 //! writes its decision before it takes the lock, a release appends the
 //! history entry before it deletes the lock) and reported as a refusal,
-//! not an outage ([`crate::daemon::is_refusal`]).
+//! not an outage ([`crate::coordinator::errors::is_refusal`]).
 
 use std::sync::LazyLock;
 
@@ -95,7 +95,7 @@ pub async fn refused_commands(conn: &Conn, prefix: &str) -> redis::RedisResult<V
 }
 
 /// The start-up error for `refused` commands on `shown` (a redacted URL):
-/// a refusal ([`crate::daemon::is_refusal`]), so the daemon exits 78.
+/// a refusal ([`crate::coordinator::errors::is_refusal`]), so the daemon exits 78.
 pub fn refusal(shown: &str, refused: &[String]) -> redis::RedisError {
     let names = refused
         .iter()

@@ -16,13 +16,13 @@
 //! Extend and release compare the full lock value first: a node never
 //! touches a lock it no longer holds (no bare `DEL`).
 //!
-//! The history gets every occurrence once (SPEC §2.3): a run's outcome in
-//! the release, a skip in the claim, a miss in [`Locker::record_missed`];
-//! the occurrences nobody decided (all nodes down, Redis away) are named by
-//! the next decision's [`ClaimReply::previous_ms`] and recorded by
-//! [`Locker::record_gap`]; an occurrence due while its job is paused is
-//! recorded by [`Locker::record_paused`]; a run whose node died is found
-//! by the next claim or by [`Locker::check_abandoned`] once its lock
+//! The history gets every occurrence once (guarantee 3, docs/guarantees.md): a
+//! run's outcome in the release, a skip in the claim, a miss in
+//! [`Locker::record_missed`]; the occurrences nobody decided (all nodes down,
+//! Redis away) are named by the next decision's [`ClaimReply::previous_ms`] and
+//! recorded by [`Locker::record_gap`]; an occurrence due while its job is
+//! paused is recorded by [`Locker::record_paused`]; a run whose node died is
+//! found by the next claim or by [`Locker::check_abandoned`] once its lock
 //! expired unreleased.
 
 //!
@@ -42,8 +42,10 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use crate::coordinator::{Conn, Coordinator};
+use crate::coordinator::errors::timed_out;
+use crate::coordinator::{ANSWER_TIMEOUT, Conn, Coordinator, coordinator_time_us};
 use crate::history::Entry;
+use crate::keys::JobKeys;
 
 /// Redis failed (unreachable, timed out, or replied with something unexpected).
 #[derive(Debug, thiserror::Error)]
@@ -133,39 +135,6 @@ pub struct GapEntry {
     pub outcome: &'static str,
     /// The entry's error text: why nobody ran it.
     pub error: String,
-}
-
-/// The Redis keys of one job; all share the hash tag `{PREFIX:JOB}`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobKeys {
-    /// `{PREFIX:JOB}:lock`: `TOKEN NODE`, with a TTL.
-    pub lock: String,
-    /// `{PREFIX:JOB}:state`: hash with the fence and the last decision.
-    pub state: String,
-    /// `{PREFIX:JOB}:history`: stream of decisions.
-    pub history: String,
-    /// The hash tag `{PREFIX:JOB}` itself.
-    tag: String,
-}
-
-impl JobKeys {
-    /// The keys of `job` under `prefix`.
-    pub fn new(prefix: &str, job: &str) -> JobKeys {
-        let tag = format!("{{{prefix}:{job}}}");
-        JobKeys {
-            lock: format!("{tag}:lock"),
-            state: format!("{tag}:state"),
-            history: format!("{tag}:history"),
-            tag,
-        }
-    }
-
-    /// `{PREFIX:JOB}:recorded:TOKEN`: set (with a TTL) by the release that
-    /// recorded the run of `token`, so a retried release records nothing
-    /// twice ([`scripts::RELEASE`]).
-    pub fn recorded(&self, token: &str) -> String {
-        format!("{}:recorded:{token}", self.tag)
-    }
 }
 
 /// What is being claimed.
@@ -637,7 +606,7 @@ impl Locker {
         let answers = join_all(self.servers.iter().map(|server| async move {
             let mut conn = server.conn.clone();
             tokio::time::timeout(
-                quorum::ANSWER_TIMEOUT * 3,
+                ANSWER_TIMEOUT * 3,
                 read.query_async::<Option<String>>(&mut conn),
             )
             .await
@@ -701,12 +670,9 @@ impl Locker {
     /// majority took the scripts.
     pub async fn load_scripts(&self) -> Result<(), redis::RedisError> {
         let results = join_all(self.servers.iter().map(|server| async move {
-            tokio::time::timeout(
-                quorum::ANSWER_TIMEOUT * 3,
-                server.load_scripts(&self.prefix),
-            )
-            .await
-            .unwrap_or_else(|_| Err(timed_out("SCRIPT LOAD")))
+            tokio::time::timeout(ANSWER_TIMEOUT * 3, server.load_scripts(&self.prefix))
+                .await
+                .unwrap_or_else(|_| Err(timed_out("SCRIPT LOAD")))
         }))
         .await;
         let mut loaded = 0;
@@ -714,7 +680,7 @@ impl Locker {
         for (server, result) in self.servers.iter().zip(results) {
             match result {
                 Ok(()) => loaded += 1,
-                Err(err) if crate::daemon::is_refusal(&err) => {
+                Err(err) if crate::coordinator::errors::is_refusal(&err) => {
                     return Err(self.naming(&server.shown, err));
                 }
                 Err(err) => {
@@ -749,49 +715,6 @@ impl Locker {
     pub async fn redis_time_us(&self) -> Result<i64, redis::RedisError> {
         coordinator_time_us(&self.coordinator).await
     }
-}
-
-/// Redis `TIME` of `coordinator` as UTC epoch ms: one member's, or the
-/// median of a majority of Redlock masters.
-pub async fn coordinator_time_ms(coordinator: &Coordinator) -> Result<i64, redis::RedisError> {
-    Ok(coordinator_time_us(coordinator).await?.div_euclid(1000))
-}
-
-/// [`coordinator_time_ms`] in µs.
-pub async fn coordinator_time_us(coordinator: &Coordinator) -> Result<i64, redis::RedisError> {
-    let answers = join_all(coordinator.members().iter().map(|member| async move {
-        tokio::time::timeout(
-            quorum::ANSWER_TIMEOUT * 3,
-            crate::coordinator::redis_time_us(&member.conn),
-        )
-        .await
-        .unwrap_or_else(|_| Err(timed_out("TIME")))
-    }))
-    .await;
-    let mut times = Vec::new();
-    let mut first_error = None;
-    for answer in answers {
-        match answer {
-            Ok(time) => times.push(time),
-            Err(err) => {
-                first_error.get_or_insert(err);
-            }
-        }
-    }
-    if times.len() < coordinator.majority() {
-        return Err(first_error.unwrap_or_else(|| timed_out("TIME")));
-    }
-    times.sort_unstable();
-    Ok(times[times.len() / 2])
-}
-
-fn timed_out(what: &'static str) -> redis::RedisError {
-    redis::RedisError::from(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        format!(
-            "no answer to {what} in time (redis does not answer, or a TLS handshake never completes: a `rediss://` url for a server without TLS?)"
-        ),
-    ))
 }
 
 /// Redis `TIME` of `conn` as UTC epoch ms.

@@ -1,5 +1,6 @@
 //! Redlock: the lock over N independent masters, as a combinator of the
-//! one-server operations of [`super::server`] (SPEC §2.9).
+//! one-server operations of [`super::server`] (guarantee 9,
+//! docs/guarantees.md).
 //!
 //! A claim goes first to one master, the lead (the first by address that
 //! answers), then to the others in parallel, each answer awaited at most
@@ -38,12 +39,10 @@ use super::{
     AbandonCheck, Claim, ClaimReply, JobKeys, Lease, LockError, Missed, Paused, Released,
     RetryState,
 };
+use crate::coordinator::ANSWER_TIMEOUT;
 use crate::history::Entry;
 
 pub(super) use claim::{Order, claim};
-
-/// Longest wait for one master's answer.
-pub const ANSWER_TIMEOUT: Duration = Duration::from_millis(300);
 
 /// Runs `op` on every master at once, each bounded by [`ANSWER_TIMEOUT`];
 /// a master that does not answer in time counts as failed.

@@ -678,7 +678,7 @@ impl Server {
 
     /// Loads the scripts, then probes what the user may run on the keys
     /// under `prefix` ([`super::access`]): a refused command is an error
-    /// that [`crate::daemon::is_refusal`] recognises.
+    /// that [`crate::coordinator::errors::is_refusal`] recognises.
     pub(super) async fn load_scripts(&self, prefix: &str) -> Result<(), redis::RedisError> {
         // All at once on the multiplexed connection: one round trip, not
         // one per script, so a slow link to Redis stays within the time the

@@ -19,8 +19,9 @@
 use std::collections::BTreeMap;
 
 use super::{read_merged, write_everywhere};
-use crate::control::{Mark, drains_key, who};
+use crate::control::{Mark, who};
 use crate::inspect::{Source, UsageError, closest, note, print};
+use crate::keys::drains_key;
 use crate::registry::NodeInfo;
 
 /// Which node `drain` or `undrain` was asked about.

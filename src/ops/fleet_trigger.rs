@@ -25,8 +25,9 @@ use tokio::time::Instant;
 
 use super::{check_jobs, known_jobs};
 use crate::control::requests::{self, Report, Request, TAKE_WITHIN};
-use crate::control::{drains_key, who};
+use crate::control::who;
 use crate::inspect::Source;
+use crate::keys::drains_key;
 use crate::logging::{tell, to_stderr};
 use tracing::Level;
 

@@ -20,8 +20,9 @@
 use std::time::Duration;
 
 use super::{check_jobs, instant, known_jobs, read_merged, write_everywhere};
-use crate::control::{ALL, Mark, Pauses, pauses_key, who};
+use crate::control::{ALL, Mark, Pauses, who};
 use crate::inspect::{Source, print};
+use crate::keys::pauses_key;
 
 /// What `pause` was asked.
 #[derive(Debug, Clone)]

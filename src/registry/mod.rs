@@ -42,6 +42,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::coordinator::Conn;
+use crate::keys::{node_key, nodes_key};
 use serde::{Deserialize, Serialize};
 
 pub use instance::{Collision, describe_instance, new_instance};
@@ -109,8 +110,8 @@ pub struct JobSchedule {
     pub expression: String,
     /// Its IANA time zone.
     pub timezone: String,
-    /// Its splay offset (SPEC §4 `splay`), ms; 0 without a splay, and for
-    /// a node too old to publish one.
+    /// Its splay offset (`splay`, docs/configuration.md), ms; 0 without a
+    /// splay, and for a node too old to publish one.
     pub splay_ms: u64,
 }
 
@@ -142,16 +143,6 @@ pub enum Refresh {
     /// wrote this node's entry since our last write: it uses the same node
     /// id. Recorded in the entry; ours is written again.
     Collision { other: String },
-}
-
-/// `{PREFIX}:nodes`.
-pub fn nodes_key(prefix: &str) -> String {
-    format!("{{{prefix}}}:nodes")
-}
-
-/// `{PREFIX}:node:NODE`.
-pub fn node_key(prefix: &str, node: &str) -> String {
-    format!("{{{prefix}}}:node:{node}")
 }
 
 /// Publishes `info` whole, as `info.instance`, with `schedules` (job ->

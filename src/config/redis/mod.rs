@@ -1,6 +1,7 @@
 //! `[redis]`: which coordinator (exactly one of `url`, `sentinel`,
-//! `cluster`, `redlock`; SPEC §4, §7), how claims are acknowledged
-//! (`wait_replicas`, `wait_timeout`), and the credentials and certificates.
+//! `cluster`, `redlock`; docs/configuration.md, docs/ha.md), how claims are
+//! acknowledged (`wait_replicas`, `wait_timeout`), and the credentials and
+//! certificates.
 //!
 //! Every server key present is read, also when there are two, so `check`
 //! lists the errors inside both along with the conflict. A URL of any mode

@@ -1,6 +1,6 @@
-//! Unit tests for the config loader: every SPEC §4 rule, with inline TOML,
-//! and the exact text of the errors people will read. `whole_file` has
-//! what concerns a file as a whole: required sections, every error
+//! Unit tests for the config loader: every rule of docs/configuration.md, with
+//! inline TOML, and the exact text of the errors people will read. `whole_file`
+//! has what concerns a file as a whole: required sections, every error
 //! reported, `env_file`, loading for inspection, warnings.
 
 use std::path::Path;

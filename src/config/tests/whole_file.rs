@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use super::*;
 
-/// SPEC §2.7: an empty or truncated file must not quietly stop a node.
+/// Guarantee 7 (docs/guarantees.md): an empty or truncated file must not
+/// quietly stop a node.
 #[test]
 fn an_empty_or_truncated_file_is_refused() {
     let first = |text: &str| {
@@ -60,7 +61,8 @@ fn an_empty_or_truncated_file_is_refused() {
     assert!(first("jobs = 1\n[redis]\nurl = \"redis://db\"\n").contains("expected a [jobs] table"));
 }
 
-/// SPEC §2.7: every error of a file, each with its line, in file order.
+/// Guarantee 7 (docs/guarantees.md): every error of a file, each with its line,
+/// in file order.
 #[test]
 fn every_error_of_the_file_is_reported() {
     let text = "\
@@ -246,7 +248,7 @@ fn env_file_errors_name_the_file_and_line_never_a_value() {
     );
 }
 
-/// `status` and `history` work without the jobs' secrets (SPEC §3).
+/// `status` and `history` work without the jobs' secrets (docs/operations.md).
 #[test]
 fn inspection_needs_no_secrets() {
     let text = complete(

@@ -16,8 +16,6 @@
 //! stream exists (a job removed from the config keeps its history); any
 //! other name is a typo, refused with the closest known name.
 
-mod merge;
-pub(crate) mod read;
 mod render;
 
 use std::time::Duration;
@@ -30,32 +28,13 @@ use redis::streams::StreamRangeReply;
 use super::Source;
 use super::format;
 use super::source::{closest, job_hint, node_jobs, note};
-use crate::lock::JobKeys;
+use crate::history::{merge, read};
+use crate::keys::JobKeys;
 use crate::registry;
 
-pub use read::Filter;
+pub use crate::history::read::Filter;
+pub use crate::history::{BAD, NOT_BAD, OUTCOMES};
 pub use render::{render, render_json};
-
-/// The outcome names a history entry can have (SPEC §3).
-pub const OUTCOMES: [&str; 9] = [
-    "succeeded",
-    "failed",
-    "timed_out",
-    "lock_lost",
-    "interrupted",
-    "skipped",
-    "paused",
-    "missed",
-    "abandoned",
-];
-
-/// The word `--outcome` takes for every bad outcome: each one but
-/// [`NOT_BAD`]'s, also outcomes a newer daemon may write.
-pub const BAD: &str = "bad";
-
-/// The outcomes that are not bad: the job ran well, or was meant not to
-/// run (an overlap skipped, a pause, a calendar).
-pub const NOT_BAD: [&str; 4] = ["succeeded", "skipped", "paused", "excluded"];
 
 /// Parses one `--outcome` value: an outcome name or [`BAD`]; `Err` names
 /// the closest one and lists them all (the command then exits 2).
@@ -248,7 +227,7 @@ fn left_out(source: &Source) -> String {
 
 /// The newest entries of `jobs` that `filter` keeps, at most `limit`: one
 /// server's as they are; with Redlock every master's, merged to one entry
-/// per occurrence (`merge.rs`). The node and outcome filters then apply to
+/// per occurrence ([`merge`]). The node and outcome filters then apply to
 /// the merged entries (a skip one master holds for an occurrence that ran
 /// is not "a skip"), so each master is read without them, and read again
 /// further back while too few entries pass and a master may hold more.

@@ -1,7 +1,7 @@
 //! The two faces of `history`: the text table (one row per entry, the
 //! whole error flattened to one line) and the `--json` array (exactly the
-//! keys of SPEC §3, in its order, times RFC 3339 UTC, `null` where not
-//! applicable).
+//! keys docs/operations.md lists, in that order, times RFC 3339 UTC, `null`
+//! where not applicable).
 
 use serde::Serialize;
 
@@ -13,7 +13,8 @@ fn fence(fence: u64) -> Option<u64> {
     (fence > 0).then_some(fence)
 }
 
-/// One entry in `history --json`: exactly the keys of SPEC §3, in its order.
+/// One entry in `history --json`: exactly the keys docs/operations.md lists, in
+/// that order.
 #[derive(Serialize)]
 struct JsonEntry<'a> {
     job: &'a str,
@@ -34,8 +35,9 @@ struct JsonEntry<'a> {
     attempt: Option<u32>,
 }
 
-/// `history --json`: one array of objects with exactly the keys of SPEC §3,
-/// in its order, times RFC 3339 UTC, `null` where not applicable.
+/// `history --json`: one array of objects with exactly the keys
+/// docs/operations.md lists, in that order, times RFC 3339 UTC, `null` where not
+/// applicable.
 pub fn render_json(entries: &[Recorded]) -> String {
     let array: Vec<JsonEntry<'_>> = entries.iter().map(json_entry).collect();
     // Serializing plain structs of strings and numbers cannot fail.

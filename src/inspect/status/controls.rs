@@ -15,6 +15,7 @@ use super::JobStatus;
 use crate::control::{self, Mark, Pauses};
 use crate::coordinator::Coordinator;
 use crate::inspect::format::{self, NONE, Table};
+use crate::keys;
 use crate::registry::NodeInfo;
 
 /// A drained node as `status` shows it.
@@ -44,7 +45,7 @@ pub async fn read(
     coordinator: &Coordinator,
     prefix: &str,
 ) -> redis::RedisResult<(Pauses, BTreeMap<String, Mark>)> {
-    let (pauses, drains) = (control::pauses_key(prefix), control::drains_key(prefix));
+    let (pauses, drains) = (keys::pauses_key(prefix), keys::drains_key(prefix));
     let (pauses, drains) = (&pauses, &drains);
     let lists = coordinator
         .on_members(|conn| async move {

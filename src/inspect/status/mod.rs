@@ -23,7 +23,7 @@ use chrono_tz::Tz;
 use super::Source;
 use super::format;
 use super::source::node_jobs;
-use crate::lock::JobKeys;
+use crate::keys::JobKeys;
 use crate::registry::{self, JobSchedule, NodeInfo};
 use crate::schedule::Schedule;
 

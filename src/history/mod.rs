@@ -5,15 +5,40 @@
 //! claim script (skipped for overlap), so a decision and its record are one
 //! atomic step. Times are stored as UTC epoch milliseconds; readers format them.
 //!
-//! `solocron history` reads them (`inspect/history/read.rs`). The job name
-//! is not stored in the entry: it is the stream's job, carried by
-//! [`Recorded`].
+//! [`read`] reads them back, newest occurrence first, and [`merge`] makes
+//! the histories of several Redlock masters one; `solocron history` and
+//! the daemon's per-job gauges both use them. The job name is not stored
+//! in the entry: it is the stream's job, carried by [`Recorded`].
+
+pub mod merge;
+pub mod read;
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 
 use crate::exec::Report;
+
+/// The outcome names a history entry can have (docs/operations.md).
+pub const OUTCOMES: [&str; 9] = [
+    "succeeded",
+    "failed",
+    "timed_out",
+    "lock_lost",
+    "interrupted",
+    "skipped",
+    "paused",
+    "missed",
+    "abandoned",
+];
+
+/// The word `--outcome` takes for every bad outcome: each one but
+/// [`NOT_BAD`]'s, also outcomes a newer daemon may write.
+pub const BAD: &str = "bad";
+
+/// The outcomes that are not bad: the job ran well, or was meant not to
+/// run (an overlap skipped, a pause, a calendar).
+pub const NOT_BAD: [&str; 4] = ["succeeded", "skipped", "paused", "excluded"];
 
 /// One decision about one occurrence.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,8 +47,7 @@ pub struct Entry {
     pub occurrence: String,
     pub node: String,
     pub fence: u64,
-    /// `succeeded`, `failed`, `timed_out`, `lock_lost`, `interrupted`,
-    /// `skipped`, `missed`.
+    /// One of [`OUTCOMES`].
     pub outcome: String,
     pub exit_code: Option<i32>,
     pub http_status: Option<u16>,

@@ -20,8 +20,8 @@ use std::collections::HashMap;
 use crate::coordinator::Conn;
 use redis::streams::StreamRangeReply;
 
-use crate::history::{Entry, Recorded};
-use crate::lock::JobKeys;
+use super::{BAD, Entry, NOT_BAD, Recorded};
+use crate::keys::JobKeys;
 
 /// How far ahead of Redis `TIME` a node may fire an occurrence.
 pub const SKEW: i64 = 60_000;
@@ -36,8 +36,8 @@ pub struct Filter {
     pub until_ms: Option<i64>,
     /// Any of these nodes (empty: any node).
     pub nodes: Vec<String>,
-    /// Any of these outcomes (empty: any outcome); [`super::BAD`] stands
-    /// for every outcome but [`super::NOT_BAD`]'s.
+    /// Any of these outcomes (empty: any outcome); [`BAD`] stands
+    /// for every outcome but [`NOT_BAD`]'s.
     pub outcomes: Vec<String>,
 }
 
@@ -52,8 +52,7 @@ impl Filter {
             && (self.outcomes.is_empty()
                 || self.outcomes.iter().any(|wanted| {
                     *wanted == entry.outcome
-                        || (wanted == super::BAD
-                            && !super::NOT_BAD.contains(&entry.outcome.as_str()))
+                        || (wanted == BAD && !NOT_BAD.contains(&entry.outcome.as_str()))
                 }))
     }
 }
@@ -329,7 +328,7 @@ mod tests {
         assert!(!on("n2", "missed").keeps(&late));
         assert!(!on("n1", "succeeded").keeps(&late));
         let bad = Filter {
-            outcomes: vec![super::super::BAD.into()],
+            outcomes: vec![BAD.into()],
             ..Filter::default()
         };
         for outcome in [

@@ -1,5 +1,5 @@
 //! The histories of several Redlock masters as one: every occurrence once
-//! (SPEC §2.3), newest first.
+//! (guarantee 3, docs/guarantees.md), newest first.
 //!
 //! Each master records what *it* decided, and they need not agree: a
 //! master that granted a claim whose answer timed out keeps a lock the
@@ -36,7 +36,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::history::Recorded;
+use super::Recorded;
 
 /// Outcomes that ran nothing.
 const RAN_NOTHING: [&str; 3] = ["skipped", "missed", "paused"];

@@ -1,0 +1,85 @@
+//! Every Redis key name solocron uses, one function or field per kind.
+//!
+//! A job's keys ([`JobKeys`]) share the hash tag `{PREFIX:JOB}`, so they
+//! live on one Cluster shard and one Lua script may touch them all. The
+//! fleet's own keys (pauses, drains, requests, the node registry, the data
+//! marker) share the hash tag `{PREFIX}`.
+
+/// The Redis keys of one job; all share the hash tag `{PREFIX:JOB}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobKeys {
+    /// `{PREFIX:JOB}:lock`: `TOKEN NODE`, with a TTL.
+    pub lock: String,
+    /// `{PREFIX:JOB}:state`: hash with the fence and the last decision.
+    pub state: String,
+    /// `{PREFIX:JOB}:history`: stream of decisions.
+    pub history: String,
+    /// The hash tag `{PREFIX:JOB}` itself.
+    tag: String,
+}
+
+impl JobKeys {
+    /// The keys of `job` under `prefix`.
+    pub fn new(prefix: &str, job: &str) -> JobKeys {
+        let tag = format!("{{{prefix}:{job}}}");
+        JobKeys {
+            lock: format!("{tag}:lock"),
+            state: format!("{tag}:state"),
+            history: format!("{tag}:history"),
+            tag,
+        }
+    }
+
+    /// `{PREFIX:JOB}:recorded:TOKEN`: set (with a TTL) by the release that
+    /// recorded the run of `token`, so a retried release records nothing
+    /// twice (the lock's release script).
+    pub fn recorded(&self, token: &str) -> String {
+        format!("{}:recorded:{token}", self.tag)
+    }
+}
+
+/// `{PREFIX}:pauses`.
+pub fn pauses_key(prefix: &str) -> String {
+    format!("{{{prefix}}}:pauses")
+}
+
+/// `{PREFIX}:drains`.
+pub fn drains_key(prefix: &str) -> String {
+    format!("{{{prefix}}}:drains")
+}
+
+/// `{PREFIX}:requests`: the list of waiting requests (newest at the head).
+pub fn requests_key(prefix: &str) -> String {
+    format!("{{{prefix}}}:requests")
+}
+
+/// `{PREFIX}:request:ID`: the state and result of one taken request.
+pub fn request_key(prefix: &str, id: &str) -> String {
+    format!("{{{prefix}}}:request:{id}")
+}
+
+/// `{PREFIX}:nodes`.
+pub fn nodes_key(prefix: &str) -> String {
+    format!("{{{prefix}}}:nodes")
+}
+
+/// `{PREFIX}:node:NODE`.
+pub fn node_key(prefix: &str, node: &str) -> String {
+    format!("{{{prefix}}}:node:{node}")
+}
+
+/// The marker key of the fleet under `prefix` ([`crate::coordinator::identity::markers`]).
+pub fn marker_key(prefix: &str) -> String {
+    format!("{{{prefix}}}:dataset")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{request_key, requests_key};
+
+    #[test]
+    fn request_keys_share_the_fleet_tag() {
+        assert_eq!(requests_key("p"), "{p}:requests");
+        assert_eq!(request_key("p", "ab"), "{p}:request:ab");
+    }
+}
