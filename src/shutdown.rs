@@ -72,7 +72,7 @@ fn stop_requests_from(
 /// with `stty tostop` gets it at each write, and a caught one makes the
 /// write fail and restart for ever, while an ignored one lets the write
 /// through. Jobs get every disposition back to its default
-/// ([`crate::exec`]). SIGSTOP cannot be caught (see the README's limits).
+/// ([`crate::exec`]). SIGSTOP cannot be caught (see docs/operations.md, Limits).
 pub fn refuse_suspend(said: impl Fn(&'static str) + Send + 'static) -> io::Result<()> {
     ignore_ttou()?;
     let mut tstp = signal(SignalKind::from_raw(libc::SIGTSTP))?;

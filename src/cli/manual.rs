@@ -320,7 +320,7 @@ fn append_files_section(page: &Path) -> anyhow::Result<()> {
     roff.control("SH", ["CONFIGURATION"]);
     roff.text([roman(
         "jobs.toml is TOML; every key below, in its table. Durations are written like 30s, 15m, \
-         1h, 2d. Any job key may be set in [defaults]. The README (\"Configuration\") says more \
+         1h, 2d. Any job key may be set in [defaults]. docs/configuration.md says more \
          of each.",
     )]);
     for (heading, table, keys) in key_tables() {

@@ -4,7 +4,7 @@
 //! decode is left alone (`pcall`), never an error of the script.
 //!
 //! Commands used inside: `TIME HGET HSET HDEL HGETALL LRANGE LREM PEXPIRE`
-//! (the README's ACL line lists them).
+//! (the ACL line of docs/operations.md lists them).
 
 use std::sync::LazyLock;
 

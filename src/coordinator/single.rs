@@ -31,7 +31,7 @@ const CONNECT_RETRY_DELAY: Duration = Duration::from_millis(5);
 
 /// The connection info for `url` with the settings of `config`: the data
 /// nodes' password (`password_file`) and user name if set, and no `CLIENT
-/// SETINFO` on connect (Redis 7.0's ACLs do not know it, so the README's ACL
+/// SETINFO` on connect (Redis 7.0's ACLs do not know it, so the docs' ACL
 /// user could not allow it there, and 7.2+ would log every refusal).
 pub fn connection_info(url: &str, config: &RedisConfig) -> anyhow::Result<ConnectionInfo> {
     let redacted = redact_url(url);

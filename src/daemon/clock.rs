@@ -262,7 +262,7 @@ pub async fn check_loop(shared: Arc<Shared>, config_path: PathBuf) {
             }
             Err(err) if !answered && errors::is_fatal_at_start(&err) => {
                 let fix = if errors::is_refusal(&err) {
-                    "fix the password (`password_file`, or the url) or the ACL user (README, \"A Redis user for solocron\")".to_string()
+                    "fix the password (`password_file`, or the url) or the ACL user (docs/operations.md, \"A Redis user for solocron\")".to_string()
                 } else if crate::coordinator::cluster::is_not_a_cluster(&err)
                     || crate::coordinator::sentinel::is_misconfigured(&err)
                 {

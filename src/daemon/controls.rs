@@ -185,7 +185,7 @@ pub async fn run(shared: Arc<Shared>, config_rx: watch::Receiver<Arc<Config>>) {
                 {
                     refused_warned = Some(tokio::time::Instant::now());
                     warn!(node = %node, error = %error,
-                        "redis refuses the fleet controls read: `pause`, `drain` and `trigger --fleet` are not seen by this node; give its ACL user the commands README \"A Redis user for solocron\" lists");
+                        "redis refuses the fleet controls read: `pause`, `drain` and `trigger --fleet` are not seen by this node; give its ACL user the commands docs/operations.md (\"A Redis user for solocron\") lists");
                 } else {
                     debug!(node = %node, error = %error, "cannot read the fleet controls (pauses, drain, requests); keeping the last known");
                 }

@@ -11,7 +11,7 @@
 //! when the check first finds it (and again when it changes), and the
 //! same text in this node's registry entry, which `status` shows.
 //!
-//! Failure model: the check reads `INFO memory` (the README's ACL line has
+//! Failure model: the check reads `INFO memory` (the ACL line of docs/operations.md has
 //! `INFO`); a user that may not run it is told once, at info level, that
 //! the policy could not be checked. A Cluster answers for every master,
 //! a Redlock coordinator is checked master by master: any one of them

@@ -4,7 +4,7 @@
 //! daemon with exit 78 naming the command, before the first occurrence.
 //! The fleet controls' commands (`HGETALL LRANGE LREM`) are not probed: a
 //! user without them still runs jobs and is told by the controls read
-//! (README, "A Redis user for solocron"); nor are the commands only the
+//! (docs/operations.md, "A Redis user for solocron"); nor are the commands only the
 //! command line sends (`HDEL LPUSH XREVRANGE`).
 //!
 //! Without it a user that may run `EVALSHA` but not, say, `HSET` passed
@@ -106,7 +106,7 @@ pub fn refusal(shown: &str, refused: &[String]) -> redis::RedisError {
         redis::ErrorKind::AuthenticationFailed,
         "NOPERM",
         format!(
-            "the Redis user at `{shown}` may not run {names} on solocron's keys; give it every command of the README's ACL line (\"A Redis user for solocron\")"
+            "the Redis user at `{shown}` may not run {names} on solocron's keys; give it every command of the ACL line in docs/operations.md (\"A Redis user for solocron\")"
         ),
     ))
 }

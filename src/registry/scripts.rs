@@ -67,7 +67,7 @@ return reply
 /// only if this instance (or no instance id) wrote it last; if another
 /// instance did, that daemon keeps its entry and only a collision naming
 /// this instance is cleared (emptied with `HSET`, not `HDEL`: the
-/// README's ACL user has no `HDEL`): it ends with this daemon. 1 if
+/// the docs' ACL user has no `HDEL`): it ends with this daemon. 1 if
 /// deleted.
 const WITHDRAW: &str = r#"
 local owner = redis.call('HGET', KEYS[2], 'instance')

@@ -286,7 +286,7 @@ async fn check_job(conn: &Conn, source: &Source, job: &str) -> anyhow::Result<()
         .map_err(failed)?;
     let run_by_a_node = nodes.iter().any(|node| node.jobs.contains_key(job));
     let has_history = run_by_a_node || {
-        // `XREVRANGE`, not `EXISTS`: the README's ACL user may read streams only.
+        // `XREVRANGE`, not `EXISTS`: the ACL user of docs/operations.md may read streams only.
         let key = JobKeys::new(&redis.key_prefix, job).history;
         let newest: StreamRangeReply = conn
             .clone()
