@@ -454,7 +454,7 @@ mod tests {
         }
     }
 
-    /// Found by tests/bad-configs: a `/` in the password ended the user info
+    /// Found by tests/it/config/bad-configs: a `/` in the password ended the user info
     /// early, so `redis://app:p/s3cret@db` was shown unmasked.
     #[test]
     fn a_slash_in_the_password_is_masked_too() {

@@ -110,7 +110,7 @@ fn read_url(table: &Table<'_, '_>, ctx: &Context<'_>, secrets: &mut Vec<String>)
 ///
 /// The `//` is required as written: the URL standard reads `http:80/x` as
 /// `http://80/x` (host `0.0.0.80`), which is a typo to refuse at load time,
-/// not a host to call at 2 a.m. (found by tests/prop_config.rs, #4).
+/// not a host to call at 2 a.m. (found by tests/it/config/prop_config.rs, #4).
 fn check_url(resolved: &str) -> Result<(), &'static str> {
     let url = url::Url::parse(resolved).map_err(|_| "is not a valid URL")?;
     let written_scheme = resolved.trim_start().split("//").next().unwrap_or_default();
@@ -216,7 +216,7 @@ http = { url = "https://${HOST}/hooks/warm", method = "put", timeout = "500ms", 
             "/etc/solocron/jobs.toml:3:16: [jobs.x] `http.url`: `ftp://h/x` is not an `http://` or `https://` URL"
         );
         assert!(error(&with("url = \"not a url\"")).ends_with("`not a url` is not a valid URL"));
-        // Found by tests/prop_config.rs: the URL standard reads `http:80/x`
+        // Found by tests/it/config/prop_config.rs: the URL standard reads `http:80/x`
         // as `http://80/x` (host 0.0.0.80), and the loader took it.
         for typo in ["http:80/hooks/warm", "http:/127.0.0.1/x", "https:h/x"] {
             assert!(

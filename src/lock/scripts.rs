@@ -119,7 +119,7 @@ end
 /// Every node claims every occurrence, so the losing claim is the most
 /// frequent call of all: it reads the lock and the state (plus the lock's
 /// `PTTL` while it is held) and answers, with no `TIME` and no write
-/// (`tests/lock_cost.rs` counts the commands of each call).
+/// (`tests/it/jobs/lock_cost.rs` counts the commands of each call).
 pub const CLAIM: &str = r#"
 local mode, occ, token, node = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local ttl, occ_str, maxlen = ARGV[5], ARGV[6], ARGV[7]

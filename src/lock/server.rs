@@ -16,7 +16,7 @@
 //! after a graceful `SENTINEL FAILOVER` the old master keeps accepting
 //! writes, and for about a second the replica that was *not* promoted still
 //! acknowledges them before it resyncs from the new master and drops them
-//! (measured: `tests/ha_probe.rs`), so `WAIT 1` alone can let a write
+//! (measured: `tests/it/ha/probe.rs`), so `WAIT 1` alone can let a write
 //! through that the new master never sees. The promoted replica leaves the
 //! old master's replica list the moment it is promoted, so a master that
 //! lists fewer replicas than it did within [`REPLICA_MEMORY`] (remembered

@@ -410,7 +410,7 @@ fn a_missing_variable_names_variable_job_and_key() {
         error(&with(env)).contains("[jobs.x] `env.TOKEN`: environment variable `NOPE` is not set")
     );
     assert!(error(&with("command = \"${oops\"")).contains("`${` without a closing `}`"));
-    // Found by tests/prop_config.rs: a command that is only a variable set
+    // Found by tests/it/config/prop_config.rs: a command that is only a variable set
     // to "" loaded, and `sh -c ""` then "succeeded" at every occurrence.
     assert_eq!(
         error(&with("command = \" ${EMPTY} \"")),

@@ -1,0 +1,11 @@
+//! The config: loading `jobs.toml` (the example, the broken corpus in
+//! `bad-configs/`, property tests), reloads, renames and the drift guard.
+
+mod bad_configs;
+mod drift;
+mod load;
+mod prop_config;
+mod prop_schedule;
+mod reload;
+mod rename;
+mod secret_files;

@@ -1,0 +1,13 @@
+//! What an operator sees and does: the fleet commands, `status` and
+//! `history`, logs, journald, systemd notifications and the monitoring
+//! rules. `metrics.rs` builds as its own test binary (`tests/metrics/`).
+
+mod controls_read;
+mod daemon_logs;
+mod fleet_ops;
+mod inspect;
+mod journald;
+mod notify;
+mod operate;
+mod prometheus_rules;
+mod security;
