@@ -2,7 +2,7 @@
 //! occurrence runs on exactly one of them.
 //!
 //! Modules, from the pure core outwards; each uses only modules listed
-//! above it (`tests/module_graph.rs` fails on any cycle between them):
+//! above it (`tests/it/module_graph.rs` fails on any cycle between them):
 //! - [`memory`]: the allocator's arenas.
 //! - [`schedule`]: cron expression + time zone -> UTC occurrences (pure).
 //! - [`config`]: `jobs.toml` -> a validated [`config::Config`].
