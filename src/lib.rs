@@ -22,6 +22,8 @@
 //!   entry, reading it back, merging Redlock masters' histories.
 //! - [`registry`]: live nodes and their job fingerprints (config drift guard).
 //! - [`lock`]: the claim / extend / release scripts on Redis, and the watchdog.
+//! - [`run`]: one run of a job under its lease (watchdog beside the executor,
+//!   release with the history entry), for the daemon and `trigger`.
 //! - [`control`]: fleet-wide pauses, drains and `trigger --fleet` requests in Redis.
 //! - [`daemon`]: the loop joining schedule, lock, exec and history.
 //! - [`inspect`]: read-only `status` and `history` views for operators.
@@ -48,6 +50,7 @@ pub mod notify;
 pub mod open_files;
 pub mod ops;
 pub mod registry;
+pub mod run;
 pub mod schedule;
 pub mod shutdown;
 pub mod trigger;

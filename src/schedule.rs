@@ -995,6 +995,9 @@ fn describe(err: &croner::errors::CronError) -> String {
 }
 
 mod fields;
+mod occurrence;
+
+pub use occurrence::{Occurrence, rfc3339};
 
 #[cfg(test)]
 mod tests;

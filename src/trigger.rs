@@ -27,10 +27,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::coordinator::connect;
-use crate::daemon::{Attempt, Runner, run_lease};
 use crate::exec::{Executor, Outcome};
 use crate::lock::{Claim, Locker, Target, new_token};
 use crate::logging::tell;
+use crate::run::{self, RunEnv};
+use crate::schedule::Occurrence;
 use serde_json::json;
 use tracing::Level;
 
@@ -96,16 +97,16 @@ pub async fn run(config: Config, node: &str, job_name: &str) -> anyhow::Result<E
     let executor = Executor::new()
         .context("cannot set up job execution")?
         .with_output_echo(true);
-    let name = format!(
-        "manual-{}",
-        Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-    );
+    let occurrence = Occurrence::Manual(Utc::now());
+    let name = occurrence.to_string();
     let sent = Instant::now();
     let claim = tokio::time::timeout(
         CLAIM_TIMEOUT,
         locker.claim(
             &job.name,
-            &Target::Manual { name: name.clone() },
+            &Target::Manual {
+                started: occurrence.at(),
+            },
             &new_token(),
             job.lock_ttl,
         ),
@@ -185,8 +186,21 @@ pub async fn run(config: Config, node: &str, job_name: &str) -> anyhow::Result<E
     });
     let env_file = Arc::new(config.env.clone());
     let mask = Arc::new(crate::exec::OutputMask::of(&config));
-    let runner = Runner::standalone(&locker, &executor, &interrupt, env_file, mask);
-    let (report, _) = run_lease(&runner, &job, &lease, &name, sent, Attempt::MANUAL).await;
+    let env = RunEnv {
+        locker: &locker,
+        executor: &executor,
+        interrupt: &interrupt,
+        env_file,
+        mask,
+    };
+    let report = run::under_lease(&env, &job, &lease, occurrence, sent, 1).await;
+    run::log_finished(&job, occurrence, node, lease.fence, 1, None, &report);
+    let entry = run::entry(occurrence, node, &lease, 1, None, &report);
+    // A terminal does not wait for Redis as a daemon does: the record is
+    // retried for `run::STOP_WAIT` at most, then printed as lost.
+    let stopped = CancellationToken::new();
+    stopped.cancel();
+    run::release(&locker, &lease, &entry, &stopped, |_| {}).await;
     signals.abort();
     let detail = match (report.exit_code, report.http_status) {
         (Some(code), _) => format!(" (exit {code})"),

@@ -16,7 +16,7 @@
 //! Occurrences are named by the schedule, not by "now", so a skewed clock
 //! cannot make an occurrence run twice; it only makes this node fire early
 //! or late. With `clock = "redis"` (the default) the timetable fires by
-//! this node's clock minus the offset measured here ([`super::Shared::now`]),
+//! this node's clock minus the offset measured here ([`super::fleet_clock::FleetClock::now`]),
 //! so a node whose clock is off still starts each run at Redis's instant.
 //! Redis's instant is measured at start, then 1, 2, 4 and 8 s apart, then
 //! every [`PERIOD`], and after each outage: [`SAMPLES`] round trips to
@@ -96,12 +96,12 @@ async fn round_trips(shared: &Shared) -> Result<Vec<RoundTrip>, redis::RedisErro
     let mut trips = Vec::with_capacity(SAMPLES);
     let mut last_error = None;
     for _ in 0..SAMPLES {
-        let sent_us = shared.micros_since_base();
+        let sent_us = shared.clock.micros_since_base();
         match shared.locker.redis_time_us().await {
             Ok(redis_us) => trips.push(RoundTrip {
                 redis_us,
                 sent_us,
-                answered_us: shared.micros_since_base(),
+                answered_us: shared.clock.micros_since_base(),
             }),
             Err(err) => last_error = Some(err),
         }
@@ -123,7 +123,8 @@ async fn local_clock_moved(shared: &Shared) {
     loop {
         tokio::time::sleep(STEP_WATCH).await;
         if shared
-            .clock_moved_us()
+            .clock
+            .moved_us()
             .is_some_and(|moved| moved.abs() > STEP_ABOVE_MS * 1000)
         {
             return;
@@ -208,10 +209,10 @@ pub async fn check_loop(shared: Arc<Shared>, config_path: PathBuf) {
                 if restarted && answered {
                     debug!(node = %locker.node(), "redis's clock disagrees with the last 30 s of measurements (stepped, or another server): measuring from these");
                 }
-                let before = shared.clock_offset();
+                let before = shared.clock.offset_ms();
                 // Never `None` here: at least one round trip was just added.
                 let offset = match estimate.base_us() {
-                    Some(base_us) => shared.set_redis_base_us(base_us).div_euclid(1000),
+                    Some(base_us) => shared.clock.set_redis_base_us(base_us).div_euclid(1000),
                     None => before.unwrap_or(0),
                 };
                 shared.health.answered();
@@ -237,19 +238,19 @@ pub async fn check_loop(shared: Arc<Shared>, config_path: PathBuf) {
                     debug!(node = %locker.node(), offset_ms = offset, "clock checked against redis");
                 }
                 if !answered {
-                    if shared.clock_from_redis() {
+                    if shared.clock.fires_by_redis() {
                         info!(node = %locker.node(), offset_ms = offset,
                             "firing occurrences by redis's clock (clock = \"redis\")");
                     }
                     answered = true;
                     shared.mark_started();
-                    shared.clock_measured.notify_one();
-                    if shared.clock_from_redis() && offset.abs() > REBASE_ABOVE_MS {
-                        shared.clock_rebase.notify_one();
+                    shared.clock.measured.notify_one();
+                    if shared.clock.fires_by_redis() && offset.abs() > REBASE_ABOVE_MS {
+                        shared.clock.rebase.notify_one();
                     }
                     notify::ready();
                 }
-                data.check(locker, shared.now()).await;
+                data.check(locker, shared.clock.now()).await;
             }
             Err(err) if !answered && errors::is_untrusted_certificate(&err) => {
                 shared.stop_fatally(untrusted_at_start(
@@ -293,7 +294,7 @@ pub async fn check_loop(shared: Arc<Shared>, config_path: PathBuf) {
         }
         // Said here, whatever woke the loop: a step found by a scheduled
         // measurement before the watch saw it is said too.
-        if let Some(moved) = shared.clock_moved_us()
+        if let Some(moved) = shared.clock.moved_us()
             && moved.abs() > STEP_ABOVE_MS * 1000
         {
             warn!(node = %locker.node(), moved_ms = moved.div_euclid(1000),

@@ -157,7 +157,7 @@ pub async fn run(shared: Arc<Shared>, config_rx: watch::Receiver<Arc<Config>>) {
         match absorb(&mut views, answers, coordinator.majority()) {
             Ok((pauses, drain, pending)) => {
                 let old = shared.controls.replace(State { pauses, drain });
-                let now_ms = shared.now().timestamp_millis();
+                let now_ms = shared.clock.now().timestamp_millis();
                 log_changes(
                     &node,
                     &old,

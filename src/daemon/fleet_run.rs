@@ -22,11 +22,12 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::Shared;
-use super::occurrence::run_lease;
+use super::occurrence::run_won;
 use crate::config::Job;
 use crate::control::requests::{self, DONE_TTL, KEEPALIVE, LIVE_TTL, Request};
 use crate::exec::Report;
 use crate::lock::{Claim, Lease, Target, new_token};
+use crate::schedule::Occurrence;
 
 /// How long the claim of a taken request is retried while Redis fails.
 const CLAIM_FOR: Duration = Duration::from_secs(5);
@@ -44,16 +45,15 @@ pub fn spawn(shared: &Arc<Shared>, job: Arc<Job>, request: Request) {
 
 async fn run(shared: Arc<Shared>, job: Arc<Job>, request: Request) {
     let node = shared.locker.node().to_string();
-    let name = format!(
-        "manual-{}",
-        Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-    );
-    info!(job = %job.name, occurrence = %name, node = %node, request = %request.id, requested_by = %request.by,
+    let occurrence = Occurrence::Manual(Utc::now());
+    info!(job = %job.name, occurrence = %occurrence, node = %node, request = %request.id, requested_by = %request.by,
         "trigger request taken: running the job now (manual run)");
     let token = new_token();
     let sent = Instant::now();
     let give_up = sent + CLAIM_FOR;
-    let target = Target::Manual { name: name.clone() };
+    let target = Target::Manual {
+        started: occurrence.at(),
+    };
     let claim = loop {
         match shared
             .locker
@@ -71,7 +71,7 @@ async fn run(shared: Arc<Shared>, job: Arc<Job>, request: Request) {
         tokio::time::sleep(RETRY).await;
     };
     let result = match claim {
-        Ok(Claim::Won(lease)) => run_won(&shared, &job, &request, &lease, &name, sent).await,
+        Ok(Claim::Won(lease)) => run_taken(&shared, &job, &request, &lease, occurrence, sent).await,
         Ok(Claim::Busy { holder, fence }) => {
             info!(job = %job.name, node = %node, holder = %holder, fence, request = %request.id,
                 "trigger request not run: the job's lock is held by a run in progress");
@@ -110,35 +110,27 @@ async fn run(shared: Arc<Shared>, job: Arc<Job>, request: Request) {
 
 /// Runs the won manual run to its end (renewing the request's TTL), and
 /// returns the result fields.
-async fn run_won(
+async fn run_taken(
     shared: &Arc<Shared>,
     job: &Arc<Job>,
     request: &Request,
     lease: &Lease,
-    name: &str,
+    occurrence: Occurrence,
     sent: Instant,
 ) -> Vec<(&'static str, String)> {
     let running = [
         ("state", "running".to_string()),
-        ("occurrence", name.to_string()),
+        ("occurrence", occurrence.to_string()),
         ("fence", lease.fence.to_string()),
     ];
     report(shared, request, LIVE_TTL, &running).await;
-    let runner = shared.runner();
-    let run = run_lease(
-        &runner,
-        job,
-        lease,
-        name,
-        sent,
-        super::occurrence::Attempt::MANUAL,
-    );
+    let run = run_won(shared, job, lease, occurrence, sent, 1);
     let renew = keep_alive(shared, request);
     let report = tokio::select! {
         (report, _) = run => report,
         never = renew => match never {},
     };
-    result_fields(name, lease.fence, &report)
+    result_fields(&occurrence.to_string(), lease.fence, &report)
 }
 
 /// The `done` fields of a finished run.

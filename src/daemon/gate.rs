@@ -33,10 +33,10 @@ use tracing::{debug, error, info};
 use super::Shared;
 use super::occurrence::{self, claim_deadline};
 use super::recording;
-use super::timetable::rfc3339;
 use crate::config::Job;
 use crate::control::Mark;
 use crate::lock::Paused;
+use crate::schedule::rfc3339;
 
 /// The longest an occurrence waits at start for the first control snapshot.
 const KNOWN_WAIT: Duration = Duration::from_secs(5);
@@ -60,7 +60,9 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
     // waits here up to its deadline; past it, it is counted and logged as
     // missed, and recorded by the job's next decision (its gap), as an
     // occurrence nobody claimed: never run without the lock.
-    let until_deadline = (deadline - shared.now()).to_std().unwrap_or(Duration::ZERO);
+    let until_deadline = (deadline - shared.clock.now())
+        .to_std()
+        .unwrap_or(Duration::ZERO);
     if !shared.wait_started(until_deadline + STARTED_GRACE).await {
         if !shared.cancel.is_cancelled() && !catch_up && !shared.health.missed() {
             error!(job = %job.name, occurrence = %rfc3339(at), node = %shared.locker.node(),
@@ -69,7 +71,7 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
         return;
     }
     // Leave the claim time before its deadline (a claim is a round trip).
-    let left = (deadline - shared.now())
+    let left = (deadline - shared.clock.now())
         .to_std()
         .unwrap_or(Duration::ZERO)
         .saturating_sub(KNOWN_MARGIN);
@@ -106,7 +108,7 @@ async fn record_paused(
     let turn = shared.claim_turn(&job.name);
     let mut turn_held = Some(turn.lock().await);
     let turn_until = Instant::now()
-        + (claim_deadline(job, at) - shared.now())
+        + (claim_deadline(job, at) - shared.clock.now())
             .to_std()
             .unwrap_or(Duration::ZERO);
     let give_up = Instant::now() + RECORD_FOR;

@@ -294,7 +294,7 @@ impl DataWatch {
             };
             let old_run_id = before.run_id.as_deref().unwrap_or("unknown");
             let new_run_id = marker.run_id.as_deref().unwrap_or("unknown");
-            let last_seen = super::timetable::rfc3339(before.at);
+            let last_seen = crate::schedule::rfc3339(before.at);
             if change == Change::Lost {
                 crate::metrics::redis_data_lost();
                 let how = if old_run_id == new_run_id && old_run_id != "unknown" {

@@ -16,6 +16,7 @@
 mod clock;
 mod controls;
 mod eviction;
+mod fleet_clock;
 mod fleet_run;
 mod gate;
 pub(crate) mod health;
@@ -32,7 +33,6 @@ mod retry;
 mod timetable;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use anyhow::Context as _;
@@ -43,15 +43,14 @@ use tracing::{error, info, warn};
 
 use chrono::{DateTime, Utc};
 
-use crate::config::{ClockSource, Config, Job, StartRefused};
+use crate::config::{Config, Job, StartRefused};
 use crate::exec::{Executor, OutputMask};
 use crate::lock::Locker;
 use crate::{metrics, notify, registry};
 
 pub use crate::coordinator::connect;
-pub use occurrence::{Attempt, Runner, claim_deadline, run_lease};
+pub use occurrence::claim_deadline;
 pub use recording::{GAP_LISTED, gap_entries};
-pub use timetable::rfc3339;
 
 /// How this node was started.
 #[derive(Debug, Clone)]
@@ -98,29 +97,11 @@ pub(crate) struct Shared {
     /// definition before it were not due under the config then in force
     /// here, so this node's gap records leave them out ([`recording`]).
     gap_floors: Mutex<HashMap<String, i64>>,
-    /// This node's wall clock minus Redis's instant at the last
-    /// measurement, µs; `i64::MIN` = unknown.
-    clock_offset_us: AtomicI64,
-    /// Redis's clock at [`Shared::clock_base`], µs since the epoch, as
-    /// estimated from the last 30 s of round trips
-    /// ([`redis_instant::RedisInstant`]); `i64::MIN` = unknown. Redis's
-    /// instant is this plus the monotonic time elapsed since the base, so a
-    /// step of this node's wall clock cannot move it (see [`Shared::now`]).
-    redis_at_base_us: AtomicI64,
-    clock_base: std::time::Instant,
+    /// The instant occurrences fire by ([`fleet_clock`]).
+    pub clock: fleet_clock::FleetClock,
     /// When this daemon started, by this node's clock: an occurrence
     /// before it that this node decided was decided by its previous run.
     pub began: DateTime<Utc>,
-    /// `[daemon] clock = "redis"`: fire by this node's clock minus the
-    /// offset (see [`Shared::now`]).
-    clock_from_redis: AtomicBool,
-    /// Woken when the clock offset is first measured, to publish it at once.
-    pub clock_measured: tokio::sync::Notify,
-    /// Woken when the clock offset is first measured and this node's wall
-    /// clock, which the schedule was computed by until then, is off by
-    /// more than [`clock::REBASE_ABOVE_MS`]: the main loop computes the
-    /// schedule again by Redis's instant ([`timetable::Timetable::rebase`]).
-    pub clock_rebase: tokio::sync::Notify,
     /// `true` once the start-up check passed (Redis answered, took the
     /// scripts, and its user may run every command: [`clock`]). No
     /// occurrence is claimed before: a user missing a command stops the
@@ -145,14 +126,13 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// How a run of this daemon reaches its lock, executor and records,
-    /// with the env file's variables as last loaded.
-    pub fn runner(&self) -> occurrence::Runner<'_> {
-        occurrence::Runner {
+    /// What a run started now gets: this daemon's lock, executor and
+    /// stop, and the env file's variables as last loaded.
+    pub fn run_env(&self) -> crate::run::RunEnv<'_> {
+        crate::run::RunEnv {
             locker: &self.locker,
             executor: &self.executor,
             interrupt: &self.interrupt,
-            shared: Some(self),
             env_file: self.env_file(),
             mask: self.mask(),
         }
@@ -250,46 +230,6 @@ impl Shared {
         }
     }
 
-    /// Fires by `base_us` from now on (Redis's instant at the monotonic
-    /// origin, [`redis_instant::RedisInstant::base_us`]) and stores this
-    /// node's wall clock minus Redis's instant now, µs, which it answers.
-    pub(super) fn set_redis_base_us(&self, base_us: i64) -> i64 {
-        self.redis_at_base_us.store(base_us, Ordering::Relaxed);
-        let redis_now = base_us.saturating_add(self.micros_since_base());
-        let offset = Utc::now().timestamp_micros().saturating_sub(redis_now);
-        self.clock_offset_us.store(offset, Ordering::Relaxed);
-        offset
-    }
-
-    /// µs of the monotonic clock since its origin (the base of Redis's
-    /// instant).
-    pub(super) fn micros_since_base(&self) -> i64 {
-        i64::try_from(self.clock_base.elapsed().as_micros()).unwrap_or(i64::MAX)
-    }
-
-    /// Redis's instant now, from the last measurement carried forward by
-    /// the monotonic clock; `None` before the first measurement.
-    fn redis_now(&self) -> Option<DateTime<Utc>> {
-        let at_base = self.redis_at_base_us.load(Ordering::Relaxed);
-        if at_base == i64::MIN {
-            return None;
-        }
-        DateTime::from_timestamp_micros(at_base.saturating_add(self.micros_since_base()))
-    }
-
-    /// How far this node's wall clock moved against Redis's since the last
-    /// measurement, µs (a step of the local clock, or NTP slewing it):
-    /// `None` before the first measurement.
-    pub fn clock_moved_us(&self) -> Option<i64> {
-        let offset = self.clock_offset_us()?;
-        let redis = self.redis_now()?;
-        let local_minus_redis = Utc::now()
-            .signed_duration_since(redis)
-            .num_microseconds()
-            .unwrap_or(i64::MAX);
-        Some(local_minus_redis.saturating_sub(offset))
-    }
-
     /// What is wrong with Redis as this node sees it, for `status`: an
     /// outage or refusal ([`health::Health::warning`]) and an evicting
     /// policy ([`eviction`]), in one line.
@@ -344,52 +284,6 @@ impl Shared {
             _ = self.cancel.cancelled() => false,
         }
     }
-
-    /// The last measured offset in ms, if any.
-    pub fn clock_offset(&self) -> Option<i64> {
-        self.clock_offset_us().map(|us| us.div_euclid(1000))
-    }
-
-    fn clock_offset_us(&self) -> Option<i64> {
-        Some(self.clock_offset_us.load(Ordering::Relaxed)).filter(|us| *us != i64::MIN)
-    }
-
-    /// The instant occurrences are fired by: with `clock = "redis"`,
-    /// Redis's `TIME` as last measured, carried forward by the monotonic
-    /// clock (so every node fires at the same instant whatever its own
-    /// clock says, and a step of the local clock between two measurements
-    /// changes nothing); with `clock = "local"`, or before the first
-    /// measurement, the wall clock as it is.
-    pub fn now(&self) -> DateTime<Utc> {
-        if self.clock_from_redis.load(Ordering::Relaxed)
-            && let Some(redis) = self.redis_now()
-        {
-            return redis;
-        }
-        Utc::now()
-    }
-
-    /// Puts `report`'s start and end on the clock occurrences fire by:
-    /// with `clock = "redis"`, Redis's instant, not this node's wall clock
-    /// (the executor reads the wall clock). A node whose clock was stepped
-    /// a day ahead otherwise recorded a run of today's occurrence as
-    /// started tomorrow, in `history` beside the other nodes' entries.
-    pub fn to_fleet_clock(&self, report: &mut crate::exec::Report) {
-        let ahead = Utc::now().signed_duration_since(self.now());
-        let shift = |at: DateTime<Utc>| at.checked_sub_signed(ahead).unwrap_or(at);
-        report.started_at = shift(report.started_at);
-        report.finished_at = shift(report.finished_at);
-    }
-
-    /// Whether occurrences fire by Redis's clock (`[daemon] clock`).
-    pub fn clock_from_redis(&self) -> bool {
-        self.clock_from_redis.load(Ordering::Relaxed)
-    }
-
-    fn set_clock_source(&self, clock: ClockSource) {
-        self.clock_from_redis
-            .store(clock == ClockSource::Redis, Ordering::Relaxed);
-    }
 }
 
 /// Runs the daemon for `config` until the first message of `stops`
@@ -441,13 +335,8 @@ pub async fn run(
         mask: RwLock::new(Arc::new(OutputMask::of(&config))),
         retry_jobs: RwLock::new(Arc::new(with_retries(&config.jobs))),
         gap_floors: Mutex::new(HashMap::new()),
-        clock_offset_us: AtomicI64::new(i64::MIN),
-        redis_at_base_us: AtomicI64::new(i64::MIN),
-        clock_base: std::time::Instant::now(),
+        clock: fleet_clock::FleetClock::new(config.daemon.clock),
         began: Utc::now(),
-        clock_from_redis: AtomicBool::new(config.daemon.clock == ClockSource::Redis),
-        clock_measured: tokio::sync::Notify::new(),
-        clock_rebase: tokio::sync::Notify::new(),
         started: watch::Sender::new(false),
         fatal: CancellationToken::new(),
         fatal_reason: Mutex::new(None),
@@ -499,10 +388,10 @@ pub async fn run(
                 reload::reload(&shared, &mut timetable, &config_tx, &options);
             }
             () = tokio::time::sleep_until(wake) => timetable.fire_due(&shared),
-            () = shared.clock_rebase.notified() => {
+            () = shared.clock.rebase.notified() => {
                 let moved = timetable.rebase(&shared);
                 if moved > 0 {
-                    warn!(node = %options.node, jobs = moved, offset_ms = shared.clock_offset().unwrap_or(0),
+                    warn!(node = %options.node, jobs = moved, offset_ms = shared.clock.offset_ms().unwrap_or(0),
                         "schedule computed again by redis's clock: this node's wall clock, which it was computed by at start, is off");
                 }
             }

@@ -14,28 +14,25 @@
 //! job ignores SIGTERM), and released only then (guarantee 2,
 //! docs/guarantees.md).
 
-use std::collections::BTreeMap;
-use std::future::pending;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::Shared;
 use super::notifications::{self, Subject};
 use super::preference::{self, Place};
 use super::recording::{self, log_abandoned, spawn_record_missed, watch_lock};
-use super::timetable::rfc3339;
 use super::{rename, retry};
-use crate::config::{Job, OnLockLost};
-use crate::exec::{Executor, Outcome, OutputMask, Report, RunContext, StopReason};
-use crate::history::Entry;
-use crate::lock::watchdog::{self, LeaseLost};
-use crate::lock::{Claim, ClaimReply, Lease, Locker, Target, new_token};
+use crate::config::Job;
+use crate::exec::Report;
+use crate::lock::{Claim, ClaimReply, Lease, Target, new_token};
 use crate::metrics::{self, ClaimResult};
+use crate::run;
+use crate::schedule::Occurrence;
+use crate::schedule::rfc3339;
 
 /// First and longest pause between retries while Redis fails.
 const RETRY_FIRST: Duration = Duration::from_millis(50);
@@ -75,8 +72,7 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
     let node = shared.locker.node().to_string();
     let deadline_at = claim_deadline(&job, at);
     let target = Target::Scheduled {
-        at_ms: at.timestamp_millis(),
-        name: name.clone(),
+        at,
         deadline_ms: deadline_at.timestamp_millis(),
     };
     // Redis refuses claims after the deadline (its clock); this node keeps
@@ -84,7 +80,7 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
     // in time is answered to a node that is still waiting for it, never to
     // one that gave up (a lock nobody runs under).
     let give_up = Instant::now()
-        + (deadline_at - shared.now())
+        + (deadline_at - shared.clock.now())
             .to_std()
             .unwrap_or(Duration::ZERO)
         + GIVE_UP_MARGIN;
@@ -294,13 +290,8 @@ async fn decided(
             metrics::claim(&job.name, ClaimResult::Won);
             info!(job = %job.name, occurrence = %name, node = %node, fence = lease.fence,
                 catch_up = catch_up.then_some(true), "claim won");
-            let runner = shared.runner();
             let gap = recording::record_gap_before(shared, job, reply.previous_ms, at);
-            let attempt = Attempt {
-                number: 1,
-                occurrence: Some(at),
-            };
-            let run = run_lease(&runner, job, &lease, name, sent, attempt);
+            let run = run_won(shared, job, &lease, Occurrence::Scheduled(at), sent, 1);
             let ((), (report, retry_at)) = tokio::join!(gap, run);
             let lag = (report.started_at - job.fires_at(at))
                 .to_std()
@@ -376,223 +367,70 @@ async fn decided(
     }
 }
 
-/// What a run needs from its daemon (or from `trigger`).
-pub struct Runner<'a> {
-    pub locker: &'a Locker,
-    pub executor: &'a Executor,
-    /// Stop the run (shutdown grace over, or Ctrl-C on `trigger`).
-    pub interrupt: &'a CancellationToken,
-    /// The daemon's shared state, to hold the outcome while Redis is away;
-    /// `None` for `trigger`.
-    pub(crate) shared: Option<&'a Shared>,
-    /// The variables of `[daemon] env_file` the job gets in its environment
-    /// (the daemon's as of its last load; `trigger`'s as it read the file).
-    pub env_file: Arc<BTreeMap<String, String>>,
-    /// What the output of its runs must not show.
-    pub mask: Arc<OutputMask>,
-}
-
-impl<'a> Runner<'a> {
-    /// A runner outside the daemon (`trigger`), whose jobs get `env_file`'s
-    /// variables as the daemon's do: a release that Redis does not take is
-    /// retried for a few seconds, then reported.
-    pub fn standalone(
-        locker: &'a Locker,
-        executor: &'a Executor,
-        interrupt: &'a CancellationToken,
-        env_file: Arc<BTreeMap<String, String>>,
-        mask: Arc<OutputMask>,
-    ) -> Runner<'a> {
-        Runner {
-            locker,
-            executor,
-            interrupt,
-            shared: None,
-            env_file,
-            mask,
-        }
-    }
-}
-
-/// Which attempt of what a run is.
-#[derive(Debug, Clone, Copy)]
-pub struct Attempt {
-    /// 1, then 2… for retries (`SOLOCRON_ATTEMPT`).
-    pub number: u32,
-    /// The scheduled occurrence; `None` for a manual run, never retried.
-    pub occurrence: Option<DateTime<Utc>>,
-}
-
-impl Attempt {
-    /// A manual run (`trigger`).
-    pub const MANUAL: Attempt = Attempt {
-        number: 1,
-        occurrence: None,
-    };
-}
-
-/// Runs a won occurrence or manual run (`name`) of `job` under `lease` to its
-/// end, keeping the lease alive until the last process of the run is gone,
-/// then releases it and records the outcome. `claim_sent` is when the
-/// winning claim was sent. Also answers when the next attempt may start,
-/// if this one failed and the job, as the daemon's loaded config defines
-/// it when the run ends, has a retry left (the release marked it pending).
-pub async fn run_lease(
-    runner: &Runner<'_>,
+/// Runs `occurrence` of `job`, won with `lease` (the claim sent at
+/// `claim_sent`), to its end on this node as attempt `attempt`, then
+/// releases the lease with the run's history entry, waiting for Redis as
+/// long as it is away. Also answers when the next attempt may start, if
+/// this one failed and the job, as the loaded config defines it when the
+/// run ends, has a retry left (the release marked it pending).
+pub(super) async fn run_won(
+    shared: &Shared,
     job: &Arc<Job>,
     lease: &Lease,
-    name: &str,
+    occurrence: Occurrence,
     claim_sent: Instant,
-    attempt: Attempt,
+    attempt: u32,
 ) -> (Report, Option<DateTime<Utc>>) {
-    let locker = runner.locker;
-    let node = locker.node().to_string();
-    let ctx = RunContext {
-        job: Arc::clone(job),
-        occurrence: name.to_string(),
-        fence: lease.fence,
-        node: node.clone(),
-        env_file: Arc::clone(&runner.env_file),
-        mask: Arc::clone(&runner.mask),
-        lost_lease_grace: watchdog::safety_margin(lease.ttl) / 2,
-        lease_lost: CancellationToken::new(),
-        attempt: attempt.number,
-        notice: None,
-    };
-    // The watchdog runs beside the run, not inside it: it goes on renewing
-    // while a stopped job takes its grace to die, and only the end of the
-    // run (its whole group gone) ends it.
-    let lost = ctx.lease_lost.clone();
+    let node = shared.locker.node();
     // Counted while the lease is held: a reload that renames the job
     // keeps the new name's lock until then (`rename.rs`).
-    let _running = runner
-        .shared
-        .map(|shared| shared.renames.run_started(&job.name));
-    let stop = stop_when(&lost, runner.interrupt);
-    let keep = keep_lease(runner, job, lease, name, claim_sent, &lost);
-    let mut report = tokio::select! {
-        report = runner.executor.execute(&ctx, stop) => report,
-        never = keep => match never {},
-    };
-    if let Some(shared) = runner.shared {
-        shared.to_fleet_clock(&mut report);
-    }
+    let _running = shared.renames.run_started(&job.name);
+    let env = shared.run_env();
+    let mut report = run::under_lease(&env, job, lease, occurrence, claim_sent, attempt).await;
+    shared.clock.shift_report(&mut report);
     metrics::run_finished(
         &job.name,
         report.outcome.as_str(),
         report.duration,
         report.finished_at.timestamp_millis() as f64 / 1000.0,
     );
-    let retry_at = attempt.occurrence.and_then(|at| {
-        let now = runner.shared.map_or_else(Utc::now, Shared::now);
-        // Retries follow the loaded file, which a reload may have changed
-        // during the run: a removed job or one without retries has none.
-        let current = match runner.shared {
-            Some(shared) => shared.retry_job(&job.name)?,
-            None => Arc::clone(job),
-        };
-        retry::next_attempt_at(&current, at, attempt.number, report.outcome, now)
+    // Retries follow the loaded file, which a reload may have changed
+    // during the run: a removed job or one without retries has none.
+    let retry_at = occurrence.scheduled().and_then(|at| {
+        let current = shared.retry_job(&job.name)?;
+        retry::next_attempt_at(&current, at, attempt, report.outcome, shared.clock.now())
     });
-    log_finished(
+    run::log_finished(
         job,
-        name,
-        &node,
+        occurrence,
+        node,
         lease.fence,
-        attempt.number,
+        attempt,
         retry_at,
         &report,
     );
-    let mut entry = Entry::from_report(name, &node, lease.fence, &report);
-    entry.output_tail = report.output_tail.clone();
-    entry.attempt = Some(attempt.number);
-    entry.retry_at = retry_at;
+    let entry = run::entry(occurrence, node, lease, attempt, retry_at, &report);
     // The notifier goes before the record: a record waits for Redis as long
     // as it is away, and an `on_failure` waited with it (a hook failing in
     // an outage was told nobody until Redis answered, never if the node
     // stopped meanwhile).
-    if let (Some(shared), Some(_), None) = (runner.shared, attempt.occurrence, retry_at) {
+    if occurrence.scheduled().is_some() && retry_at.is_none() {
         // The occurrence's last attempt: its final outcome.
         metrics::occurrence_decided(
             &job.name,
             report.outcome.as_str(),
             report.finished_at.timestamp_millis() as f64 / 1000.0,
         );
-        let subject = Subject {
-            occurrence: name,
-            fence: lease.fence,
-            attempt: attempt.number,
-        };
-        let ran = retry::Ran::new(attempt.number, lease.fence, &report);
-        notifications::send(shared, job, subject, ran.notice);
+        if job.extras.on_failure.is_some() || job.extras.on_success.is_some() {
+            let name = occurrence.to_string();
+            let subject = Subject {
+                occurrence: &name,
+                fence: lease.fence,
+                attempt,
+            };
+            notifications::send(shared, job, subject, retry::notice_of(&report));
+        }
     }
-    recording::release(locker, runner.shared, lease, &entry).await;
+    recording::release(shared, lease, &entry).await;
     (report, retry_at)
-}
-
-/// Completes when the run must stop: `lost` (the lease is gone and
-/// `on_lock_lost = "kill"`) or `interrupt`.
-async fn stop_when(lost: &CancellationToken, interrupt: &CancellationToken) -> StopReason {
-    tokio::select! {
-        _ = lost.cancelled() => StopReason::LockLost,
-        _ = interrupt.cancelled() => StopReason::Interrupted,
-    }
-}
-
-/// Renews the lease until it is lost, then says so (and cancels `lost`
-/// when the job must be stopped); never completes.
-async fn keep_lease(
-    runner: &Runner<'_>,
-    job: &Job,
-    lease: &Lease,
-    name: &str,
-    claim_sent: Instant,
-    lost: &CancellationToken,
-) -> std::convert::Infallible {
-    let why = watchdog::keep(runner.locker, lease, claim_sent).await;
-    metrics::lock_lost(&job.name);
-    log_lost(job, name, runner.locker.node(), lease.fence, &why);
-    if job.on_lock_lost == OnLockLost::Kill {
-        lost.cancel();
-    }
-    pending().await
-}
-
-fn log_lost(job: &Job, name: &str, node: &str, fence: u64, lost: &LeaseLost) {
-    match job.on_lock_lost {
-        OnLockLost::Kill => {
-            error!(job = %job.name, occurrence = %name, node = %node, fence, reason = lost.as_str(),
-            "lock lost: stopping the run (on_lock_lost = kill)")
-        }
-        OnLockLost::Continue => {
-            error!(job = %job.name, occurrence = %name, node = %node, fence, reason = lost.as_str(),
-            "lock lost: the run continues without the lock (on_lock_lost = continue)")
-        }
-    }
-}
-
-fn log_finished(
-    job: &Job,
-    name: &str,
-    node: &str,
-    fence: u64,
-    attempt: u32,
-    retry_at: Option<DateTime<Utc>>,
-    report: &Report,
-) {
-    let duration_ms = u64::try_from(report.duration.as_millis()).unwrap_or(u64::MAX);
-    let outcome = report.outcome.as_str();
-    let (exit_code, http) = (report.exit_code, report.http_status);
-    // Shown only where retries exist: attempt 1 of a job without them says nothing.
-    let attempt = (job.retries > 0).then_some(attempt);
-    let retry_at = retry_at.map(rfc3339);
-    match report.outcome {
-        Outcome::Succeeded => info!(job = %job.name, occurrence = %name, node = %node, fence,
-            outcome = %outcome, exit_code, http_status = http, duration_ms, attempt, "run finished"),
-        _ => {
-            warn!(job = %job.name, occurrence = %name, node = %node, fence, outcome = %outcome, exit_code,
-            http_status = http, duration_ms, attempt, retry_at = retry_at.as_deref().map(tracing::field::display),
-            error = report.error.as_deref().map(tracing::field::display),
-            "run finished")
-        }
-    }
 }

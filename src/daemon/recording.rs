@@ -7,7 +7,7 @@
 //! at any moment. A finished run's outcome is held in memory and retried
 //! until Redis takes it ([`release`]); at most [`PENDING_MAX`] records wait
 //! at once (beyond that an outcome is logged whole and dropped, and says
-//! so), and at shutdown they get [`SHUTDOWN_WAIT`]. Every script here is
+//! so), and at shutdown they get [`crate::run::STOP_WAIT`]. Every script here is
 //! idempotent per run (token) or per gap, so a retry whose first attempt
 //! did reach Redis writes nothing twice. A record lost with its node (kill
 //! -9 while Redis is away) is the documented limit: the run's log line
@@ -25,19 +25,17 @@ use tracing::{debug, error, info, warn};
 
 use super::Shared;
 use super::notifications::{self, Subject};
-use super::timetable::rfc3339;
 use crate::config::Job;
 use crate::coordinator::errors;
 use crate::history::Entry;
-use crate::lock::{AbandonCheck, Abandoned, GapEntry, Lease, LockError, Locker, Missed};
+use crate::lock::{AbandonCheck, Abandoned, GapEntry, Lease, LockError, Missed};
+use crate::schedule::rfc3339;
 
 /// First and longest pause between retries while Redis fails.
 const RETRY_FIRST: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(1);
 /// Records waiting for Redis at once, at most.
 pub const PENDING_MAX: usize = 10_000;
-/// How long records still wait for Redis once the daemon is stopping.
-pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
 /// How long a missed occurrence is kept for recording while Redis is away.
 const RECORD_MISSED_FOR: Duration = Duration::from_secs(3600);
 /// Occurrences of one gap recorded one by one; the rest get one entry.
@@ -79,67 +77,19 @@ impl Drop for PendingSlot<'_> {
     }
 }
 
-/// Releases `lease` and records `entry`, retrying while Redis is away: the
+/// Releases `lease` and records `entry` ([`crate::run::release`]): the
 /// outcome waits in memory until Redis takes it, or the daemon stops and
-/// [`SHUTDOWN_WAIT`] has passed. Used by the daemon (`shared`) and by
-/// `trigger` (`None`: retries for [`SHUTDOWN_WAIT`] only).
-pub async fn release(locker: &Locker, shared: Option<&Shared>, lease: &Lease, entry: &Entry) {
-    let slot = shared.map(|shared| shared.pending.enter());
-    if matches!(slot, Some(None)) {
+/// [`crate::run::STOP_WAIT`] has passed; at most [`PENDING_MAX`] wait.
+pub async fn release(shared: &Shared, lease: &Lease, entry: &Entry) {
+    let Some(_slot) = shared.pending.enter() else {
         error!(job = %lease.job, occurrence = %entry.occurrence, node = %entry.node, fence = lease.fence,
             outcome = %entry.outcome, pending = PENDING_MAX,
             "outcome not recorded: too many records already wait for redis (this line is the record)");
         return;
-    }
-    let mut give_up: Option<Instant> = match shared {
-        Some(_) => None,
-        None => Some(Instant::now() + SHUTDOWN_WAIT),
     };
-    let mut pause = RETRY_FIRST;
-    let mut waited = false;
-    loop {
-        match locker.release(lease, entry).await {
-            Ok(released) => {
-                if let Some(shared) = shared {
-                    shared.health.confirmed();
-                }
-                if waited {
-                    info!(job = %lease.job, occurrence = %entry.occurrence, node = %entry.node, fence = lease.fence,
-                        outcome = %entry.outcome, "outcome recorded now that redis answers");
-                }
-                if released.replaced_abandoned {
-                    warn!(job = %lease.job, occurrence = %entry.occurrence, node = %entry.node, fence = lease.fence,
-                        outcome = %entry.outcome,
-                        "this run had been recorded abandoned while this node could not reach redis; its own outcome replaces that entry");
-                } else if !released.lock_was_ours {
-                    warn!(job = %lease.job, occurrence = %entry.occurrence, node = %entry.node, fence = lease.fence,
-                        "lock was no longer ours at release; outcome recorded");
-                }
-                return;
-            }
-            Err(err) => {
-                if let Some(shared) = shared {
-                    shared.health.failed("release", &err, err.trouble());
-                    if give_up.is_none() && shared.cancel.is_cancelled() {
-                        give_up = Some(Instant::now() + SHUTDOWN_WAIT);
-                    }
-                }
-                if give_up.is_some_and(|at| Instant::now() + pause >= at) {
-                    error!(job = %lease.job, occurrence = %entry.occurrence, node = %entry.node, fence = lease.fence,
-                        outcome = %entry.outcome, exit_code = entry.exit_code, duration_ms = entry.duration_ms,
-                        error = %err,
-                        "outcome not recorded: redis unreachable while stopping (this line is the record; the lock expires by itself)");
-                    return;
-                }
-                if !waited {
-                    waited = true;
-                    debug!(job = %lease.job, occurrence = %entry.occurrence, node = %entry.node, error = %err,
-                        "release failed; the outcome waits in memory until redis answers");
-                }
-            }
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(RETRY_MAX);
+    let failed = |err: &LockError| shared.health.failed("release", err, err.trouble());
+    if crate::run::release(&shared.locker, lease, entry, &shared.cancel, failed).await {
+        shared.health.confirmed();
     }
 }
 
@@ -256,7 +206,10 @@ pub async fn record_if_fleet_drained(
     at: DateTime<Utc>,
     deadline: DateTime<Utc>,
 ) {
-    let wait = (deadline - shared.now()).to_std().unwrap_or(Duration::ZERO) + DRAINED_LOOK_AFTER;
+    let wait = (deadline - shared.clock.now())
+        .to_std()
+        .unwrap_or(Duration::ZERO)
+        + DRAINED_LOOK_AFTER;
     tokio::select! {
         _ = shared.cancel.cancelled() => return,
         _ = tokio::time::sleep(wait) => {}
@@ -454,7 +407,7 @@ pub async fn record_gap_before(
                             &job.name,
                             "missed",
                             missed.len() as u64,
-                            unix_secs(shared.now()),
+                            unix_secs(shared.clock.now()),
                         );
                         warn!(job = %job.name, node = %shared.locker.node(), count = missed.len(),
                             from = %first.occurrence, until = %rfc3339(at),
@@ -525,7 +478,7 @@ pub fn watch_lock(shared: &Arc<Shared>, job: &Arc<Job>, fence: u64, ttl_left: Op
     let Some(ttl_left) = ttl_left else {
         return;
     };
-    let now = shared.now();
+    let now = shared.clock.now();
     let next_claim = job
         .next_to_fire(now)
         .and_then(|next| (job.fires_at(next) - now).to_std().ok())
@@ -613,7 +566,7 @@ pub fn spawn_startup_check(shared: &Arc<Shared>, jobs: &[Arc<Job>]) {
 /// The decision line for a run found abandoned.
 pub fn log_abandoned(shared: &Shared, job: &Arc<Job>, abandoned: &Abandoned) {
     crate::metrics::abandoned(&job.name);
-    crate::metrics::occurrence_decided(&job.name, "abandoned", unix_secs(shared.now()));
+    crate::metrics::occurrence_decided(&job.name, "abandoned", unix_secs(shared.clock.now()));
     // Shown only where retries exist, as on `run finished`.
     let attempt = (job.retries > 0).then_some(abandoned.attempt);
     warn!(job = %job.name, occurrence = %abandoned.occurrence, node = %shared.locker.node(),
@@ -639,7 +592,7 @@ pub fn log_abandoned(shared: &Shared, job: &Arc<Job>, abandoned: &Abandoned) {
 /// Counts `at` of `job`, which this node just recorded `missed`, as its
 /// final outcome, and sends `on_failure`.
 fn notify_missed(shared: &Shared, job: &Arc<Job>, at: DateTime<Utc>, reason: &str) {
-    crate::metrics::occurrence_decided(&job.name, "missed", unix_secs(shared.now()));
+    crate::metrics::occurrence_decided(&job.name, "missed", unix_secs(shared.clock.now()));
     let name = rfc3339(at);
     let subject = Subject {
         occurrence: &name,

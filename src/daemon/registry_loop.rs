@@ -52,7 +52,7 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
     loop {
         let coordinator = shared.locker.coordinator();
         let prefix = shared.locker.prefix();
-        let offset = shared.clock_offset();
+        let offset = shared.clock.offset_ms();
         let warning = shared.redis_warning();
         let whole = !published;
         let beat = if published {
@@ -121,7 +121,7 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
             // The first measurement of the clock: publish the whole entry
             // again, with the start time on the clock just measured, unless
             // the last whole write came after it.
-            _ = shared.clock_measured.notified() => published &= whole_measured,
+            _ = shared.clock.measured.notified() => published &= whole_measured,
             changed = config_rx.changed() => {
                 if changed.is_err() {
                     return;
@@ -222,7 +222,7 @@ fn node_info(
     started_at: std::time::Instant,
 ) -> (NodeInfo, BTreeMap<String, JobSchedule>) {
     let up = chrono::TimeDelta::from_std(started_at.elapsed()).unwrap_or_default();
-    let now = shared.now();
+    let now = shared.clock.now();
     let started_at = now.checked_sub_signed(up).unwrap_or(now).timestamp_millis();
     let jobs: BTreeMap<String, String> = config
         .jobs
@@ -248,7 +248,7 @@ fn node_info(
         updated_at: 0,
         config_path: config.path.display().to_string(),
         config_hash: config_hash.to_string(),
-        clock_offset_ms: shared.clock_offset(),
+        clock_offset_ms: shared.clock.offset_ms(),
         redis_warning: shared.redis_warning(),
         jobs,
         instance: shared.instance.clone(),

@@ -59,13 +59,13 @@ pub fn reload(
             super::log_warnings(&new, &options.node);
             shared.set_env_file(&new);
             shared.set_retry_jobs(&new.jobs);
-            shared.set_clock_source(new.daemon.clock);
+            shared.clock.set_source(new.daemon.clock);
             // The occurrences of an added job, or of a new schedule, before
             // now were not due under the config in force here: this node
             // neither catches them up nor records them `missed` (a job
             // commented out and back, an hourly job made every 15 minutes).
             // Set before the timetable spawns the catch-ups.
-            let now = shared.now();
+            let now = shared.clock.now();
             let before: std::collections::HashMap<&str, &config::Job> = current
                 .jobs
                 .iter()

@@ -187,9 +187,7 @@ async fn hold_new_name(
 ) {
     let node = shared.locker.node().to_string();
     let token = new_token();
-    let target = Target::Manual {
-        name: format!("rename-of-{old}"),
-    };
+    let target = Target::Rename { old: old.clone() };
     let mut pause = RETRY_FIRST;
     let (lease, sent) = loop {
         let sent = Instant::now();

@@ -47,12 +47,12 @@ use tracing::{debug, info, warn};
 
 use super::Shared;
 use super::notifications::{self, Subject};
-use super::occurrence::{Attempt, run_lease};
+use super::occurrence::run_won;
 use super::recording::unix_secs;
-use super::timetable::rfc3339;
 use crate::config::{Job, retry_backoff};
 use crate::exec::{Notice, Outcome, Report};
 use crate::lock::{Claim, RetryState, Target, new_token};
+use crate::schedule::{Occurrence, rfc3339};
 
 /// Bounds of the pause between two reads of the state.
 const POLL_MIN: Duration = Duration::from_millis(250);
@@ -159,7 +159,7 @@ async fn follow(shared: &Arc<Shared>, mut job: Arc<Job>, at: DateTime<Utc>, mut 
         }
         let until = deadline(&job, at);
         let poll = (job.extras.retry_backoff / 2).clamp(POLL_MIN, POLL_MAX);
-        if shared.now() >= until {
+        if shared.clock.now() >= until {
             // Nobody claimed the retry this node's failure asked for.
             if let Some(ran) = ran.take() {
                 warn!(job = %job.name, occurrence = %name, node = %shared.locker.node(), attempt = ran.attempt,
@@ -212,7 +212,10 @@ async fn follow(shared: &Arc<Shared>, mut job: Arc<Job>, at: DateTime<Utc>, mut 
             Duration::ZERO
         };
         let start = DateTime::from_timestamp_millis(at_ms).unwrap_or_else(Utc::now);
-        let wait = (start - shared.now()).to_std().unwrap_or(Duration::ZERO) + defer;
+        let wait = (start - shared.clock.now())
+            .to_std()
+            .unwrap_or(Duration::ZERO)
+            + defer;
         pause(shared, wait).await;
         match claim_and_run(shared, &job, at, &name, attempt).await {
             Step::Ran(next) => match next {
@@ -317,7 +320,7 @@ async fn claim_and_run(
         // service. The occurrence ends with its last attempt.
         if shared
             .controls
-            .pause_for(&job.name, shared.now().timestamp_millis())
+            .pause_for(&job.name, shared.clock.now().timestamp_millis())
             .is_some()
         {
             return Step::Dropped(
@@ -327,12 +330,11 @@ async fn claim_and_run(
         }
         let job = current.unwrap_or_else(|| Arc::clone(job));
         let until = deadline(&job, at);
-        if shared.now() >= until {
+        if shared.clock.now() >= until {
             return Step::Over;
         }
         let target = Target::Retry {
-            at_ms: at.timestamp_millis(),
-            name: name.to_string(),
+            at,
             attempt,
             deadline_ms: until.timestamp_millis(),
         };
@@ -347,17 +349,13 @@ async fn claim_and_run(
                 crate::metrics::retried(&job.name);
                 info!(job = %job.name, occurrence = %name, node = %node, fence = lease.fence, attempt,
                     "retry claim won");
-                let attempt_of = Attempt {
-                    number: attempt,
-                    occurrence: Some(at),
-                };
-                let runner = shared.runner();
+                let occurrence = Occurrence::Scheduled(at);
                 let (report, retry_at) =
-                    run_lease(&runner, &job, &lease, name, sent, attempt_of).await;
+                    run_won(shared, &job, &lease, occurrence, sent, attempt).await;
                 if retry_at.is_some() {
                     return Step::Ran(Some(Ran::new(attempt, lease.fence, &report)));
                 }
-                // Without a retry to follow, `run_lease` sent the notifier.
+                // Without a retry to follow, `run_won` sent the notifier.
                 return Step::Ran(None);
             }
             Ok(Claim::Taken { by, fence, .. }) => {
@@ -380,7 +378,11 @@ async fn claim_and_run(
 /// The occurrence `name` of `job` ends with `ran`, this node's failed
 /// attempt: its final outcome is counted and its notifier sent.
 fn notify(shared: &Shared, job: &Arc<Job>, name: &str, ran: Ran) {
-    crate::metrics::occurrence_decided(&job.name, &ran.notice.outcome, unix_secs(shared.now()));
+    crate::metrics::occurrence_decided(
+        &job.name,
+        &ran.notice.outcome,
+        unix_secs(shared.clock.now()),
+    );
     let subject = Subject {
         occurrence: name,
         fence: ran.fence,

@@ -6,7 +6,7 @@
 //! still claimed (and recorded as skipped) while a run goes on, and 10,000
 //! idle jobs cost one sleeping timer, not 10,000.
 //!
-//! "Now" is [`Shared::now`]: Redis's clock with `clock = "redis"` (this
+//! "Now" is [`super::fleet_clock::FleetClock::now`]: Redis's clock with `clock = "redis"` (this
 //! node's clock corrected by its measured offset), so every node fires at
 //! the same instant, or this node's own with `clock = "local"`.
 //! Until Redis first answers "now" is the wall clock; if the first
@@ -37,6 +37,7 @@ use tracing::{info, warn};
 
 use super::{Shared, gate, occurrence, recording};
 use crate::config::Job;
+use crate::schedule::rfc3339;
 
 /// Longest single sleep before the wall clock is read again.
 const MAX_SLEEP: Duration = Duration::from_secs(60);
@@ -173,7 +174,7 @@ impl Timetable {
             shared.job_gauges.removed(&name);
             diff.removed.push(name);
         }
-        let now = shared.now();
+        let now = shared.clock.now();
         if self.by_name.is_empty() && self.started_at.is_none() {
             self.started_at = Some(now);
         }
@@ -211,7 +212,7 @@ impl Timetable {
         diff
     }
 
-    /// Computes every job's next occurrence again by [`Shared::now`], once,
+    /// Computes every job's next occurrence again by [`super::fleet_clock::FleetClock::now`], once,
     /// after the start: the start scheduled by this node's wall clock
     /// because Redis had not answered yet, and the first measurement found
     /// that clock off (`clock = "redis"`, see `clock::REBASE_ABOVE_MS`).
@@ -223,7 +224,7 @@ impl Timetable {
         let Some(started_at) = self.started_at.take() else {
             return 0;
         };
-        let now = shared.now();
+        let now = shared.clock.now();
         let jobs: Vec<Arc<Job>> = self.by_name.keys().map(|job| Arc::clone(&job.0)).collect();
         for job in &jobs {
             let slot = self.next_slot;
@@ -257,7 +258,7 @@ impl Timetable {
             .heap
             .peek()
             .map(|Reverse(due)| {
-                (due.job.fires_at(due.next) - shared.now())
+                (due.job.fires_at(due.next) - shared.clock.now())
                     .to_std()
                     .unwrap_or(Duration::ZERO)
             })
@@ -269,7 +270,7 @@ impl Timetable {
     /// job's next one.
     pub fn fire_due(&mut self, shared: &Arc<Shared>) {
         self.sleep_to_the_earliest(shared);
-        let now = shared.now();
+        let now = shared.clock.now();
         while let Some(Reverse(due)) = self.heap.peek() {
             if due.fires_ms > now.timestamp_millis() {
                 break;
@@ -304,7 +305,7 @@ impl Timetable {
         if !is_current(&self.by_name, due) {
             return;
         }
-        if let Ok(left) = (due.job.fires_at(due.next) - shared.now()).to_std()
+        if let Ok(left) = (due.job.fires_at(due.next) - shared.clock.now()).to_std()
             && left <= EARLY_WAKE
         {
             std::thread::sleep(left);
@@ -402,11 +403,6 @@ fn latest_due(job: &Job, at: DateTime<Utc>, now: DateTime<Utc>) -> (DateTime<Utc
         passed += 1;
     }
     (due, passed)
-}
-
-/// RFC 3339 UTC with whole seconds and `Z`: the name of an occurrence.
-pub fn rfc3339(at: DateTime<Utc>) -> String {
-    at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 fn chrono_duration(duration: Duration) -> chrono::TimeDelta {

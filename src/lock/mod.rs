@@ -40,12 +40,14 @@ pub mod watchdog;
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use futures_util::future::join_all;
 
 use crate::coordinator::errors::timed_out;
 use crate::coordinator::{ANSWER_TIMEOUT, Conn, Coordinator, coordinator_time_us};
 use crate::history::Entry;
 use crate::keys::JobKeys;
+use crate::schedule::Occurrence;
 
 /// Redis failed (unreachable, timed out, or replied with something unexpected).
 #[derive(Debug, thiserror::Error)]
@@ -140,32 +142,34 @@ pub struct GapEntry {
 /// What is being claimed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
-    /// A scheduled occurrence: UTC epoch ms, its RFC 3339 name, and the
-    /// last instant (epoch ms, Redis time) it may still be claimed.
-    Scheduled {
-        at_ms: i64,
-        name: String,
-        deadline_ms: i64,
-    },
+    /// A scheduled occurrence, and the last instant (epoch ms, Redis
+    /// time) it may still be claimed.
+    Scheduled { at: DateTime<Utc>, deadline_ms: i64 },
     /// Attempt `attempt` (2, 3…) of a scheduled occurrence whose attempt
     /// before failed; claimable until `deadline_ms` (the next occurrence).
     Retry {
-        at_ms: i64,
-        name: String,
+        at: DateTime<Utc>,
         attempt: u32,
         deadline_ms: i64,
     },
-    /// A manual run (`manual-…`): never recorded as an occurrence.
-    Manual { name: String },
+    /// A manual run started at `started` (`manual-…`): never recorded as
+    /// an occurrence.
+    Manual { started: DateTime<Utc> },
+    /// The lock of a renamed job's new name, held (like a manual run's)
+    /// while a run of its old name `old` goes on: never an occurrence.
+    Rename { old: String },
 }
 
 impl Target {
-    /// The name runs and logs see (`SOLOCRON_OCCURRENCE`).
-    pub fn name(&self) -> &str {
+    /// The name the lock's holder and the history give it:
+    /// the occurrence's (`SOLOCRON_OCCURRENCE`), or `rename-of-OLD`.
+    pub fn name(&self) -> String {
         match self {
-            Target::Scheduled { name, .. }
-            | Target::Retry { name, .. }
-            | Target::Manual { name } => name,
+            Target::Scheduled { at, .. } | Target::Retry { at, .. } => {
+                Occurrence::Scheduled(*at).to_string()
+            }
+            Target::Manual { started } => Occurrence::Manual(*started).to_string(),
+            Target::Rename { old } => format!("rename-of-{old}"),
         }
     }
 }
@@ -454,10 +458,12 @@ impl Locker {
     /// an occurrence (`daemon::preference`): a losing claim costs Redis a
     /// script, this a few µs of reads.
     pub async fn peek(&self, job: &str, target: &Target) -> Result<Option<ClaimReply>, LockError> {
-        let (Some(server), Target::Scheduled { at_ms, .. }) = (self.single(), target) else {
+        let (Some(server), Target::Scheduled { at, .. }) = (self.single(), target) else {
             return Ok(None);
         };
-        server.peek(&self.keys(job), job, *at_ms).await
+        server
+            .peek(&self.keys(job), job, at.timestamp_millis())
+            .await
     }
 
     /// Whether any scheduled occurrence of `job` was ever decided (run,

@@ -316,16 +316,15 @@ impl Server {
         ttl: Duration,
     ) -> Result<ClaimReply, LockError> {
         let (mode, at_ms, deadline_ms, attempt) = match target {
-            Target::Scheduled {
-                at_ms, deadline_ms, ..
-            } => ("scheduled", *at_ms, *deadline_ms, 1),
+            Target::Scheduled { at, deadline_ms } => {
+                ("scheduled", at.timestamp_millis(), *deadline_ms, 1)
+            }
             Target::Retry {
-                at_ms,
+                at,
                 deadline_ms,
                 attempt,
-                ..
-            } => ("retry", *at_ms, *deadline_ms, *attempt),
-            Target::Manual { .. } => ("manual", 0, 0, 1),
+            } => ("retry", at.timestamp_millis(), *deadline_ms, *attempt),
+            Target::Manual { .. } | Target::Rename { .. } => ("manual", 0, 0, 1),
         };
         let mut invocation = self.scripts.claim.prepare_invoke();
         invocation

@@ -318,8 +318,7 @@ async fn one_task(lockers: &[Locker], name: &str, stop: &AtomicBool) -> Vec<Roun
         let at_ms = (round / jobs.len() as i64 + 1) * 1000;
         round += 1;
         let target = Target::Scheduled {
-            at_ms,
-            name: format!("occ-{at_ms}"),
+            at: chrono::DateTime::from_timestamp_millis(at_ms).expect("an instant"),
             deadline_ms: i64::MAX,
         };
         let tokens: Vec<String> = lockers.iter().map(|_| new_token()).collect();

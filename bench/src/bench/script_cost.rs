@@ -80,8 +80,7 @@ pub fn measure() -> BTreeMap<&'static str, CallCost> {
         let job = format!("s{}", round % 10);
         let at_ms = (round / 10 + 1) * 1000;
         let target = Target::Scheduled {
-            at_ms,
-            name: format!("occ-{at_ms}"),
+            at: chrono::DateTime::from_timestamp_millis(at_ms).expect("an instant"),
             deadline_ms: i64::MAX,
         };
         let measured = round >= WARM_UP;
@@ -124,7 +123,7 @@ pub fn measure() -> BTreeMap<&'static str, CallCost> {
             },
         );
         timed(CALLS[3], &mut conn, &mut || {
-            let entry = succeeded_entry(target.name(), lease.fence);
+            let entry = succeeded_entry(&target.name(), lease.fence);
             if let Err(err) = runtime.block_on(lockers[0].release(&lease, &entry)) {
                 panic!("n1's release of {job} failed: {err}");
             }

@@ -293,8 +293,7 @@ fn solocron_occurrence(
     timed: impl Fn(&mut redis::Connection, &mut dyn FnMut()) -> u64,
 ) -> u64 {
     let target = Target::Scheduled {
-        at_ms,
-        name: format!("occ-{at_ms}"),
+        at: chrono::DateTime::from_timestamp_millis(at_ms).expect("an instant"),
         deadline_ms: i64::MAX,
     };
     let mut lease = None;
@@ -318,7 +317,7 @@ fn solocron_occurrence(
             },
         );
     }
-    let entry = script_cost::succeeded_entry(target.name(), lease.fence);
+    let entry = script_cost::succeeded_entry(&target.name(), lease.fence);
     spent += timed(stats, &mut || {
         if let Err(err) = runtime.block_on(lockers[0].release(&lease, &entry)) {
             panic!("n1's release of {job} failed: {err}");

@@ -770,8 +770,7 @@ pub fn reset_stats(redis: &RedisServer) {
 /// A scheduled occurrence `at_ms`, named `occ-MS`, claimable at any time.
 pub fn scheduled(at_ms: i64) -> solocron::lock::Target {
     solocron::lock::Target::Scheduled {
-        at_ms,
-        name: format!("occ-{at_ms}"),
+        at: chrono::DateTime::from_timestamp_millis(at_ms).expect("an instant"),
         deadline_ms: i64::MAX,
     }
 }

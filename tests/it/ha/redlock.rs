@@ -173,8 +173,7 @@ fn three_nodes_claiming_at_once_always_leave_one_winner() {
                 let (locker, job) = (std::sync::Arc::clone(locker), job.clone());
                 tasks.push(tokio::spawn(async move {
                     let target = Target::Scheduled {
-                        at_ms,
-                        name: "occ".to_string(),
+                        at: chrono::DateTime::from_timestamp_millis(at_ms).expect("an instant"),
                         deadline_ms,
                     };
                     let token = new_token();
@@ -441,8 +440,8 @@ fn a_renamed_jobs_lock_and_skip_record_hold_on_redlock() {
     runtime.block_on(async {
         let lockers = redlock_lockers(&masters, "renamed", &["n1", "n2"]).await;
         let ttl = Duration::from_secs(5);
-        let manual = Target::Manual {
-            name: "rename-of-long".to_string(),
+        let manual = Target::Rename {
+            old: "long".to_string(),
         };
         let Claim::Won(lease) = lockers[0]
             .claim("long-job", &manual, &new_token(), ttl)

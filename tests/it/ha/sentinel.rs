@@ -175,8 +175,7 @@ fn a_stale_master_that_still_takes_writes_grants_no_claim_the_new_master_loses()
         runtime.block_on(locker.claim(
             &format!("job-{at_ms}"),
             &Target::Scheduled {
-                at_ms,
-                name: format!("occ-{at_ms}"),
+                at: chrono::DateTime::from_timestamp_millis(at_ms).expect("an instant"),
                 deadline_ms: i64::MAX,
             },
             &new_token(),

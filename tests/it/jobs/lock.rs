@@ -71,7 +71,7 @@ async fn late_claimer_is_refused_after_release() {
     tokio::time::sleep(Duration::from_millis(5)).await;
     assert!(
         early
-            .release(&lease, &entry("early", &lease, "occ-5000"))
+            .release(&lease, &entry("early", &lease, "1970-01-01T00:00:05Z"))
             .await
             .unwrap()
             .lock_was_ours
@@ -127,7 +127,7 @@ async fn retried_claim_with_same_token_gets_the_same_fence() {
     ));
     // Manual runs are idempotent the same way.
     let manual = Target::Manual {
-        name: "manual-x".into(),
+        started: chrono::Utc::now(),
     };
     let redis_conn = &mut redis.conn();
     let _: () = redis_conn.del("{test:job}:lock").unwrap();
@@ -206,7 +206,7 @@ async fn release_with_a_stale_token_deletes_nothing() {
         "a stale lease must not extend"
     );
     assert!(
-        !a.release(&stale, &entry("a", &stale, "occ-1000"))
+        !a.release(&stale, &entry("a", &stale, "1970-01-01T00:00:01Z"))
             .await
             .unwrap()
             .lock_was_ours
@@ -257,7 +257,7 @@ async fn busy_lock_skips_the_occurrence_once_and_manual_runs_consume_nothing() {
         .query(&mut conn)
         .unwrap();
     assert_eq!(skipped.len(), 1, "one skip entry");
-    a.release(&running, &entry("a", &running, "occ-1000"))
+    a.release(&running, &entry("a", &running, "1970-01-01T00:00:01Z"))
         .await
         .unwrap();
     let len: usize = conn.xlen("{test:job}:history").unwrap();
@@ -267,7 +267,7 @@ async fn busy_lock_skips_the_occurrence_once_and_manual_runs_consume_nothing() {
         .claim(
             "job",
             &Target::Manual {
-                name: "manual-now".into(),
+                started: chrono::Utc::now(),
             },
             &new_token(),
             TTL,
@@ -305,7 +305,7 @@ async fn a_retried_claim_that_was_answered_busy_does_not_win_after_the_release()
         .await
         .unwrap();
     assert!(matches!(busy, Claim::Busy { .. }), "{busy:?}");
-    a.release(&running, &entry("a", &running, "occ-1000"))
+    a.release(&running, &entry("a", &running, "1970-01-01T00:00:01Z"))
         .await
         .unwrap();
     // The "busy" reply was lost: b retries with the same token.
@@ -333,8 +333,7 @@ async fn a_claim_reaching_redis_after_the_deadline_takes_nothing() {
     let node = locker(&redis, "a").await;
     let now_ms = Utc::now().timestamp_millis();
     let late = Target::Scheduled {
-        at_ms: now_ms - 10_000,
-        name: "late".into(),
+        at: chrono::DateTime::from_timestamp_millis(now_ms - 10_000).expect("an instant"),
         deadline_ms: now_ms - 5_000,
     };
     assert_eq!(
@@ -384,14 +383,14 @@ async fn a_late_win_of_a_node_that_gave_up_is_undone_by_its_miss_record() {
     // Another node's token cannot undo it.
     assert!(
         !other
-            .record_missed("job", 1_000, "occ-1000", "test", &new_token())
+            .record_missed("job", 1_000, "1970-01-01T00:00:01Z", "test", &new_token())
             .await
             .unwrap()
             .recorded
     );
     assert!(
         gave_up
-            .record_missed("job", 1_000, "occ-1000", "test", &token)
+            .record_missed("job", 1_000, "1970-01-01T00:00:01Z", "test", &token)
             .await
             .unwrap()
             .recorded
@@ -419,7 +418,7 @@ async fn a_retried_release_records_the_run_once_even_after_later_runs() {
         .claim("tick", &scheduled(1_000), &new_token(), TTL)
         .await
         .unwrap());
-    let first_entry = entry("a", &first, "occ-1000");
+    let first_entry = entry("a", &first, "1970-01-01T00:00:01Z");
     assert!(
         node.release(&first, &first_entry)
             .await
@@ -431,7 +430,8 @@ async fn a_retried_release_records_the_run_once_even_after_later_runs() {
             .claim("tick", &scheduled(at_ms), &new_token(), TTL)
             .await
             .unwrap());
-        let name = format!("occ-{at_ms}");
+        let name =
+            solocron::schedule::rfc3339(chrono::DateTime::from_timestamp_millis(at_ms).unwrap());
         assert!(
             node.release(&later, &entry("a", &later, &name))
                 .await
@@ -454,7 +454,14 @@ async fn a_retried_release_records_the_run_once_even_after_later_runs() {
         .iter()
         .filter_map(|id| id.get::<String>("occurrence"))
         .collect();
-    assert_eq!(occurrences, ["occ-1000", "occ-2000", "occ-3000"]);
+    assert_eq!(
+        occurrences,
+        [
+            "1970-01-01T00:00:01Z",
+            "1970-01-01T00:00:02Z",
+            "1970-01-01T00:00:03Z"
+        ]
+    );
 }
 
 /// Waits (up to 5 s) until `job`'s lock has expired in Redis.
@@ -496,14 +503,13 @@ async fn retry_left_running(redis: &RedisServer, job: &str, ttl: Duration) -> Le
         .claim(job, &scheduled(1_000), &new_token(), TTL)
         .await
         .unwrap());
-    let mut failed = entry("a", &first, "occ-1000");
+    let mut failed = entry("a", &first, "1970-01-01T00:00:01Z");
     failed.outcome = "failed".to_string();
     failed.attempt = Some(1);
     failed.retry_at = Some(Utc::now());
     a.release(&first, &failed).await.unwrap();
     let retry = Target::Retry {
-        at_ms: 1_000,
-        name: "occ-1000".to_string(),
+        at: chrono::DateTime::from_timestamp_millis(1_000).expect("an instant"),
         attempt: 2,
         deadline_ms: i64::MAX,
     };
@@ -530,7 +536,7 @@ async fn an_abandoned_run_is_recorded_with_the_attempt_it_was() {
         AbandonCheck::Abandoned(Abandoned {
             node: "b".to_string(),
             fence: second.fence,
-            occurrence: "occ-1000".to_string(),
+            occurrence: "1970-01-01T00:00:01Z".to_string(),
             attempt: 2,
         })
     );
@@ -576,7 +582,7 @@ async fn an_abandoned_run_is_recorded_with_the_attempt_it_was() {
         AbandonCheck::Abandoned(Abandoned {
             node: "c".to_string(),
             fence: third.fence,
-            occurrence: "occ-2000".to_string(),
+            occurrence: "1970-01-01T00:00:02Z".to_string(),
             attempt: 1,
         })
     );

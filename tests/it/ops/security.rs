@@ -1063,8 +1063,7 @@ fn the_readme_acl_user_can_record_abandoned_runs_gaps_and_late_releases() {
             .await
             .expect("SCRIPT LOAD as the ACL user");
         let at = |ms: i64| Target::Scheduled {
-            at_ms: ms,
-            name: format!("occ-{ms}"),
+            at: chrono::DateTime::from_timestamp_millis(ms).expect("an instant"),
             deadline_ms: i64::MAX,
         };
         let Claim::Won(lease) = runner

@@ -1,0 +1,228 @@
+//! One run of a job under its lease, for the daemon and for `trigger`:
+//! the executor runs the job while the watchdog renews the lease beside
+//! it, and the lease is released together with the run's history entry.
+//!
+//! The lease is renewed for as long as the run lasts, which is until the
+//! last process of its group is gone (also while a timed-out or
+//! interrupted job ignores SIGTERM), and released only then (guarantee 2,
+//! docs/guarantees.md). A lease that cannot be confirmed stops the run
+//! (`on_lock_lost = "kill"`) before another node could take the lock.
+//!
+//! Failure model: the release is retried while Redis fails, without limit
+//! until the caller stops, then for [`STOP_WAIT`]; every retry is safe
+//! (the release script is token-checked and records the entry once). An
+//! outcome Redis never took is logged whole, as its record.
+
+use std::collections::BTreeMap;
+use std::future::pending;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use crate::config::{Job, OnLockLost};
+use crate::exec::{Executor, Outcome, OutputMask, Report, RunContext, StopReason};
+use crate::history::Entry;
+use crate::lock::watchdog::{self, LeaseLost};
+use crate::lock::{Lease, LockError, Locker};
+use crate::metrics;
+use crate::schedule::{Occurrence, rfc3339};
+
+/// How long a release still waits for Redis once its caller stops.
+pub const STOP_WAIT: Duration = Duration::from_secs(10);
+/// First and longest pause between releases while Redis fails.
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// What a run needs from whoever started it (the daemon or `trigger`).
+pub struct RunEnv<'a> {
+    pub locker: &'a Locker,
+    pub executor: &'a Executor,
+    /// Stop the run (shutdown grace over, or Ctrl-C on `trigger`).
+    pub interrupt: &'a CancellationToken,
+    /// The variables of `[daemon] env_file` the job gets in its environment
+    /// (the daemon's as of its last load; `trigger`'s as it read the file).
+    pub env_file: Arc<BTreeMap<String, String>>,
+    /// What the output of its runs must not show.
+    pub mask: Arc<OutputMask>,
+}
+
+/// Runs `occurrence` of `job` under `lease` until the last process of the
+/// run is gone, renewing the lease beside it; `attempt` is 1, then 2… for
+/// retries (`SOLOCRON_ATTEMPT`), and `claim_sent` when the winning claim
+/// was sent. The lease is still held when this answers: see [`release`].
+pub async fn under_lease(
+    env: &RunEnv<'_>,
+    job: &Arc<Job>,
+    lease: &Lease,
+    occurrence: Occurrence,
+    claim_sent: Instant,
+    attempt: u32,
+) -> Report {
+    let ctx = RunContext {
+        job: Arc::clone(job),
+        occurrence: occurrence.to_string(),
+        fence: lease.fence,
+        node: env.locker.node().to_string(),
+        env_file: Arc::clone(&env.env_file),
+        mask: Arc::clone(&env.mask),
+        lost_lease_grace: watchdog::safety_margin(lease.ttl) / 2,
+        lease_lost: CancellationToken::new(),
+        attempt,
+        notice: None,
+    };
+    // The watchdog runs beside the run, not inside it: it goes on renewing
+    // while a stopped job takes its grace to die, and only the end of the
+    // run (its whole group gone) ends it.
+    let lost = ctx.lease_lost.clone();
+    let stop = stop_when(&lost, env.interrupt);
+    let keep = keep_lease(env.locker, job, lease, occurrence, claim_sent, &lost);
+    tokio::select! {
+        report = env.executor.execute(&ctx, stop) => report,
+        never = keep => match never {},
+    }
+}
+
+/// The history entry of a finished run.
+pub fn entry(
+    occurrence: Occurrence,
+    node: &str,
+    lease: &Lease,
+    attempt: u32,
+    retry_at: Option<DateTime<Utc>>,
+    report: &Report,
+) -> Entry {
+    let mut entry = Entry::from_report(&occurrence.to_string(), node, lease.fence, report);
+    entry.output_tail = report.output_tail.clone();
+    entry.attempt = Some(attempt);
+    entry.retry_at = retry_at;
+    entry
+}
+
+/// Releases `lease` and records `entry` in one step, retrying while Redis
+/// fails: without limit until `stopping` is cancelled, then for
+/// [`STOP_WAIT`] more (a caller that is already stopping, like `trigger`,
+/// waits [`STOP_WAIT`] at most). `failed` is told of each failure. Answers
+/// whether Redis took the record.
+pub async fn release(
+    locker: &Locker,
+    lease: &Lease,
+    entry: &Entry,
+    stopping: &CancellationToken,
+    mut failed: impl FnMut(&LockError),
+) -> bool {
+    let mut give_up = stopping.is_cancelled().then(|| Instant::now() + STOP_WAIT);
+    let mut pause = RETRY_FIRST;
+    let mut waited = false;
+    loop {
+        match locker.release(lease, entry).await {
+            Ok(released) => {
+                if waited {
+                    info!(job = %lease.job, occurrence = %entry.occurrence, node = %entry.node, fence = lease.fence,
+                        outcome = %entry.outcome, "outcome recorded now that redis answers");
+                }
+                if released.replaced_abandoned {
+                    warn!(job = %lease.job, occurrence = %entry.occurrence, node = %entry.node, fence = lease.fence,
+                        outcome = %entry.outcome,
+                        "this run had been recorded abandoned while this node could not reach redis; its own outcome replaces that entry");
+                } else if !released.lock_was_ours {
+                    warn!(job = %lease.job, occurrence = %entry.occurrence, node = %entry.node, fence = lease.fence,
+                        "lock was no longer ours at release; outcome recorded");
+                }
+                return true;
+            }
+            Err(err) => {
+                failed(&err);
+                if give_up.is_none() && stopping.is_cancelled() {
+                    give_up = Some(Instant::now() + STOP_WAIT);
+                }
+                if give_up.is_some_and(|at| Instant::now() + pause >= at) {
+                    error!(job = %lease.job, occurrence = %entry.occurrence, node = %entry.node, fence = lease.fence,
+                        outcome = %entry.outcome, exit_code = entry.exit_code, duration_ms = entry.duration_ms,
+                        error = %err,
+                        "outcome not recorded: redis unreachable while stopping (this line is the record; the lock expires by itself)");
+                    return false;
+                }
+                if !waited {
+                    waited = true;
+                    debug!(job = %lease.job, occurrence = %entry.occurrence, node = %entry.node, error = %err,
+                        "release failed; the outcome waits in memory until redis answers");
+                }
+            }
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(RETRY_MAX);
+    }
+}
+
+/// Completes when the run must stop: `lost` (the lease is gone and
+/// `on_lock_lost = "kill"`) or `interrupt`.
+async fn stop_when(lost: &CancellationToken, interrupt: &CancellationToken) -> StopReason {
+    tokio::select! {
+        _ = lost.cancelled() => StopReason::LockLost,
+        _ = interrupt.cancelled() => StopReason::Interrupted,
+    }
+}
+
+/// Renews the lease until it is lost, then says so (and cancels `lost`
+/// when the job must be stopped); never completes.
+async fn keep_lease(
+    locker: &Locker,
+    job: &Job,
+    lease: &Lease,
+    occurrence: Occurrence,
+    claim_sent: Instant,
+    lost: &CancellationToken,
+) -> std::convert::Infallible {
+    let why = watchdog::keep(locker, lease, claim_sent).await;
+    metrics::lock_lost(&job.name);
+    log_lost(job, occurrence, locker.node(), lease.fence, &why);
+    if job.on_lock_lost == OnLockLost::Kill {
+        lost.cancel();
+    }
+    pending().await
+}
+
+fn log_lost(job: &Job, occurrence: Occurrence, node: &str, fence: u64, lost: &LeaseLost) {
+    match job.on_lock_lost {
+        OnLockLost::Kill => {
+            error!(job = %job.name, occurrence = %occurrence, node = %node, fence, reason = lost.as_str(),
+            "lock lost: stopping the run (on_lock_lost = kill)")
+        }
+        OnLockLost::Continue => {
+            error!(job = %job.name, occurrence = %occurrence, node = %node, fence, reason = lost.as_str(),
+            "lock lost: the run continues without the lock (on_lock_lost = continue)")
+        }
+    }
+}
+
+/// The `run finished` line; `retry_at` when the next attempt may start.
+pub fn log_finished(
+    job: &Job,
+    occurrence: Occurrence,
+    node: &str,
+    fence: u64,
+    attempt: u32,
+    retry_at: Option<DateTime<Utc>>,
+    report: &Report,
+) {
+    let duration_ms = u64::try_from(report.duration.as_millis()).unwrap_or(u64::MAX);
+    let outcome = report.outcome.as_str();
+    let (exit_code, http) = (report.exit_code, report.http_status);
+    // Shown only where retries exist: attempt 1 of a job without them says nothing.
+    let attempt = (job.retries > 0).then_some(attempt);
+    let retry_at = retry_at.map(rfc3339);
+    match report.outcome {
+        Outcome::Succeeded => info!(job = %job.name, occurrence = %occurrence, node = %node, fence,
+            outcome = %outcome, exit_code, http_status = http, duration_ms, attempt, "run finished"),
+        _ => {
+            warn!(job = %job.name, occurrence = %occurrence, node = %node, fence, outcome = %outcome, exit_code,
+            http_status = http, duration_ms, attempt, retry_at = retry_at.as_deref().map(tracing::field::display),
+            error = report.error.as_deref().map(tracing::field::display),
+            "run finished")
+        }
+    }
+}
