@@ -7,7 +7,8 @@
 //! - [`schedule`]: cron expression + time zone -> UTC occurrences (pure).
 //! - [`config`]: `jobs.toml` -> a validated [`config::Config`].
 //! - [`keys`]: every Redis key name (a job's, and the fleet's own).
-//! - [`notify`]: systemd notifications.
+//! - [`systemd`]: notifications to systemd (`READY=1`, `STOPPING=1`, watchdog
+//!   pings); not the jobs' `on_failure` / `on_success` notifiers.
 //! - [`shutdown`]: stop requests (SIGTERM, SIGINT), reloads (SIGHUP), and Ctrl-Z
 //!   (SIGTSTP, SIGTTIN, SIGTTOU) refused while locks are renewed.
 //! - [`logging`]: log lines that never block or panic (a queue to one writer thread),
@@ -46,11 +47,11 @@ pub mod lock;
 pub mod logging;
 pub mod memory;
 pub mod metrics;
-pub mod notify;
 pub mod open_files;
 pub mod ops;
 pub mod registry;
 pub mod run;
 pub mod schedule;
 pub mod shutdown;
+pub mod systemd;
 pub mod trigger;

@@ -38,7 +38,7 @@
 //!
 //! Each check also looks at the fleet's marker key, to tell Redis that
 //! came back without its data from a restart that kept it
-//! ([`health::DataWatch`]).
+//! ([`redis_health::DataWatch`]).
 //!
 //! Failure model: Redis's clock is the reference. If it is wrong, every
 //! node fires at the same wrong instant (still at most once per
@@ -51,10 +51,10 @@ use std::time::Duration;
 use tracing::{debug, info, warn};
 
 use super::Shared;
-use super::health;
+use super::redis_health;
 use super::redis_instant::{Added, RedisInstant, RoundTrip};
 use crate::coordinator::{errors, identity};
-use crate::{metrics, notify};
+use crate::{metrics, systemd};
 
 /// Offsets above this are logged as warnings.
 pub const WARN_ABOVE_MS: i64 = 500;
@@ -175,8 +175,8 @@ pub async fn check_loop(shared: Arc<Shared>, config_path: PathBuf) {
     let mut identified = false;
     let mut estimate = RedisInstant::default();
     let mut off = OffWatch::default();
-    // Redis that came back without the fleet's data ([`health::DataWatch`]).
-    let mut data = health::DataWatch::default();
+    // Redis that came back without the fleet's data ([`redis_health::DataWatch`]).
+    let mut data = redis_health::DataWatch::default();
     // Before the first answer, then the quick checks after it.
     let mut pause = FIRST_RETRY;
     loop {
@@ -215,7 +215,7 @@ pub async fn check_loop(shared: Arc<Shared>, config_path: PathBuf) {
                     Some(base_us) => shared.clock.set_redis_base_us(base_us).div_euclid(1000),
                     None => before.unwrap_or(0),
                 };
-                shared.health.answered();
+                shared.redis_health.answered();
                 metrics::redis_up(true);
                 if let Some(before) = before
                     && (offset - before).abs() > STEP_ABOVE_MS
@@ -248,7 +248,7 @@ pub async fn check_loop(shared: Arc<Shared>, config_path: PathBuf) {
                     if shared.clock.fires_by_redis() && offset.abs() > REBASE_ABOVE_MS {
                         shared.clock.rebase.notify_one();
                     }
-                    notify::ready();
+                    systemd::ready();
                 }
                 data.check(locker, shared.clock.now()).await;
             }
@@ -278,7 +278,9 @@ pub async fn check_loop(shared: Arc<Shared>, config_path: PathBuf) {
                 ));
                 return;
             }
-            Err(err) => shared.health.failed("time", &err, health::trouble_of(&err)),
+            Err(err) => shared
+                .redis_health
+                .failed("time", &err, redis_health::trouble_of(&err)),
         }
         let wait = if answered { pause } else { FIRST_RETRY };
         if answered {
@@ -289,7 +291,7 @@ pub async fn check_loop(shared: Arc<Shared>, config_path: PathBuf) {
             _ = tokio::time::sleep(wait) => {}
             // Measured again once Redis is back after an outage (it may be
             // another server now, with another clock: a failover, a restart).
-            () = shared.health.recovered.notified() => estimate.restart(),
+            () = shared.redis_health.recovered.notified() => estimate.restart(),
             () = local_clock_moved(&shared), if answered => {}
         }
         // Said here, whatever woke the loop: a step found by a scheduled

@@ -14,7 +14,7 @@
 //!   claimed: whichever node decides first wins, so it is recorded once
 //!   and never also run or missed. Then the occurrences nobody decided
 //!   before it are recorded `missed`, as after a won claim.
-//! - Otherwise: the claim ([`super::occurrence::attempt`]).
+//! - Otherwise: the claim ([`super::occurrence::claim_and_run`]).
 //!
 //! Failure model: a `paused` record that Redis does not take is retried
 //! (jittered backoff) while it can still decide the occurrence; it holds the
@@ -53,7 +53,7 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 const RECORD_FOR: Duration = Duration::from_secs(3600);
 
 /// Decides the occurrence `at` of `job` on this node; see the module doc.
-pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catch_up: bool) {
+pub async fn consider(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catch_up: bool) {
     let deadline = claim_deadline(&job, at);
     // Nothing is claimed before the start-up check passed (a user missing
     // a command is stopped there). With Redis down at start the occurrence
@@ -64,7 +64,7 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
         .to_std()
         .unwrap_or(Duration::ZERO);
     if !shared.wait_started(until_deadline + STARTED_GRACE).await {
-        if !shared.cancel.is_cancelled() && !catch_up && !shared.health.missed() {
+        if !shared.cancel.is_cancelled() && !catch_up && !shared.redis_health.missed() {
             error!(job = %job.name, occurrence = %rfc3339(at), node = %shared.locker.node(),
                 "occurrence missed: redis did not answer this node's start-up check before its deadline (never run without the lock)");
         }
@@ -84,7 +84,7 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
     }
     match shared.controls.pause_for(&job.name, at.timestamp_millis()) {
         Some((mark, all)) => record_paused(&shared, &job, at, &mark, all).await,
-        None => occurrence::attempt(shared, job, at, catch_up).await,
+        None => occurrence::claim_and_run(shared, job, at, catch_up).await,
     }
 }
 
@@ -127,7 +127,7 @@ async fn record_paused(
                 previous_ms,
                 ..
             }) => {
-                shared.health.answered();
+                shared.redis_health.answered();
                 info!(job = %job.name, occurrence = %name, node = %node, paused_by = %mark.by,
                     outcome = "paused", "occurrence paused: recorded `paused`, not run (the job is paused fleet-wide)");
                 drop(turn_held);
@@ -135,7 +135,7 @@ async fn record_paused(
                 return;
             }
             Ok(Paused { decided, .. }) => {
-                shared.health.answered();
+                shared.redis_health.answered();
                 let (decision, by) = decided.unwrap_or_default();
                 info!(job = %job.name, occurrence = %name, node = %node, decided_by = %by, decision = %decision,
                     "occurrence already decided by another node");
@@ -149,7 +149,9 @@ async fn record_paused(
                 }
             }
             Err(err) => {
-                shared.health.failed("record paused", &err, err.trouble());
+                shared
+                    .redis_health
+                    .failed("record paused", &err, err.trouble());
                 if Instant::now() + pause >= give_up {
                     error!(job = %job.name, occurrence = %name, node = %node, error = %err,
                         "paused occurrence not recorded: redis unreachable for an hour (the next decision records it missed)");

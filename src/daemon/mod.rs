@@ -19,12 +19,12 @@ mod eviction;
 mod fleet_clock;
 mod fleet_run;
 mod gate;
-pub(crate) mod health;
 mod job_gauges;
-mod notifications;
+mod notifiers;
 mod occurrence;
 mod preference;
 mod recording;
+pub(crate) mod redis_health;
 mod redis_instant;
 mod registry_loop;
 mod reload;
@@ -46,7 +46,7 @@ use chrono::{DateTime, Utc};
 use crate::config::{Config, Job, StartRefused};
 use crate::exec::{Executor, OutputMask};
 use crate::lock::Locker;
-use crate::{metrics, notify, registry};
+use crate::{metrics, registry, systemd};
 
 pub use crate::coordinator::connect;
 pub use occurrence::claim_deadline;
@@ -71,7 +71,7 @@ pub(crate) struct Shared {
     /// Stop running jobs (shutdown grace over, or a second stop signal).
     pub interrupt: CancellationToken,
     /// Redis as this node sees it (outage lines).
-    pub health: health::Health,
+    pub redis_health: redis_health::RedisHealth,
     /// The Redis URL with its password masked, for messages.
     pub redis_shown: String,
     /// Records waiting for Redis.
@@ -231,7 +231,7 @@ impl Shared {
     }
 
     /// What is wrong with Redis as this node sees it, for `status`: an
-    /// outage or refusal ([`health::Health::warning`]) and an evicting
+    /// outage or refusal ([`redis_health::RedisHealth::warning`]) and an evicting
     /// policy ([`eviction`]), in one line.
     pub fn redis_warning(&self) -> Option<String> {
         let eviction = self
@@ -239,7 +239,7 @@ impl Shared {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
-        match (self.health.warning(), eviction) {
+        match (self.redis_health.warning(), eviction) {
             (Some(health), Some(eviction)) => Some(format!("{health}; {eviction}")),
             (health, eviction) => health.or(eviction),
         }
@@ -322,7 +322,7 @@ pub async fn run(
         tracker: TaskTracker::new(),
         cancel: CancellationToken::new(),
         interrupt: CancellationToken::new(),
-        health: health::Health::new(&options.node).for_shards(matches!(
+        redis_health: redis_health::RedisHealth::new(&options.node).for_shards(matches!(
             config.redis.mode,
             crate::config::RedisMode::Cluster { .. }
         )),
@@ -369,7 +369,7 @@ pub async fn run(
     tracker.spawn(job_gauges::periods_loop(Arc::clone(&shared), gauge_changes));
     // Watchdog pings go on through the drain; they stop once it is over.
     let watchdog_stop = CancellationToken::new();
-    let watchdog = tokio::spawn(notify::watchdog_loop(watchdog_stop.clone()));
+    let watchdog = tokio::spawn(systemd::watchdog_loop(watchdog_stop.clone()));
     let mut timetable = timetable::Timetable::default();
     timetable.apply(&shared, &config.jobs);
     // Scheduling every job parsed again the patterns the loader let go,
@@ -398,7 +398,7 @@ pub async fn run(
             _ = shared.fatal.cancelled() => break,
         }
     }
-    notify::stopping();
+    systemd::stopping();
     let grace = config_tx.borrow().daemon.shutdown_grace;
     drain(&shared, grace, &mut stops, &hurry).await;
     watchdog_stop.cancel();

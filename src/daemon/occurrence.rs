@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use super::Shared;
-use super::notifications::{self, Subject};
+use super::notifiers::{self, Subject};
 use super::preference::{self, Place};
 use super::recording::{self, log_abandoned, spawn_record_missed, watch_lock};
 use super::{rename, retry};
@@ -67,7 +67,7 @@ pub fn claim_deadline(job: &Job, at: DateTime<Utc>) -> DateTime<Utc> {
 }
 
 /// Claims and, if won, runs the occurrence of `job` at `at`.
-pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catch_up: bool) {
+pub async fn claim_and_run(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catch_up: bool) {
     let name = rfc3339(at);
     let node = shared.locker.node().to_string();
     let deadline_at = claim_deadline(&job, at);
@@ -110,7 +110,7 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
             Place::First => {}
             Place::Behind => match peek_after_first(&shared, &job, &target, &name).await {
                 Peeked::Decided(reply) => {
-                    shared.health.decided_elsewhere();
+                    shared.redis_health.decided_elsewhere();
                     drop(_turn);
                     let now = Instant::now();
                     decided(&shared, &job, at, &name, &token, *reply, now, catch_up).await;
@@ -150,9 +150,9 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
                 // one wrote nothing (it answers also while Redis refuses
                 // writes: out of memory, a read-only replica).
                 match reply.claim {
-                    Claim::Won(_) | Claim::Busy { .. } => shared.health.confirmed(),
-                    Claim::Taken { .. } => shared.health.decided_elsewhere(),
-                    _ => shared.health.answered(),
+                    Claim::Won(_) | Claim::Busy { .. } => shared.redis_health.confirmed(),
+                    Claim::Taken { .. } => shared.redis_health.decided_elsewhere(),
+                    _ => shared.redis_health.answered(),
                 }
                 drop(_turn);
                 decided(&shared, &job, at, &name, &token, reply, sent, catch_up).await;
@@ -160,9 +160,9 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
             }
             None | Some(Err(_)) if Instant::now() >= give_up => {
                 if let Some(Err(err)) = &claimed {
-                    shared.health.failed("claim", err, err.trouble());
+                    shared.redis_health.failed("claim", err, err.trouble());
                 }
-                if !shared.health.missed() {
+                if !shared.redis_health.missed() {
                     error!(job = %job.name, occurrence = %name, node = %node,
                         "occurrence missed: redis did not take its claim before its deadline (never run without the lock)");
                 }
@@ -182,7 +182,7 @@ pub async fn attempt(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catc
             }
             None => return,
             Some(Err(err)) => {
-                shared.health.failed("claim", &err, err.trouble());
+                shared.redis_health.failed("claim", &err, err.trouble());
                 debug!(job = %job.name, occurrence = %name, node = %node, error = %err, retry_in = ?pause,
                     "claim failed, retrying until the deadline");
             }
@@ -297,7 +297,7 @@ async fn decided(
                 .to_std()
                 .unwrap_or(Duration::ZERO);
             metrics::fire_to_start(&job.name, lag);
-            // Without a retry to follow, `run_lease` sent the notifier.
+            // Without a retry to follow, `run_won` sent the notifier.
             if retry_at.is_some() {
                 let ran = retry::Ran::new(1, lease.fence, &report);
                 retry::watch(shared, job, at, Some(ran));
@@ -352,7 +352,7 @@ async fn decided(
                 ahead_ms / 1000);
         }
         Claim::TooLate => {
-            if !shared.health.missed() {
+            if !shared.redis_health.missed() {
                 error!(job = %job.name, occurrence = %name, node = %node,
                     "occurrence missed: redis received the claim after its deadline");
             }
@@ -428,7 +428,7 @@ pub(super) async fn run_won(
                 fence: lease.fence,
                 attempt,
             };
-            notifications::send(shared, job, subject, retry::notice_of(&report));
+            notifiers::send(shared, job, subject, retry::notice_of(&report));
         }
     }
     recording::release(shared, lease, &entry).await;

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use super::Shared;
-use super::notifications::{self, Subject};
+use super::notifiers::{self, Subject};
 use crate::config::Job;
 use crate::coordinator::errors;
 use crate::history::Entry;
@@ -87,9 +87,9 @@ pub async fn release(shared: &Shared, lease: &Lease, entry: &Entry) {
             "outcome not recorded: too many records already wait for redis (this line is the record)");
         return;
     };
-    let failed = |err: &LockError| shared.health.failed("release", err, err.trouble());
+    let failed = |err: &LockError| shared.redis_health.failed("release", err, err.trouble());
     if crate::run::release(&shared.locker, lease, entry, &shared.cancel, failed).await {
-        shared.health.confirmed();
+        shared.redis_health.confirmed();
     }
 }
 
@@ -113,7 +113,7 @@ pub async fn record_missed(
             previous_ms,
         }) => {
             crate::metrics::missed(&job.name);
-            shared.health.answered();
+            shared.redis_health.answered();
             debug!(job = %job.name, occurrence = %name, recorded, "missed occurrence recorded");
             if recorded {
                 notify_missed(shared, job, at, reason);
@@ -121,7 +121,9 @@ pub async fn record_missed(
             }
         }
         Err(err) => {
-            shared.health.failed("record missed", &err, err.trouble());
+            shared
+                .redis_health
+                .failed("record missed", &err, err.trouble());
             spawn_record_missed(shared, job, at, reason, token);
         }
     }
@@ -156,7 +158,7 @@ pub fn spawn_record_missed(
                     recorded,
                     previous_ms,
                 }) => {
-                    shared.health.answered();
+                    shared.redis_health.answered();
                     debug!(job = %job.name, occurrence = %name, recorded, "missed occurrence recorded");
                     if recorded {
                         notify_missed(&shared, &job, at, reason);
@@ -165,7 +167,7 @@ pub fn spawn_record_missed(
                     return;
                 }
                 Err(err) => {
-                    shared.health.failed("record missed", &err, err.trouble());
+                    shared.redis_health.failed("record missed", &err, err.trouble());
                     if Instant::now() + pause >= give_up {
                         return;
                     }
@@ -395,7 +397,7 @@ pub async fn record_gap_before(
     loop {
         match shared.locker.record_gap(&job.name, &gap_id, &entries).await {
             Ok(recorded) => {
-                shared.health.answered();
+                shared.redis_health.answered();
                 if recorded {
                     let missed: Vec<&GapEntry> = entries
                         .iter()
@@ -423,16 +425,18 @@ pub async fn record_gap_before(
                         .map(|entry| {
                             (
                                 entry.occurrence.clone(),
-                                notifications::decided("missed", entry.error.clone()),
+                                notifiers::decided("missed", entry.error.clone()),
                             )
                         })
                         .collect();
-                    notifications::send_each(shared, job, notices);
+                    notifiers::send_each(shared, job, notices);
                 }
                 return;
             }
             Err(err) => {
-                shared.health.failed("record missed", &err, err.trouble());
+                shared
+                    .redis_health
+                    .failed("record missed", &err, err.trouble());
                 if Instant::now() + pause >= give_up || shared.cancel.is_cancelled() {
                     return;
                 }
@@ -498,24 +502,26 @@ pub fn watch_lock(shared: &Arc<Shared>, job: &Arc<Job>, fence: u64, ttl_left: Op
             match shared.locker.check_abandoned(&job.name).await {
                 // This node's own run: its watchdog knows better.
                 Ok(AbandonCheck::Held { holder, .. }) if holder == shared.locker.node() => {
-                    shared.health.answered();
+                    shared.redis_health.answered();
                     break;
                 }
                 Ok(AbandonCheck::Held { ttl_left, .. }) => {
-                    shared.health.answered();
+                    shared.redis_health.answered();
                     wait = ttl_left + WATCH_SLACK;
                 }
                 Ok(AbandonCheck::Abandoned(abandoned)) => {
-                    shared.health.answered();
+                    shared.redis_health.answered();
                     log_abandoned(&shared, &job, &abandoned);
                     break;
                 }
                 Ok(AbandonCheck::Idle) => {
-                    shared.health.answered();
+                    shared.redis_health.answered();
                     break;
                 }
                 Err(err) => {
-                    shared.health.failed("abandon check", &err, err.trouble());
+                    shared
+                        .redis_health
+                        .failed("abandon check", &err, err.trouble());
                     wait = job.lock_ttl.max(Duration::from_secs(1));
                 }
             }
@@ -542,20 +548,22 @@ pub fn spawn_startup_check(shared: &Arc<Shared>, jobs: &[Arc<Job>]) {
             }
             match shared.locker.check_abandoned(&job.name).await {
                 Ok(AbandonCheck::Abandoned(abandoned)) => {
-                    shared.health.answered();
+                    shared.redis_health.answered();
                     log_abandoned(&shared, job, &abandoned);
                 }
                 Ok(AbandonCheck::Held { ttl_left, holder }) => {
-                    shared.health.answered();
+                    shared.redis_health.answered();
                     // Held by a run this node knows nothing of: fence 0.
                     if holder != shared.locker.node() {
                         watch_lock(&shared, job, 0, Some(ttl_left));
                     }
                 }
-                Ok(AbandonCheck::Idle) => shared.health.answered(),
+                Ok(AbandonCheck::Idle) => shared.redis_health.answered(),
                 // Redis is away: the claims will find such runs later.
                 Err(err) => {
-                    shared.health.failed("abandon check", &err, err.trouble());
+                    shared
+                        .redis_health
+                        .failed("abandon check", &err, err.trouble());
                     return;
                 }
             }
@@ -581,12 +589,7 @@ pub fn log_abandoned(shared: &Shared, job: &Arc<Job>, abandoned: &Abandoned) {
         "the lock expired without a release: node {} stopped renewing it (it died, or lost redis)",
         abandoned.node
     );
-    notifications::send(
-        shared,
-        job,
-        subject,
-        notifications::decided("abandoned", error),
-    );
+    notifiers::send(shared, job, subject, notifiers::decided("abandoned", error));
 }
 
 /// Counts `at` of `job`, which this node just recorded `missed`, as its
@@ -599,11 +602,11 @@ fn notify_missed(shared: &Shared, job: &Arc<Job>, at: DateTime<Utc>, reason: &st
         fence: 0,
         attempt: 1,
     };
-    notifications::send(
+    notifiers::send(
         shared,
         job,
         subject,
-        notifications::decided("missed", reason.to_string()),
+        notifiers::decided("missed", reason.to_string()),
     );
 }
 
@@ -614,8 +617,8 @@ pub fn unix_secs(at: DateTime<Utc>) -> f64 {
 
 impl LockError {
     /// What kind of trouble this is, for the outage lines.
-    pub fn trouble(&self) -> super::health::Trouble {
-        use super::health::Trouble;
+    pub fn trouble(&self) -> super::redis_health::Trouble {
+        use super::redis_health::Trouble;
         match self {
             _ if self.is_refusal() => Trouble::Refused,
             LockError::Redis { cause, .. } if errors::is_rejection(cause) => Trouble::Rejected,

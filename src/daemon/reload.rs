@@ -26,7 +26,7 @@ use tracing::{error, info, warn};
 use super::timetable::Timetable;
 use super::{Options, Shared};
 use crate::config::{self, Config, RedisConfig, RedisMode};
-use crate::{metrics, notify};
+use crate::{metrics, systemd};
 
 /// Reloads the file named by the current config; see the module doc.
 pub fn reload(
@@ -35,7 +35,7 @@ pub fn reload(
     config_tx: &watch::Sender<Arc<Config>>,
     options: &Options,
 ) {
-    notify::reloading();
+    systemd::reloading();
     let current = Arc::clone(&config_tx.borrow());
     let path = current.path.clone();
     info!(node = %options.node, config = %path.display(), "reloading");
@@ -89,7 +89,7 @@ pub fn reload(
             crate::memory::release_freed();
         }
     }
-    notify::ready();
+    systemd::ready();
 }
 
 /// What a running daemon set up once and keeps (its Redis connection, the

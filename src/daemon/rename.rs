@@ -262,13 +262,13 @@ pub(super) async fn skipped_behind_old_name(
                 previous_ms,
                 ..
             } => {
-                shared.health.confirmed();
+                shared.redis_health.confirmed();
                 info!(job = %job.name, occurrence = %name, node = %node, renamed_from = %old, holder = %holder, outcome = %"skipped",
                     "occurrence skipped: the run of the job's old name still holds its lock (overlap = skip)");
                 recording::record_gap_before(shared, job, previous_ms, at).await;
             }
             Paused { decided, .. } => {
-                shared.health.answered();
+                shared.redis_health.answered();
                 let (decision, by) = decided.unwrap_or_default();
                 info!(job = %job.name, occurrence = %name, node = %node, decided_by = %by, decision = %decision,
                     "occurrence already decided by another node");

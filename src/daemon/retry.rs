@@ -46,7 +46,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::Shared;
-use super::notifications::{self, Subject};
+use super::notifiers::{self, Subject};
 use super::occurrence::run_won;
 use super::recording::unix_secs;
 use crate::config::{Job, retry_backoff};
@@ -345,7 +345,7 @@ async fn claim_and_run(
             .await
         {
             Ok(Claim::Won(lease)) => {
-                shared.health.confirmed();
+                shared.redis_health.confirmed();
                 crate::metrics::retried(&job.name);
                 info!(job = %job.name, occurrence = %name, node = %node, fence = lease.fence, attempt,
                     "retry claim won");
@@ -368,7 +368,9 @@ async fn claim_and_run(
                 return Step::Over;
             }
             Err(err) => {
-                shared.health.failed("retry claim", &err, err.trouble());
+                shared
+                    .redis_health
+                    .failed("retry claim", &err, err.trouble());
             }
         }
         pause(shared, CLAIM_AGAIN).await;
@@ -388,7 +390,7 @@ fn notify(shared: &Shared, job: &Arc<Job>, name: &str, ran: Ran) {
         fence: ran.fence,
         attempt: ran.attempt,
     };
-    notifications::send(shared, job, subject, ran.notice);
+    notifiers::send(shared, job, subject, ran.notice);
 }
 
 /// Sleeps `wait`, or less if the daemon stops meanwhile.

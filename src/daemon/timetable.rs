@@ -193,7 +193,7 @@ impl Timetable {
                 None => diff.added.push(job.name.clone()),
             }
             if let Some(latest) = catch_up(job, now) {
-                spawn_attempt(shared, job, latest, true);
+                spawn_occurrence(shared, job, latest, true);
             }
             let slot = self.next_slot;
             self.next_slot += 1;
@@ -235,7 +235,7 @@ impl Timetable {
             if let Some(latest) = catch_up(job, now)
                 && catch_up(job, started_at) != Some(latest)
             {
-                spawn_attempt(shared, job, latest, true);
+                spawn_occurrence(shared, job, latest, true);
             }
             self.schedule(slot, Arc::clone(job), job.next_to_fire(now));
         }
@@ -360,14 +360,14 @@ fn handle_due(
             "occurrence missed: past its claim deadline when this node woke");
         recording::spawn_record_missed(shared, job, due, "node woke after the claim deadline", "");
     } else {
-        spawn_attempt(shared, job, due, false);
+        spawn_occurrence(shared, job, due, false);
     }
     due
 }
 
 /// Hands the occurrence to the gate: drained node, paused job, or claim.
-fn spawn_attempt(shared: &Arc<Shared>, job: &Arc<Job>, at: DateTime<Utc>, catch_up: bool) {
-    shared.tracker.spawn(gate::attempt(
+fn spawn_occurrence(shared: &Arc<Shared>, job: &Arc<Job>, at: DateTime<Utc>, catch_up: bool) {
+    shared.tracker.spawn(gate::consider(
         Arc::clone(shared),
         Arc::clone(job),
         at,

@@ -2,7 +2,7 @@
 //!
 //! The child gets the daemon's environment plus `[daemon] env_file`, the
 //! job's `env` and the `SOLOCRON_*` variables (a notifier runs as a job
-//! without `env` or `working_dir`: `daemon/notifications.rs`), stdin from
+//! without `env` or `working_dir`: `daemon/notifiers.rs`), stdin from
 //! `/dev/null`, and its stdout / stderr piped to `output.rs`. It is the
 //! leader of a new process group, so stopping it (timeout, lost lock,
 //! shutdown) reaches everything it started: SIGTERM to the group, then
@@ -163,7 +163,7 @@ fn environment(ctx: &RunContext) -> Vec<(OsString, OsString)> {
     // The daemon's own settings may hold a Redis password: not for jobs.
     env.remove(OsStr::new("SOLOCRON_REDIS_URL"));
     // systemd's notify socket and watchdog belong to the daemon, not to jobs.
-    for name in crate::notify::ENV_VARS {
+    for name in crate::systemd::ENV_VARS {
         env.remove(OsStr::new(name));
     }
     env.into_iter().collect()

@@ -7,7 +7,7 @@ mod daemon_logs;
 mod fleet_ops;
 mod inspect;
 mod journald;
-mod notify;
 mod operate;
 mod prometheus_rules;
 mod security;
+mod systemd;

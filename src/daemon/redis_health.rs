@@ -1,15 +1,15 @@
 //! This node's view of Redis, for the two lines an outage gets
 //! (docs/operations.md).
 //!
-//! Every Redis operation of the daemon reports here: [`Health::failed`]
-//! with its error, [`Health::answered`] on success. The first failure
+//! Every Redis operation of the daemon reports here: [`RedisHealth::failed`]
+//! with its error, [`RedisHealth::answered`] on success. The first failure
 //! after a success logs `redis unreachable` once; the first success after
 //! failures logs `redis reachable again after 37 s, 18 occurrences missed`.
 //! In between, claims, renewals and records retry quietly (at debug), and a
 //! line every [`STILL_DOWN_EVERY`] says the outage goes on. With a Redis
 //! Cluster, one shard down while the others answer is one outage too: it
-//! ends once nothing failed for a few seconds ([`Health::for_shards`]). Occurrences
-//! missed meanwhile are counted here ([`Health::missed`]) instead of one
+//! ends once nothing failed for a few seconds ([`RedisHealth::for_shards`]). Occurrences
+//! missed meanwhile are counted here ([`RedisHealth::missed`]) instead of one
 //! error line each.
 //!
 //! Redis refusing writes (out of memory, a read-only replica, a failed
@@ -20,7 +20,7 @@
 //! check can fail fast and the outage line can say what to fix. Writes not
 //! acknowledged by enough replicas (`wait_replicas`) are a trouble of their
 //! own too: Redis answers, but nothing it grants may run. While any trouble
-//! lasts, [`Health::warning`] says it in one line, which the node publishes
+//! lasts, [`RedisHealth::warning`] says it in one line, which the node publishes
 //! in the registry for `status`.
 //!
 //! Redis that comes back without the fleet's data (restarted without
@@ -45,7 +45,7 @@ use crate::lock::{Locker, new_token};
 /// How often a lasting outage is logged again.
 const STILL_DOWN_EVERY: Duration = Duration::from_secs(300);
 /// With a Redis Cluster, how long no operation may have failed before a
-/// success ends the outage ([`Health::for_shards`]).
+/// success ends the outage ([`RedisHealth::for_shards`]).
 const SHARDS_QUIET: Duration = Duration::from_secs(3);
 
 /// What kind of failure an operation met.
@@ -64,13 +64,13 @@ pub enum Trouble {
 }
 
 /// Up or down, and since when.
-pub struct Health {
+pub struct RedisHealth {
     /// Woken when an outage ends (the clock is measured again then).
     pub recovered: tokio::sync::Notify,
     node: String,
     down: AtomicBool,
     outage: Mutex<Option<Outage>>,
-    /// Answers come from several shards ([`Health::for_shards`]).
+    /// Answers come from several shards ([`RedisHealth::for_shards`]).
     shards: bool,
 }
 
@@ -85,10 +85,10 @@ struct Outage {
     last_error: String,
 }
 
-impl Health {
+impl RedisHealth {
     /// Redis counts as up until something fails.
-    pub fn new(node: &str) -> Health {
-        Health {
+    pub fn new(node: &str) -> RedisHealth {
+        RedisHealth {
             recovered: tokio::sync::Notify::new(),
             node: node.to_string(),
             down: AtomicBool::new(false),
@@ -102,7 +102,7 @@ impl Health {
     /// once no operation failed for [`SHARDS_QUIET`]. Without it, every
     /// second of a shard's outage logged `redis unreachable` and `redis
     /// reachable again after 1 s`, two lines a second on every node.
-    pub fn for_shards(mut self, shards: bool) -> Health {
+    pub fn for_shards(mut self, shards: bool) -> RedisHealth {
         self.shards = shards;
         self
     }

@@ -17,7 +17,7 @@
 //!
 //! Failure model: a node that dies between the end of a run and starting
 //! the notifier sends nothing (at most once, never twice). A run's notifier
-//! starts before its outcome is recorded (`occurrence::run_lease`): an
+//! starts before its outcome is recorded (`occurrence::run_won`): an
 //! outcome held in memory while Redis is away is notified at once, not
 //! when it is recorded.
 

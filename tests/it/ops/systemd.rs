@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::notify::NotifySocket;
-use solocron::notify::{self, Notifier};
+use solocron::systemd::{self, Notifier};
 use tokio_util::sync::CancellationToken;
 
 const LIMIT: Duration = Duration::from_secs(5);
@@ -25,7 +25,7 @@ const CHILD_MARKER: &str = "SOLOCRON_NOTIFY_TEST_CHILD";
 fn is_child() -> bool {
     let child = std::env::var_os(CHILD_MARKER).is_some();
     if !child {
-        eprintln!("helper for a parent test in tests/it/ops/notify.rs; nothing to do on its own");
+        eprintln!("helper for a parent test in tests/it/ops/systemd.rs; nothing to do on its own");
     }
     child
 }
@@ -138,7 +138,7 @@ async fn watchdog_loop_pings_until_cancelled() {
 fn run_child(test: &str, env: &[(&str, &std::ffi::OsStr)]) -> std::process::Output {
     let exe = std::env::current_exe().expect("path of this test binary");
     // The test's full name in this binary: its module path without the
-    // crate's name (`ops::notify::child_...`).
+    // crate's name (`ops::systemd::child_...`).
     let module = module_path!().split_once("::").map_or("", |(_, path)| path);
     let test = format!("{module}::{test}");
     let mut command = Command::new(exe);
@@ -150,7 +150,7 @@ fn run_child(test: &str, env: &[(&str, &std::ffi::OsStr)]) -> std::process::Outp
         "--test-threads=1",
     ]);
     command.env(CHILD_MARKER, "1");
-    for name in notify::ENV_VARS {
+    for name in systemd::ENV_VARS {
         command.env_remove(name);
     }
     for (key, value) in env {
@@ -239,19 +239,19 @@ async fn child_sends_through_the_environment() {
         return;
     }
     assert_eq!(
-        notify::watchdog_interval(),
+        systemd::watchdog_interval(),
         Some(Duration::from_millis(100))
     );
-    notify::ready();
+    systemd::ready();
     let cancel = CancellationToken::new();
-    let pings = tokio::spawn(notify::watchdog_loop(cancel.clone()));
+    let pings = tokio::spawn(systemd::watchdog_loop(cancel.clone()));
     tokio::time::sleep(Duration::from_millis(350)).await;
     cancel.cancel();
     pings.await.expect("watchdog loop");
-    notify::reloading();
-    notify::ready();
-    notify::status("idle");
-    notify::stopping();
+    systemd::reloading();
+    systemd::ready();
+    systemd::status("idle");
+    systemd::stopping();
     // The variables stay for the lead's exec code to remove per job.
     assert!(std::env::var_os("NOTIFY_SOCKET").is_some());
 }
@@ -262,12 +262,12 @@ async fn child_without_notify_socket() {
     if !is_child() {
         return;
     }
-    assert_eq!(notify::watchdog_interval(), None);
-    notify::ready();
-    notify::reloading();
-    notify::status("idle");
-    notify::stopping();
-    let loop_ = notify::watchdog_loop(CancellationToken::new());
+    assert_eq!(systemd::watchdog_interval(), None);
+    systemd::ready();
+    systemd::reloading();
+    systemd::status("idle");
+    systemd::stopping();
+    let loop_ = systemd::watchdog_loop(CancellationToken::new());
     tokio::time::timeout(Duration::from_secs(1), loop_)
         .await
         .expect("returns at once without a watchdog");
@@ -279,8 +279,8 @@ async fn child_watchdog_for_another_pid() {
     if !is_child() {
         return;
     }
-    assert_eq!(notify::watchdog_interval(), None);
-    let loop_ = notify::watchdog_loop(CancellationToken::new());
+    assert_eq!(systemd::watchdog_interval(), None);
+    let loop_ = systemd::watchdog_loop(CancellationToken::new());
     tokio::time::timeout(Duration::from_secs(1), loop_)
         .await
         .expect("returns at once for another pid's watchdog");
