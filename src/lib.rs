@@ -22,7 +22,7 @@
 //! - [`history`]: the per-job decision stream (who ran which occurrence): the
 //!   entry, reading it back, merging Redlock masters' histories.
 //! - [`registry`]: live nodes and their job fingerprints (config drift guard).
-//! - [`lock`]: the claim / extend / release scripts on Redis, and the watchdog.
+//! - [`lock`]: the claim / extend / release scripts on Redis (`Locker`).
 //! - [`run`]: one run of a job under its lease (watchdog beside the executor,
 //!   release with the history entry), for the daemon and `trigger`.
 //! - [`control`]: fleet-wide pauses, drains and `trigger --fleet` requests in Redis.

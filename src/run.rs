@@ -5,8 +5,12 @@
 //! The lease is renewed for as long as the run lasts, which is until the
 //! last process of its group is gone (also while a timed-out or
 //! interrupted job ignores SIGTERM), and released only then (guarantee 2,
-//! docs/guarantees.md). A lease that cannot be confirmed stops the run
-//! (`on_lock_lost = "kill"`) before another node could take the lock.
+//! docs/guarantees.md). The watchdog ([`keep`]) extends it every
+//! `lock_ttl / 3` with the token-checked extend script; its deadline is
+//! counted from when the last successful renewal (or the claim) was
+//! *sent*, a lower bound of the key's real expiry, minus a safety margin,
+//! so a lease that cannot be confirmed stops the run (`on_lock_lost =
+//! "kill"`) before another node could take the lock.
 //!
 //! Failure model: the release is retried while Redis fails, without limit
 //! until the caller stops, then for [`STOP_WAIT`]; every retry is safe
@@ -19,14 +23,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tokio::time::Instant;
+use tokio::time::{Instant, sleep_until, timeout_at};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::config::{Job, OnLockLost};
 use crate::exec::{Executor, Outcome, OutputMask, Report, RunContext, StopReason};
 use crate::history::Entry;
-use crate::lock::watchdog::{self, LeaseLost};
 use crate::lock::{Lease, LockError, Locker};
 use crate::metrics;
 use crate::schedule::{Occurrence, rfc3339};
@@ -69,7 +72,7 @@ pub async fn under_lease(
         node: env.locker.node().to_string(),
         env_file: Arc::clone(&env.env_file),
         mask: Arc::clone(&env.mask),
-        lost_lease_grace: watchdog::safety_margin(lease.ttl) / 2,
+        lost_lease_grace: safety_margin(lease.ttl) / 2,
         lease_lost: CancellationToken::new(),
         attempt,
         notice: None,
@@ -177,7 +180,7 @@ async fn keep_lease(
     claim_sent: Instant,
     lost: &CancellationToken,
 ) -> std::convert::Infallible {
-    let why = watchdog::keep(locker, lease, claim_sent).await;
+    let why = keep(locker, lease, claim_sent).await;
     metrics::lock_lost(&job.name);
     log_lost(job, occurrence, locker.node(), lease.fence, &why);
     if job.on_lock_lost == OnLockLost::Kill {
@@ -223,6 +226,63 @@ pub fn log_finished(
             http_status = http, duration_ms, attempt, retry_at = retry_at.as_deref().map(tracing::field::display),
             error = report.error.as_deref().map(tracing::field::display),
             "run finished")
+        }
+    }
+}
+
+/// Why the lease is gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseLost {
+    /// The lock holds another value (expired and taken, or deleted).
+    Taken,
+    /// No renewal was confirmed before the deadline (Redis unreachable or paused).
+    Unconfirmed,
+}
+
+impl LeaseLost {
+    /// For logs: `taken` or `unconfirmed`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            LeaseLost::Taken => "taken",
+            LeaseLost::Unconfirmed => "unconfirmed",
+        }
+    }
+}
+
+/// How much earlier than the lower bound of the key's expiry the run is
+/// treated as lost: a fifth of the TTL, at most 2 s.
+pub fn safety_margin(ttl: Duration) -> Duration {
+    (ttl / 5).min(Duration::from_secs(2))
+}
+
+/// Renews `lease` until it is lost; completes only then (drop it to stop
+/// renewing). `claim_sent` is when the claim that won the lease was sent.
+pub async fn keep(locker: &Locker, lease: &Lease, claim_sent: Instant) -> LeaseLost {
+    let ttl = lease.ttl;
+    let margin = safety_margin(ttl);
+    let period = ttl / 3;
+    let mut deadline = claim_sent + ttl - margin;
+    let mut next = claim_sent + period;
+    loop {
+        sleep_until(next.min(deadline)).await;
+        if Instant::now() >= deadline {
+            return LeaseLost::Unconfirmed;
+        }
+        let sent = Instant::now();
+        match timeout_at(deadline, locker.extend(lease)).await {
+            Ok(Ok(true)) => {
+                deadline = sent + ttl - margin;
+                next = sent + period;
+                crate::metrics::lock_renewed(&lease.job);
+                debug!(job = %lease.job, fence = lease.fence, "lease extended");
+            }
+            Ok(Ok(false)) => return LeaseLost::Taken,
+            Ok(Err(err)) => {
+                debug!(job = %lease.job, fence = lease.fence, error = %err, "lease extension failed, retrying");
+                // Retry soon, but never spin: a tenth of the TTL, at least 20 ms.
+                next = Instant::now() + (ttl / 10).max(Duration::from_millis(20));
+            }
+            Err(_) => return LeaseLost::Unconfirmed,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The daemon: one timer over every job's next occurrence (the timetable),
 //! one task per occurrence joining lock, exec and history; plus the clock
 //! check, the node registry (config drift guard), the fleet controls
-//! (`pause`, `drain`, `trigger --fleet`: [`controls`], [`gate`],
+//! (`pause`, `drain`, `trigger --fleet`: [`controls`], [`occurrence`],
 //! [`fleet_run`]) and SIGHUP reloads.
 //!
 //! Three tokens drive the stop: `cancel` (the first SIGTERM/SIGINT: stop
@@ -18,10 +18,10 @@ mod controls;
 mod eviction;
 mod fleet_clock;
 mod fleet_run;
-mod gate;
 mod job_gauges;
 mod notifiers;
 mod occurrence;
+mod paused;
 mod preference;
 mod recording;
 pub(crate) mod redis_health;

@@ -1,6 +1,18 @@
-//! One occurrence on this node: claim it (retrying Redis errors with the same
-//! token until its deadline), run it under the watchdog, release the lock
-//! and record the outcome.
+//! One occurrence on this node, from the timetable to its record: whether
+//! this node decides it at all, the claim (retrying Redis errors with the
+//! same token until its deadline), and a won claim's run, release and
+//! record.
+//!
+//! - Drained node: it claims nothing and records no `paused`; the other
+//!   nodes decide the occurrence. If every live node is drained, nobody
+//!   claims it: past its claim deadline a drained node records it `missed`
+//!   saying so ([`recording::record_if_fleet_drained`]); should that fail,
+//!   the job's next decision after an `undrain` records it `missed` with
+//!   the other occurrences nobody decided (the gap record of
+//!   [`super::recording`]).
+//! - Paused job: recorded `paused` instead of claimed ([`super::paused`]).
+//! - Otherwise: the claim ([`claim_and_run`]), and for the winner the run
+//!   under its lease ([`crate::run`]).
 //!
 //! Fail closed: a node that cannot reach Redis never runs the job; the
 //! occurrence is given up at its deadline and recorded `missed` as soon as
@@ -8,11 +20,6 @@
 //! and the job's next occurrence, so after an outage at most the newest
 //! pending occurrence runs late and every older one is `missed`, never
 //! `skipped` behind a late run of an old one (guarantee 3, docs/guarantees.md).
-//!
-//! The lease is renewed for as long as the run lasts, which is until the
-//! last process of its group is gone (also while a timed-out or interrupted
-//! job ignores SIGTERM), and released only then (guarantee 2,
-//! docs/guarantees.md).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,10 +28,10 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
-use super::Shared;
 use super::notifiers::{self, Subject};
 use super::preference::{self, Place};
 use super::recording::{self, log_abandoned, spawn_record_missed, watch_lock};
+use super::{Shared, paused};
 use super::{rename, retry};
 use crate::config::Job;
 use crate::exec::Report;
@@ -34,6 +41,14 @@ use crate::run;
 use crate::schedule::Occurrence;
 use crate::schedule::rfc3339;
 
+/// The longest an occurrence waits at start for the first control snapshot.
+const KNOWN_WAIT: Duration = Duration::from_secs(5);
+/// What that wait leaves of the time to the occurrence's claim deadline.
+const KNOWN_MARGIN: Duration = Duration::from_millis(250);
+/// How long past its deadline (by this node's clock) an occurrence still
+/// waits for the start-up check: Redis's clock decides the deadline, and a
+/// claim it finds late is refused there.
+const STARTED_GRACE: Duration = Duration::from_millis(200);
 /// First and longest pause between retries while Redis fails.
 const RETRY_FIRST: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(1);
@@ -66,9 +81,46 @@ pub fn claim_deadline(job: &Job, at: DateTime<Utc>) -> DateTime<Utc> {
     job.fires_at(deadline)
 }
 
+/// Decides the occurrence `at` of `job` on this node: nothing if drained,
+/// `paused` if paused, else claims it; see the module doc.
+pub async fn consider(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catch_up: bool) {
+    let deadline = claim_deadline(&job, at);
+    // Nothing is claimed before the start-up check passed (a user missing
+    // a command is stopped there). With Redis down at start the occurrence
+    // waits here up to its deadline; past it, it is counted and logged as
+    // missed, and recorded by the job's next decision (its gap), as an
+    // occurrence nobody claimed: never run without the lock.
+    let until_deadline = (deadline - shared.clock.now())
+        .to_std()
+        .unwrap_or(Duration::ZERO);
+    if !shared.wait_started(until_deadline + STARTED_GRACE).await {
+        if !shared.cancel.is_cancelled() && !catch_up && !shared.redis_health.missed() {
+            error!(job = %job.name, occurrence = %rfc3339(at), node = %shared.locker.node(),
+                "occurrence missed: redis did not answer this node's start-up check before its deadline (never run without the lock)");
+        }
+        return;
+    }
+    // Leave the claim time before its deadline (a claim is a round trip).
+    let left = (deadline - shared.clock.now())
+        .to_std()
+        .unwrap_or(Duration::ZERO)
+        .saturating_sub(KNOWN_MARGIN);
+    shared.controls.wait_known(left.min(KNOWN_WAIT)).await;
+    if shared.controls.draining() {
+        debug!(job = %job.name, occurrence = %rfc3339(at), node = %shared.locker.node(),
+            "occurrence not claimed here: this node is drained");
+        recording::record_if_fleet_drained(&shared, &job, at, deadline).await;
+        return;
+    }
+    match shared.controls.pause_for(&job.name, at.timestamp_millis()) {
+        Some((mark, all)) => paused::record_paused(&shared, &job, at, &mark, all).await,
+        None => claim_and_run(shared, job, at, catch_up).await,
+    }
+}
+
 /// Claims and, if won, runs the occurrence of `job` at `at`.
 pub async fn claim_and_run(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catch_up: bool) {
-    let name = rfc3339(at);
+    let occurrence = Occurrence::Scheduled(at);
     let node = shared.locker.node().to_string();
     let deadline_at = claim_deadline(&job, at);
     let target = Target::Scheduled {
@@ -92,7 +144,7 @@ pub async fn claim_and_run(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>
     // in no record at all. An older one gives up at the newer one's time.
     let turn = shared.claim_turn(&job.name);
     let _turn = turn.lock().await;
-    if catch_up && !decided_before(&shared, &job, &name, at).await {
+    if catch_up && !decided_before(&shared, &job, occurrence).await {
         return;
     }
     if !catch_up {
@@ -108,16 +160,16 @@ pub async fn claim_and_run(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>
                 tokio::time::sleep(FAIR_SPREAD.mul_f64(rand::random::<f64>())).await;
             }
             Place::First => {}
-            Place::Behind => match peek_after_first(&shared, &job, &target, &name).await {
+            Place::Behind => match peek_after_first(&shared, &job, &target, occurrence).await {
                 Peeked::Decided(reply) => {
                     shared.redis_health.decided_elsewhere();
                     drop(_turn);
                     let now = Instant::now();
-                    decided(&shared, &job, at, &name, &token, *reply, now, catch_up).await;
+                    decided(&shared, &job, occurrence, &token, *reply, now, catch_up).await;
                     return;
                 }
                 Peeked::Stopping => {
-                    info!(job = %job.name, occurrence = %name, node = %node, "claim abandoned: shutting down");
+                    info!(job = %job.name, occurrence = %occurrence, node = %node, "claim abandoned: shutting down");
                     return;
                 }
                 Peeked::Undecided => {}
@@ -131,7 +183,7 @@ pub async fn claim_and_run(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>
         let claimed = if Instant::now() >= give_up {
             None
         } else {
-            match rename::skipped_behind_old_name(&shared, &job, at, &name).await {
+            match rename::skipped_behind_old_name(&shared, &job, occurrence).await {
                 Ok(true) => return,
                 Ok(false) => Some(
                     shared
@@ -155,7 +207,7 @@ pub async fn claim_and_run(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>
                     _ => shared.redis_health.answered(),
                 }
                 drop(_turn);
-                decided(&shared, &job, at, &name, &token, reply, sent, catch_up).await;
+                decided(&shared, &job, occurrence, &token, reply, sent, catch_up).await;
                 return;
             }
             None | Some(Err(_)) if Instant::now() >= give_up => {
@@ -163,7 +215,7 @@ pub async fn claim_and_run(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>
                     shared.redis_health.failed("claim", err, err.trouble());
                 }
                 if !shared.redis_health.missed() {
-                    error!(job = %job.name, occurrence = %name, node = %node,
+                    error!(job = %job.name, occurrence = %occurrence, node = %node,
                         "occurrence missed: redis did not take its claim before its deadline (never run without the lock)");
                 }
                 // Claims sent meanwhile may still reach Redis (a paused
@@ -183,13 +235,13 @@ pub async fn claim_and_run(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>
             None => return,
             Some(Err(err)) => {
                 shared.redis_health.failed("claim", &err, err.trouble());
-                debug!(job = %job.name, occurrence = %name, node = %node, error = %err, retry_in = ?pause,
+                debug!(job = %job.name, occurrence = %occurrence, node = %node, error = %err, retry_in = ?pause,
                     "claim failed, retrying until the deadline");
             }
         }
         tokio::select! {
             _ = shared.cancel.cancelled() => {
-                info!(job = %job.name, occurrence = %name, node = %node, "claim abandoned: shutting down");
+                info!(job = %job.name, occurrence = %occurrence, node = %node, "claim abandoned: shutting down");
                 return;
             }
             _ = tokio::time::sleep(jittered(pause).min(give_up.saturating_duration_since(Instant::now()))) => {}
@@ -211,7 +263,12 @@ enum Peeked {
 
 /// For a node that is not first in line for `target` (`preference`): waits
 /// [`preference::PEEK_DELAY`] and reads whether the first node decided it.
-async fn peek_after_first(shared: &Shared, job: &Job, target: &Target, name: &str) -> Peeked {
+async fn peek_after_first(
+    shared: &Shared,
+    job: &Job,
+    target: &Target,
+    occurrence: Occurrence,
+) -> Peeked {
     tokio::select! {
         _ = shared.cancel.cancelled() => return Peeked::Stopping,
         _ = tokio::time::sleep(preference::PEEK_DELAY) => {}
@@ -223,7 +280,7 @@ async fn peek_after_first(shared: &Shared, job: &Job, target: &Target, name: &st
         Ok(Some(reply)) => Peeked::Decided(Box::new(reply)),
         Ok(None) => Peeked::Undecided,
         Err(err) => {
-            debug!(job = %job.name, occurrence = %name, node = %shared.locker.node(), error = %err,
+            debug!(job = %job.name, occurrence = %occurrence, node = %shared.locker.node(), error = %err,
                 "reading whether the occurrence is decided failed; claiming it");
             Peeked::Undecided
         }
@@ -238,24 +295,25 @@ async fn peek_after_first(shared: &Shared, job: &Job, target: &Target, name: &st
 /// occurrence (maybe still running) would run it twice, overlapping. Its
 /// first run is its next occurrence, as for a job added between two of
 /// its occurrences. If Redis cannot say, the claim decides (as before).
-async fn decided_before(shared: &Shared, job: &Job, name: &str, at: DateTime<Utc>) -> bool {
+async fn decided_before(shared: &Shared, job: &Job, occurrence: Occurrence) -> bool {
+    let at = occurrence.at();
     if shared
         .gap_floor(&job.name)
         .is_some_and(|floor| at.timestamp_millis() <= floor)
     {
-        info!(job = %job.name, occurrence = %name, node = %shared.locker.node(),
+        info!(job = %job.name, occurrence = %occurrence, node = %shared.locker.node(),
             "no catch-up run: the reload added this job or changed its schedule after this occurrence; it first runs at its next occurrence");
         return false;
     }
     match shared.locker.ever_decided(&job.name).await {
         Ok(true) => true,
         Ok(false) => {
-            info!(job = %job.name, occurrence = %name, node = %shared.locker.node(),
+            info!(job = %job.name, occurrence = %occurrence, node = %shared.locker.node(),
                 "no catch-up run: the job was never decided (a new or renamed job); it first runs at its next occurrence");
             false
         }
         Err(err) => {
-            debug!(job = %job.name, occurrence = %name, node = %shared.locker.node(), error = %err,
+            debug!(job = %job.name, occurrence = %occurrence, node = %shared.locker.node(), error = %err,
                 "reading whether the job was ever decided failed; claiming the catch-up occurrence");
             true
         }
@@ -268,30 +326,29 @@ fn jittered(pause: Duration) -> Duration {
     pause + pause.mul_f64(rand::random::<f64>() / 2.0)
 }
 
-/// Acts on Redis's answer to the claim of `at`: runs a won occurrence,
-/// logs the decision, and records what else the answer says is owed.
-#[allow(clippy::too_many_arguments)]
+/// Acts on Redis's answer to the claim of `occurrence`: runs a won
+/// occurrence, logs the decision, and records what else the answer says
+/// is owed.
 async fn decided(
     shared: &Arc<Shared>,
     job: &Arc<Job>,
-    at: DateTime<Utc>,
-    name: &str,
+    occurrence: Occurrence,
     token: &str,
     reply: ClaimReply,
     sent: Instant,
     catch_up: bool,
 ) {
-    let node = shared.locker.node();
+    let (node, at) = (shared.locker.node(), occurrence.at());
     if let Some(abandoned) = &reply.abandoned {
         log_abandoned(shared, job, abandoned);
     }
     match reply.claim {
         Claim::Won(lease) => {
             metrics::claim(&job.name, ClaimResult::Won);
-            info!(job = %job.name, occurrence = %name, node = %node, fence = lease.fence,
+            info!(job = %job.name, occurrence = %occurrence, node = %node, fence = lease.fence,
                 catch_up = catch_up.then_some(true), "claim won");
             let gap = recording::record_gap_before(shared, job, reply.previous_ms, at);
-            let run = run_won(shared, job, &lease, Occurrence::Scheduled(at), sent, 1);
+            let run = run_won(shared, job, &lease, occurrence, sent, 1);
             let ((), (report, retry_at)) = tokio::join!(gap, run);
             let lag = (report.started_at - job.fires_at(at))
                 .to_std()
@@ -318,12 +375,12 @@ async fn decided(
                 } else {
                     "earlier"
                 };
-                info!(job = %job.name, occurrence = %name, node = %node, decision = %decision, fence,
+                info!(job = %job.name, occurrence = %occurrence, node = %node, decision = %decision, fence,
                     "occurrence already decided by this node {when}; not claimed again");
             } else if decision == "claimed" {
-                info!(job = %job.name, occurrence = %name, node = %node, winner = %by, fence, "claim lost");
+                info!(job = %job.name, occurrence = %occurrence, node = %node, winner = %by, fence, "claim lost");
             } else {
-                info!(job = %job.name, occurrence = %name, node = %node, decided_by = %by, decision = %decision,
+                info!(job = %job.name, occurrence = %occurrence, node = %node, decided_by = %by, decision = %decision,
                     "occurrence already decided by another node");
             }
             if decision == "claimed" {
@@ -333,7 +390,7 @@ async fn decided(
         }
         Claim::Busy { holder, fence } => {
             metrics::claim(&job.name, ClaimResult::Busy);
-            info!(job = %job.name, occurrence = %name, node = %node, holder = %holder, fence, outcome = %"skipped",
+            info!(job = %job.name, occurrence = %occurrence, node = %node, holder = %holder, fence, outcome = %"skipped",
                 "occurrence skipped: previous run still holds the lock (overlap = skip)");
             recording::record_gap_before(shared, job, reply.previous_ms, at).await;
             watch_lock(shared, job, fence, reply.lock_ttl_left);
@@ -342,18 +399,18 @@ async fn decided(
             let last = DateTime::from_timestamp_millis(last_ms)
                 .map(rfc3339)
                 .unwrap_or_default();
-            warn!(job = %job.name, occurrence = %name, node = %node, newer = %last,
+            warn!(job = %job.name, occurrence = %occurrence, node = %node, newer = %last,
                 "occurrence not run here: a newer occurrence was decided before this claim reached redis (run elsewhere, or missed)");
         }
         Claim::TooEarly { redis_ms } => {
             let ahead_ms = at.timestamp_millis() - redis_ms;
-            error!(job = %job.name, occurrence = %name, node = %node, ahead_ms,
+            error!(job = %job.name, occurrence = %occurrence, node = %node, ahead_ms,
                 "occurrence not claimed: it is still {} s in redis's future, more than the job's period; this node's clock is ahead of redis's (clock = \"local\" with a wrong clock: fix NTP, or use clock = \"redis\"); the nodes with the right time claim it",
                 ahead_ms / 1000);
         }
         Claim::TooLate => {
             if !shared.redis_health.missed() {
-                error!(job = %job.name, occurrence = %name, node = %node,
+                error!(job = %job.name, occurrence = %occurrence, node = %node,
                     "occurrence missed: redis received the claim after its deadline");
             }
             spawn_record_missed(

@@ -105,7 +105,7 @@ pub async fn record_missed(
     let name = rfc3339(at);
     match shared
         .locker
-        .record_missed(&job.name, at.timestamp_millis(), &name, reason, token)
+        .record_missed(&job.name, at, reason, token)
         .await
     {
         Ok(Missed {
@@ -151,7 +151,7 @@ pub fn spawn_record_missed(
         loop {
             match shared
                 .locker
-                .record_missed(&job.name, at.timestamp_millis(), &name, reason, &token)
+                .record_missed(&job.name, at, reason, &token)
                 .await
             {
                 Ok(Missed {
@@ -232,7 +232,7 @@ pub async fn record_if_fleet_drained(
     }
     let recorded = shared
         .locker
-        .record_missed(&job.name, at.timestamp_millis(), &name, FLEET_DRAINED, "")
+        .record_missed(&job.name, at, FLEET_DRAINED, "")
         .await;
     match recorded {
         Ok(Missed {
@@ -386,7 +386,7 @@ pub async fn record_gap_before(
             .controls
             .pause_for(&job.name, occurrence_ms)
             .filter(|(mark, _)| mark.since_ms <= occurrence_ms)
-            .map(|(mark, all)| super::gate::why(&mark, all))
+            .map(|(mark, all)| super::paused::why(&mark, all))
     });
     if entries.is_empty() {
         return;

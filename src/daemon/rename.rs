@@ -24,15 +24,14 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::{Shared, recording};
 use crate::config::Job;
-use crate::lock::watchdog;
 use crate::lock::{Claim, LockError, Paused, Target, Unrun, new_token};
+use crate::schedule::Occurrence;
 
 /// The renames this node knows and the runs in progress here.
 #[derive(Default)]
@@ -221,7 +220,7 @@ async fn hold_new_name(
     info!(job = %new.name, renamed_from = %old, node = %node, fence = lease.fence,
         "holding the renamed job's lock until the run of its old name ends here");
     tokio::select! {
-        lost = watchdog::keep(&shared.locker, &lease, sent) => {
+        lost = crate::run::keep(&shared.locker, &lease, sent) => {
             error!(job = %new.name, renamed_from = %old, node = %node, reason = lost.as_str(),
                 "the renamed job's lock was lost while the run of its old name goes on here: the two may overlap");
         }
@@ -239,10 +238,9 @@ async fn hold_new_name(
 pub(super) async fn skipped_behind_old_name(
     shared: &Shared,
     job: &Arc<Job>,
-    at: DateTime<Utc>,
-    name: &str,
+    occurrence: Occurrence,
 ) -> Result<bool, LockError> {
-    let node = shared.locker.node();
+    let (node, at) = (shared.locker.node(), occurrence.at());
     for old in shared.renames.old_names(&job.name) {
         let Some(holder) = shared.locker.holder(&old).await? else {
             shared.renames.seen_free(&job.name, &old);
@@ -251,10 +249,9 @@ pub(super) async fn skipped_behind_old_name(
         let why = format!(
             "lock of `{old}` held by {holder}: this job's run under its name before a reload renamed it"
         );
-        let at_ms = at.timestamp_millis();
         let recorded = shared
             .locker
-            .record_unrun(&job.name, at_ms, name, &why, Unrun::Skipped)
+            .record_unrun(&job.name, at, &why, Unrun::Skipped)
             .await?;
         match recorded {
             Paused {
@@ -263,14 +260,14 @@ pub(super) async fn skipped_behind_old_name(
                 ..
             } => {
                 shared.redis_health.confirmed();
-                info!(job = %job.name, occurrence = %name, node = %node, renamed_from = %old, holder = %holder, outcome = %"skipped",
+                info!(job = %job.name, occurrence = %occurrence, node = %node, renamed_from = %old, holder = %holder, outcome = %"skipped",
                     "occurrence skipped: the run of the job's old name still holds its lock (overlap = skip)");
                 recording::record_gap_before(shared, job, previous_ms, at).await;
             }
             Paused { decided, .. } => {
                 shared.redis_health.answered();
                 let (decision, by) = decided.unwrap_or_default();
-                info!(job = %job.name, occurrence = %name, node = %node, decided_by = %by, decision = %decision,
+                info!(job = %job.name, occurrence = %occurrence, node = %node, decided_by = %by, decision = %decision,
                     "occurrence already decided by another node");
             }
         }

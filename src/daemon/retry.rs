@@ -52,7 +52,7 @@ use super::recording::unix_secs;
 use crate::config::{Job, retry_backoff};
 use crate::exec::{Notice, Outcome, Report};
 use crate::lock::{Claim, RetryState, Target, new_token};
-use crate::schedule::{Occurrence, rfc3339};
+use crate::schedule::Occurrence;
 
 /// Bounds of the pause between two reads of the state.
 const POLL_MIN: Duration = Duration::from_millis(250);
@@ -148,7 +148,7 @@ fn dropped(current: Option<&Job>, attempt: u32) -> Option<&'static str> {
 /// `job` is the definition this node last knew the job by: the one its
 /// attempt ran under, then the loaded config's at each step.
 async fn follow(shared: &Arc<Shared>, mut job: Arc<Job>, at: DateTime<Utc>, mut ran: Option<Ran>) {
-    let name = rfc3339(at);
+    let occurrence = Occurrence::Scheduled(at);
     loop {
         if shared.cancel.is_cancelled() {
             return;
@@ -162,9 +162,9 @@ async fn follow(shared: &Arc<Shared>, mut job: Arc<Job>, at: DateTime<Utc>, mut 
         if shared.clock.now() >= until {
             // Nobody claimed the retry this node's failure asked for.
             if let Some(ran) = ran.take() {
-                warn!(job = %job.name, occurrence = %name, node = %shared.locker.node(), attempt = ran.attempt,
+                warn!(job = %job.name, occurrence = %occurrence, node = %shared.locker.node(), attempt = ran.attempt,
                     "retry not run: no node claimed it before the next occurrence; the occurrence ends with this attempt");
-                notify(shared, &job, &name, ran);
+                notify(shared, &job, occurrence, ran);
             }
             return;
         }
@@ -188,7 +188,7 @@ async fn follow(shared: &Arc<Shared>, mut job: Arc<Job>, at: DateTime<Utc>, mut 
                 continue;
             }
             Err(err) => {
-                debug!(job = %job.name, occurrence = %name, error = %err, "retry state not read; trying again");
+                debug!(job = %job.name, occurrence = %occurrence, error = %err, "retry state not read; trying again");
                 pause(shared, poll).await;
                 continue;
             }
@@ -199,7 +199,7 @@ async fn follow(shared: &Arc<Shared>, mut job: Arc<Job>, at: DateTime<Utc>, mut 
             drop_retry(
                 shared,
                 &job,
-                &name,
+                occurrence,
                 attempt,
                 why,
                 ran.take().filter(|_| mine),
@@ -217,7 +217,7 @@ async fn follow(shared: &Arc<Shared>, mut job: Arc<Job>, at: DateTime<Utc>, mut 
             .unwrap_or(Duration::ZERO)
             + defer;
         pause(shared, wait).await;
-        match claim_and_run(shared, &job, at, &name, attempt).await {
+        match claim_and_run(shared, &job, occurrence, attempt).await {
             Step::Ran(next) => match next {
                 Some(failed) => ran = Some(failed),
                 None => return,
@@ -230,7 +230,7 @@ async fn follow(shared: &Arc<Shared>, mut job: Arc<Job>, at: DateTime<Utc>, mut 
             }
             Step::Over => {
                 if let Some(ran) = ran.take().filter(|_| mine) {
-                    notify(shared, &job, &name, ran);
+                    notify(shared, &job, occurrence, ran);
                 }
                 return;
             }
@@ -238,7 +238,7 @@ async fn follow(shared: &Arc<Shared>, mut job: Arc<Job>, at: DateTime<Utc>, mut 
                 drop_retry(
                     shared,
                     &last,
-                    &name,
+                    occurrence,
                     attempt,
                     why,
                     ran.take().filter(|_| mine),
@@ -249,22 +249,22 @@ async fn follow(shared: &Arc<Shared>, mut job: Arc<Job>, at: DateTime<Utc>, mut 
     }
 }
 
-/// Pending attempt `attempt` of `job`'s occurrence `name` is not made on
+/// Pending attempt `attempt` of `job`'s `occurrence` is not made on
 /// this node (`why`): the occurrence ends with the attempt before, and the
 /// node that ran that one (`ran`) tells `on_failure` now. A node that still
 /// has the old definition may claim the attempt all the same (a rollout).
 fn drop_retry(
     shared: &Shared,
     job: &Arc<Job>,
-    name: &str,
+    occurrence: Occurrence,
     attempt: u32,
     why: &str,
     ran: Option<Ran>,
 ) {
-    info!(job = %job.name, occurrence = %name, node = %shared.locker.node(), attempt, reason = why,
+    info!(job = %job.name, occurrence = %occurrence, node = %shared.locker.node(), attempt, reason = why,
         last_attempt = attempt.saturating_sub(1), "retry dropped: the occurrence ends with its last attempt");
     if let Some(ran) = ran {
-        notify(shared, job, name, ran);
+        notify(shared, job, occurrence, ran);
     }
 }
 
@@ -288,16 +288,16 @@ enum Step {
     Drained,
 }
 
-/// Claims attempt `attempt` of `job`'s occurrence `at` and runs it if won,
+/// Claims attempt `attempt` of `job`'s `occurrence` and runs it if won,
 /// under the job's definition in the loaded config at the moment of each
 /// claim (a reload may change it, or drop the attempt, meanwhile).
 async fn claim_and_run(
     shared: &Arc<Shared>,
     job: &Arc<Job>,
-    at: DateTime<Utc>,
-    name: &str,
+    occurrence: Occurrence,
     attempt: u32,
 ) -> Step {
+    let at = occurrence.at();
     let node = shared.locker.node().to_string();
     let token = new_token();
     loop {
@@ -347,9 +347,8 @@ async fn claim_and_run(
             Ok(Claim::Won(lease)) => {
                 shared.redis_health.confirmed();
                 crate::metrics::retried(&job.name);
-                info!(job = %job.name, occurrence = %name, node = %node, fence = lease.fence, attempt,
+                info!(job = %job.name, occurrence = %occurrence, node = %node, fence = lease.fence, attempt,
                     "retry claim won");
-                let occurrence = Occurrence::Scheduled(at);
                 let (report, retry_at) =
                     run_won(shared, &job, &lease, occurrence, sent, attempt).await;
                 if retry_at.is_some() {
@@ -359,7 +358,7 @@ async fn claim_and_run(
                 return Step::Ran(None);
             }
             Ok(Claim::Taken { by, fence, .. }) => {
-                info!(job = %job.name, occurrence = %name, node = %node, winner = %by, fence, attempt,
+                info!(job = %job.name, occurrence = %occurrence, node = %node, winner = %by, fence, attempt,
                     "retry claim lost");
                 return Step::Taken;
             }
@@ -377,16 +376,17 @@ async fn claim_and_run(
     }
 }
 
-/// The occurrence `name` of `job` ends with `ran`, this node's failed
+/// The `occurrence` of `job` ends with `ran`, this node's failed
 /// attempt: its final outcome is counted and its notifier sent.
-fn notify(shared: &Shared, job: &Arc<Job>, name: &str, ran: Ran) {
+fn notify(shared: &Shared, job: &Arc<Job>, occurrence: Occurrence, ran: Ran) {
+    let name = occurrence.to_string();
     crate::metrics::occurrence_decided(
         &job.name,
         &ran.notice.outcome,
         unix_secs(shared.clock.now()),
     );
     let subject = Subject {
-        occurrence: name,
+        occurrence: &name,
         fence: ran.fence,
         attempt: ran.attempt,
     };

@@ -1,6 +1,6 @@
 //! The schedule of every loaded job in one timer: a heap of next
 //! occurrences, woken by the daemon's main loop at the earliest one. Each due
-//! occurrence is handed to [`super::gate`] (a drained node decides nothing,
+//! occurrence is handed to [`super::occurrence`] (a drained node decides nothing,
 //! a paused job's occurrence is recorded `paused`) and from there to
 //! [`super::occurrence`], in its own task, so an overlapping occurrence is
 //! still claimed (and recorded as skipped) while a run goes on, and 10,000
@@ -35,7 +35,7 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::{Shared, gate, occurrence, recording};
+use super::{Shared, occurrence, recording};
 use crate::config::Job;
 use crate::schedule::rfc3339;
 
@@ -353,7 +353,7 @@ fn handle_due(
     }
     if now > occurrence::claim_deadline(job, due) {
         if shared.controls.draining() {
-            // A drained node decides nothing, not even a miss (`gate.rs`).
+            // A drained node decides nothing, not even a miss (`occurrence.rs`).
             return due;
         }
         warn!(job = %job.name, occurrence = %rfc3339(due), node = %shared.locker.node(),
@@ -365,9 +365,10 @@ fn handle_due(
     due
 }
 
-/// Hands the occurrence to the gate: drained node, paused job, or claim.
+/// Hands the occurrence to [`occurrence::consider`]: drained node, paused
+/// job, or claim.
 fn spawn_occurrence(shared: &Arc<Shared>, job: &Arc<Job>, at: DateTime<Utc>, catch_up: bool) {
-    shared.tracker.spawn(gate::consider(
+    shared.tracker.spawn(occurrence::consider(
         Arc::clone(shared),
         Arc::clone(job),
         at,

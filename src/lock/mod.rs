@@ -35,7 +35,6 @@ pub mod access;
 mod quorum;
 mod scripts;
 mod server;
-pub mod watchdog;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,7 +46,7 @@ use crate::coordinator::errors::timed_out;
 use crate::coordinator::{ANSWER_TIMEOUT, Conn, Coordinator, coordinator_time_us};
 use crate::history::Entry;
 use crate::keys::JobKeys;
-use crate::schedule::Occurrence;
+use crate::schedule::{Occurrence, rfc3339};
 
 /// Redis failed (unreachable, timed out, or replied with something unexpected).
 #[derive(Debug, thiserror::Error)]
@@ -498,7 +497,7 @@ impl Locker {
         }
     }
 
-    /// Records the scheduled occurrence `at_ms` (named `name`) of `job` as
+    /// Records the scheduled occurrence `at` of `job` as
     /// missed, unless it or a newer one was already decided by someone else.
     /// `token` is the one this node's claims of it used (empty if it never
     /// sent one): if such a claim reached Redis after the node gave up and
@@ -508,20 +507,20 @@ impl Locker {
     pub async fn record_missed(
         &self,
         job: &str,
-        at_ms: i64,
-        name: &str,
+        at: DateTime<Utc>,
         reason: &str,
         token: &str,
     ) -> Result<Missed, LockError> {
         let keys = self.keys(job);
+        let (at_ms, name) = (at.timestamp_millis(), rfc3339(at));
         match self.single() {
             Some(server) => {
                 server
-                    .record_missed(&keys, job, at_ms, name, reason, token)
+                    .record_missed(&keys, job, at_ms, &name, reason, token)
                     .await
             }
             None => {
-                quorum::record_missed(&self.servers, &keys, job, at_ms, name, reason, token).await
+                quorum::record_missed(&self.servers, &keys, job, at_ms, &name, reason, token).await
             }
         }
     }
@@ -544,43 +543,41 @@ impl Locker {
         }
     }
 
-    /// Records the scheduled occurrence `at_ms` (named `name`) of `job` as
+    /// Records the scheduled occurrence `at` of `job` as
     /// `paused`, with `why` (who paused it, since when, why) as its error
     /// text, unless it or a newer one was already decided: then it is
     /// never run, skipped or missed, and never recorded twice.
     pub async fn record_paused(
         &self,
         job: &str,
-        at_ms: i64,
-        name: &str,
+        at: DateTime<Utc>,
         why: &str,
     ) -> Result<Paused, LockError> {
-        self.record_unrun(job, at_ms, name, why, Unrun::Paused)
-            .await
+        self.record_unrun(job, at, why, Unrun::Paused).await
     }
 
-    /// Records the scheduled occurrence `at_ms` (named `name`) of `job` as
+    /// Records the scheduled occurrence `at` of `job` as
     /// `outcome`, unclaimed, as [`Locker::record_paused`] does: `skipped`
     /// for an occurrence of a renamed job while its old name's run still
     /// holds that lock (`why` names it).
     pub async fn record_unrun(
         &self,
         job: &str,
-        at_ms: i64,
-        name: &str,
+        at: DateTime<Utc>,
         why: &str,
         outcome: Unrun,
     ) -> Result<Paused, LockError> {
         let outcome = outcome.as_str();
         let keys = self.keys(job);
+        let (at_ms, name) = (at.timestamp_millis(), rfc3339(at));
         match self.single() {
             Some(server) => {
                 server
-                    .record_decision(&keys, job, at_ms, name, why, outcome)
+                    .record_decision(&keys, job, at_ms, &name, why, outcome)
                     .await
             }
             None => {
-                quorum::record_decision(&self.servers, &keys, job, at_ms, name, why, outcome).await
+                quorum::record_decision(&self.servers, &keys, job, at_ms, &name, why, outcome).await
             }
         }
     }

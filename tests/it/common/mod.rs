@@ -767,10 +767,15 @@ pub fn reset_stats(redis: &RedisServer) {
         .expect("CONFIG RESETSTAT");
 }
 
-/// A scheduled occurrence `at_ms`, named `occ-MS`, claimable at any time.
+/// The instant `at_ms` (epoch ms).
+pub fn instant(at_ms: i64) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp_millis(at_ms).expect("an instant")
+}
+
+/// The scheduled occurrence at `at_ms`, claimable at any time.
 pub fn scheduled(at_ms: i64) -> solocron::lock::Target {
     solocron::lock::Target::Scheduled {
-        at: chrono::DateTime::from_timestamp_millis(at_ms).expect("an instant"),
+        at: instant(at_ms),
         deadline_ms: i64::MAX,
     }
 }

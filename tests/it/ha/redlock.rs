@@ -405,14 +405,13 @@ fn a_pause_recorded_by_another_node_names_that_node() {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let (first, second) = runtime.block_on(async {
         let lockers = redlock_lockers(&masters, "paused", &["n1", "n2"]).await;
-        let at_ms = chrono::Utc::now().timestamp_millis();
-        let name = "2026-12-05T10:00:00Z";
+        let at = chrono::Utc::now();
         let first = lockers[0]
-            .record_paused("tick", at_ms, name, "paused by ops")
+            .record_paused("tick", at, "paused by ops")
             .await
             .expect("n1 records the pause");
         let second = lockers[1]
-            .record_paused("tick", at_ms, name, "paused by ops")
+            .record_paused("tick", at, "paused by ops")
             .await
             .expect("n2 finds it decided");
         (first, second)
@@ -465,14 +464,14 @@ fn a_renamed_jobs_lock_and_skip_record_hold_on_redlock() {
         );
         lockers[0].drop_lease(&lease).await;
         assert_eq!(lockers[1].holder("long-job").await.expect("read"), None);
-        let (next_ms, name) = (at_ms + 1000, "2026-12-05T10:00:01Z");
+        let next = chrono::DateTime::from_timestamp_millis(at_ms + 1000).expect("an instant");
         let why = "lock of `long` held by n1";
         let first = lockers[1]
-            .record_unrun("long-job", next_ms, name, why, Unrun::Skipped)
+            .record_unrun("long-job", next, why, Unrun::Skipped)
             .await
             .expect("n2 records the skip");
         let second = lockers[0]
-            .record_unrun("long-job", next_ms, name, why, Unrun::Skipped)
+            .record_unrun("long-job", next, why, Unrun::Skipped)
             .await
             .expect("n1 finds it decided");
         assert!(first.recorded, "{first:?}");

@@ -362,7 +362,7 @@ fn a_claim_undone_after_the_next_occurrence_was_decided_ends_in_one_record() {
             .expect("a's retry");
         assert!(matches!(retried, Claim::Superseded { .. }), "{retried:?}");
         let missed = runtime
-            .block_on(a_again.record_missed(&job, 1_000, "1970-01-01T00:00:01Z", "gave up", &token))
+            .block_on(a_again.record_missed(&job, common::instant(1_000), "gave up", &token))
             .expect("a's miss record");
         assert!(!missed.recorded, "{missed:?}");
         let history = common::history_via(&mut conn, &job);

@@ -351,14 +351,14 @@ async fn a_claim_reaching_redis_after_the_deadline_takes_nothing() {
     );
     // The miss is recorded once; a second record is refused.
     assert!(
-        node.record_missed("job", now_ms - 10_000, "late", "test", "")
+        node.record_missed("job", common::instant(now_ms - 10_000), "test", "")
             .await
             .unwrap()
             .recorded
     );
     assert!(
         !node
-            .record_missed("job", now_ms - 10_000, "late", "test", "")
+            .record_missed("job", common::instant(now_ms - 10_000), "test", "")
             .await
             .unwrap()
             .recorded
@@ -383,14 +383,14 @@ async fn a_late_win_of_a_node_that_gave_up_is_undone_by_its_miss_record() {
     // Another node's token cannot undo it.
     assert!(
         !other
-            .record_missed("job", 1_000, "1970-01-01T00:00:01Z", "test", &new_token())
+            .record_missed("job", common::instant(1_000), "test", &new_token())
             .await
             .unwrap()
             .recorded
     );
     assert!(
         gave_up
-            .record_missed("job", 1_000, "1970-01-01T00:00:01Z", "test", &token)
+            .record_missed("job", common::instant(1_000), "test", &token)
             .await
             .unwrap()
             .recorded

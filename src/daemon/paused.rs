@@ -1,20 +1,8 @@
-//! Between the timetable and a claim: whether this node decides a due
-//! occurrence at all, and how (see [`super::controls`] for where the state
-//! comes from).
-//!
-//! - Drained node: it claims nothing and records no `paused`; the other
-//!   nodes decide the occurrence. If every live node is drained, nobody
-//!   claims it: past its claim deadline a drained node records it `missed`
-//!   saying so ([`recording::record_if_fleet_drained`]); should that fail,
-//!   the job's next decision after an `undrain` records it `missed` with
-//!   the other occurrences nobody decided (the gap record of
-//!   [`super::recording`]).
-//! - Paused job: the occurrence is recorded `paused` through the job's
-//!   state hash ([`crate::lock::Locker::record_paused`]) instead of
-//!   claimed: whichever node decides first wins, so it is recorded once
-//!   and never also run or missed. Then the occurrences nobody decided
-//!   before it are recorded `missed`, as after a won claim.
-//! - Otherwise: the claim ([`super::occurrence::claim_and_run`]).
+//! A paused job's occurrence: recorded `paused` through the job's state
+//! hash ([`crate::lock::Locker::record_paused`]) instead of claimed, by
+//! whichever node decides it first, so it is recorded once and never also
+//! run or missed. Then the occurrences nobody decided before it are
+//! recorded `missed`, as after a won claim.
 //!
 //! Failure model: a `paused` record that Redis does not take is retried
 //! (jittered backoff) while it can still decide the occurrence; it holds the
@@ -31,62 +19,18 @@ use tokio::time::Instant;
 use tracing::{debug, error, info};
 
 use super::Shared;
-use super::occurrence::{self, claim_deadline};
+use super::occurrence::claim_deadline;
 use super::recording;
 use crate::config::Job;
 use crate::control::Mark;
 use crate::lock::Paused;
 use crate::schedule::rfc3339;
 
-/// The longest an occurrence waits at start for the first control snapshot.
-const KNOWN_WAIT: Duration = Duration::from_secs(5);
-/// What that wait leaves of the time to the occurrence's claim deadline.
-const KNOWN_MARGIN: Duration = Duration::from_millis(250);
-/// How long past its deadline (by this node's clock) an occurrence still
-/// waits for the start-up check: Redis's clock decides the deadline, and a
-/// claim it finds late is refused there.
-const STARTED_GRACE: Duration = Duration::from_millis(200);
 /// First and longest pause between retries of a `paused` record.
 const RETRY_FIRST: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(1);
 /// How long a `paused` record is retried while Redis is away.
 const RECORD_FOR: Duration = Duration::from_secs(3600);
-
-/// Decides the occurrence `at` of `job` on this node; see the module doc.
-pub async fn consider(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catch_up: bool) {
-    let deadline = claim_deadline(&job, at);
-    // Nothing is claimed before the start-up check passed (a user missing
-    // a command is stopped there). With Redis down at start the occurrence
-    // waits here up to its deadline; past it, it is counted and logged as
-    // missed, and recorded by the job's next decision (its gap), as an
-    // occurrence nobody claimed: never run without the lock.
-    let until_deadline = (deadline - shared.clock.now())
-        .to_std()
-        .unwrap_or(Duration::ZERO);
-    if !shared.wait_started(until_deadline + STARTED_GRACE).await {
-        if !shared.cancel.is_cancelled() && !catch_up && !shared.redis_health.missed() {
-            error!(job = %job.name, occurrence = %rfc3339(at), node = %shared.locker.node(),
-                "occurrence missed: redis did not answer this node's start-up check before its deadline (never run without the lock)");
-        }
-        return;
-    }
-    // Leave the claim time before its deadline (a claim is a round trip).
-    let left = (deadline - shared.clock.now())
-        .to_std()
-        .unwrap_or(Duration::ZERO)
-        .saturating_sub(KNOWN_MARGIN);
-    shared.controls.wait_known(left.min(KNOWN_WAIT)).await;
-    if shared.controls.draining() {
-        debug!(job = %job.name, occurrence = %rfc3339(at), node = %shared.locker.node(),
-            "occurrence not claimed here: this node is drained");
-        recording::record_if_fleet_drained(&shared, &job, at, deadline).await;
-        return;
-    }
-    match shared.controls.pause_for(&job.name, at.timestamp_millis()) {
-        Some((mark, all)) => record_paused(&shared, &job, at, &mark, all).await,
-        None => occurrence::claim_and_run(shared, job, at, catch_up).await,
-    }
-}
 
 /// The history's error text of a paused occurrence.
 pub(super) fn why(mark: &Mark, all: bool) -> String {
@@ -95,7 +39,7 @@ pub(super) fn why(mark: &Mark, all: bool) -> String {
 }
 
 /// Records `at` of `job` as `paused`; see the module doc.
-async fn record_paused(
+pub(super) async fn record_paused(
     shared: &Arc<Shared>,
     job: &Arc<Job>,
     at: DateTime<Utc>,
@@ -117,11 +61,7 @@ async fn record_paused(
         if Instant::now() >= turn_until {
             turn_held = None;
         }
-        match shared
-            .locker
-            .record_paused(&job.name, at.timestamp_millis(), &name, &why)
-            .await
-        {
+        match shared.locker.record_paused(&job.name, at, &why).await {
             Ok(Paused {
                 recorded: true,
                 previous_ms,
