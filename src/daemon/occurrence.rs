@@ -342,7 +342,7 @@ async fn decided(
         }
         Claim::Busy { holder, fence } => {
             metrics::claim(&job.name, ClaimResult::Busy);
-            info!(job = %job.name, occurrence = %name, node = %node, holder = %holder, fence, outcome = %"skipped",
+            info!(job = %job.name, occurrence = %name, node = %node, holder = %holder, fence, outcome = %Outcome::Skipped,
                 "occurrence skipped: previous run still holds the lock (overlap = skip)");
             recording::record_gap_before(shared, job, reply.previous_ms, at).await;
             watch_lock(shared, job, fence, reply.lock_ttl_left);

@@ -30,6 +30,7 @@ use crate::config::Job;
 use crate::coordinator::errors;
 use crate::history::Entry;
 use crate::lock::{AbandonCheck, Abandoned, GapEntry, Lease, LockError, Locker, Missed};
+use crate::outcome::Outcome;
 
 /// First and longest pause between retries while Redis fails.
 const RETRY_FIRST: Duration = Duration::from_millis(50);
@@ -349,8 +350,8 @@ pub fn gap_entries(
     let mut cursor = job.schedule.next_after(previous);
     while let Some(occurrence) = cursor.filter(|occurrence| *occurrence < at) {
         let (outcome, error) = match paused_by(occurrence.timestamp_millis()) {
-            Some(why) => ("paused", why),
-            None => ("missed", NOBODY_CLAIMED.to_string()),
+            Some(why) => (Outcome::Paused.as_str(), why),
+            None => (Outcome::Missed.as_str(), NOBODY_CLAIMED.to_string()),
         };
         if entries.len() < GAP_LISTED {
             entries.push(GapEntry {
@@ -446,13 +447,13 @@ pub async fn record_gap_before(
                 if recorded {
                     let missed: Vec<&GapEntry> = entries
                         .iter()
-                        .filter(|entry| entry.outcome == "missed")
+                        .filter(|entry| entry.outcome == Outcome::Missed.as_str())
                         .collect();
                     if let Some(first) = missed.first() {
                         crate::metrics::missed_by(&job.name, missed.len() as u64);
                         crate::metrics::occurrences_decided(
                             &job.name,
-                            "missed",
+                            Outcome::Missed.as_str(),
                             missed.len() as u64,
                             unix_secs(shared.now()),
                         );
@@ -470,7 +471,10 @@ pub async fn record_gap_before(
                         .map(|entry| {
                             (
                                 entry.occurrence.clone(),
-                                notifications::decided("missed", entry.error.clone()),
+                                notifications::decided(
+                                    Outcome::Missed.as_str(),
+                                    entry.error.clone(),
+                                ),
                             )
                         })
                         .collect();
@@ -613,11 +617,15 @@ pub fn spawn_startup_check(shared: &Arc<Shared>, jobs: &[Arc<Job>]) {
 /// The decision line for a run found abandoned.
 pub fn log_abandoned(shared: &Shared, job: &Arc<Job>, abandoned: &Abandoned) {
     crate::metrics::abandoned(&job.name);
-    crate::metrics::occurrence_decided(&job.name, "abandoned", unix_secs(shared.now()));
+    crate::metrics::occurrence_decided(
+        &job.name,
+        Outcome::Abandoned.as_str(),
+        unix_secs(shared.now()),
+    );
     // Shown only where retries exist, as on `run finished`.
     let attempt = (job.retries > 0).then_some(abandoned.attempt);
     warn!(job = %job.name, occurrence = %abandoned.occurrence, node = %shared.locker.node(),
-        runner = %abandoned.node, fence = abandoned.fence, attempt, outcome = "abandoned",
+        runner = %abandoned.node, fence = abandoned.fence, attempt, outcome = Outcome::Abandoned.as_str(),
         "run abandoned: its lock expired without a release (the runner died or lost redis); recorded");
     let subject = Subject {
         occurrence: &abandoned.occurrence,
@@ -632,14 +640,18 @@ pub fn log_abandoned(shared: &Shared, job: &Arc<Job>, abandoned: &Abandoned) {
         shared,
         job,
         subject,
-        notifications::decided("abandoned", error),
+        notifications::decided(Outcome::Abandoned.as_str(), error),
     );
 }
 
 /// Counts `at` of `job`, which this node just recorded `missed`, as its
 /// final outcome, and sends `on_failure`.
 fn notify_missed(shared: &Shared, job: &Arc<Job>, at: DateTime<Utc>, reason: &str) {
-    crate::metrics::occurrence_decided(&job.name, "missed", unix_secs(shared.now()));
+    crate::metrics::occurrence_decided(
+        &job.name,
+        Outcome::Missed.as_str(),
+        unix_secs(shared.now()),
+    );
     let name = rfc3339(at);
     let subject = Subject {
         occurrence: &name,
@@ -650,7 +662,7 @@ fn notify_missed(shared: &Shared, job: &Arc<Job>, at: DateTime<Utc>, reason: &st
         shared,
         job,
         subject,
-        notifications::decided("missed", reason.to_string()),
+        notifications::decided(Outcome::Missed.as_str(), reason.to_string()),
     );
 }
 
