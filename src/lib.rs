@@ -13,7 +13,8 @@
 //!   (SIGTSTP, SIGTTIN, SIGTTOU) refused while locks are renewed.
 //! - [`logging`]: log lines that never block or panic (a queue to one writer thread),
 //!   or native journal entries under systemd.
-//! - [`exec`]: runs a job's action and classifies its [`exec::Outcome`].
+//! - [`outcome`]: the nine ways an occurrence ends, and their words.
+//! - [`exec`]: runs a job's action and classifies its [`Outcome`](outcome::Outcome).
 //! - [`open_files`]: the open files limit raised for the process and given
 //!   back to its jobs.
 //! - [`metrics`]: Prometheus metrics.
@@ -49,6 +50,7 @@ pub mod memory;
 pub mod metrics;
 pub mod open_files;
 pub mod ops;
+pub mod outcome;
 pub mod registry;
 pub mod run;
 pub mod schedule;

@@ -20,6 +20,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use ::metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
 
+use crate::outcome::Outcome;
+
 const RUNS: &str = "solocron_runs_total";
 const RUN_DURATION: &str = "solocron_run_duration_seconds";
 const LAST_SUCCESS: &str = "solocron_last_success_timestamp_seconds";
@@ -45,21 +47,17 @@ const OCCURRENCES: &str = "solocron_occurrences_total";
 const LAST_FAILURE: &str = "solocron_last_failure_timestamp_seconds";
 const REDIS_DATA_LOST: &str = "solocron_redis_data_lost_total";
 
-/// The final outcomes of an occurrence that page
-/// (`solocron_last_failure_timestamp_seconds`): those `on_failure` is sent
-/// for. `interrupted` (the daemon was stopped) and `succeeded` do not.
-pub const FAILED_OUTCOMES: &[&str] = &["failed", "timed_out", "lock_lost", "missed", "abandoned"];
-
 /// The final outcomes `solocron_occurrences_total` is served with from a
-/// job's start.
-const OCCURRENCE_OUTCOMES: &[&str] = &[
-    "succeeded",
-    "failed",
-    "timed_out",
-    "lock_lost",
-    "interrupted",
-    "missed",
-    "abandoned",
+/// job's start: every one but `skipped` and `paused`, which are not
+/// counted as an occurrence's outcome.
+const OCCURRENCE_OUTCOMES: [Outcome; 7] = [
+    Outcome::Succeeded,
+    Outcome::Failed,
+    Outcome::TimedOut,
+    Outcome::LockLost,
+    Outcome::Interrupted,
+    Outcome::Missed,
+    Outcome::Abandoned,
 ];
 
 /// Every metric name this module serves, histograms by their base name
@@ -339,7 +337,7 @@ pub fn claim(job: &str, result: ClaimResult) {
 pub fn run_finished(job: &str, outcome: &str, duration: Duration, finished_at: f64) {
     counter!(RUNS, "job" => job.to_string(), "outcome" => outcome.to_string()).increment(1);
     histogram!(RUN_DURATION, "job" => job.to_string()).record(duration.as_secs_f64());
-    if outcome == "succeeded" {
+    if Outcome::parse(outcome) == Some(Outcome::Succeeded) {
         last_success(job, finished_at);
     }
 }
@@ -372,12 +370,12 @@ fn set_newest(name: &'static str, job: &str, at: f64) {
 /// their last attempt, or `missed`, `abandoned`. Counts
 /// `solocron_occurrences_total{job,outcome}` once per occurrence (a failed
 /// attempt that a retry follows is not an occurrence's outcome), and for an
-/// outcome of [`FAILED_OUTCOMES`] sets
+/// outcome that is a failure ([`Outcome::is_failure`]) sets
 /// `solocron_last_failure_timestamp_seconds{job}` to `at`.
 pub fn occurrences_decided(job: &str, outcome: &str, count: u64, at: f64) {
     counter!(OCCURRENCES, "job" => job.to_string(), "outcome" => outcome.to_string())
         .increment(count);
-    if count > 0 && FAILED_OUTCOMES.contains(&outcome) {
+    if count > 0 && Outcome::parse(outcome).is_some_and(Outcome::is_failure) {
         set_newest(LAST_FAILURE, job, at);
     }
 }
@@ -409,11 +407,11 @@ pub fn enabled() -> bool {
 /// is set (0 without `max_silence`) and
 /// `solocron_job_scheduled_timestamp_seconds{job}` to now.
 pub fn job_scheduled(job: &str, max_silence: Option<Duration>) {
-    for outcome in crate::exec::Outcome::ALL {
+    for outcome in Outcome::ALL.into_iter().filter(|outcome| outcome.is_run()) {
         counter!(RUNS, "job" => job.to_string(), "outcome" => outcome.as_str()).increment(0);
     }
     for outcome in OCCURRENCE_OUTCOMES {
-        counter!(OCCURRENCES, "job" => job.to_string(), "outcome" => *outcome).increment(0);
+        counter!(OCCURRENCES, "job" => job.to_string(), "outcome" => outcome.as_str()).increment(0);
     }
     for name in [MISSED, ABANDONED, LOCK_LOSSES, LOCK_RENEWALS] {
         counter!(name, "job" => job.to_string()).increment(0);

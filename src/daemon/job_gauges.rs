@@ -202,7 +202,7 @@ async fn read_until_answered(shared: &Shared, job: &str) -> bool {
 /// epoch ms); the newest over every member with Redlock.
 async fn newest_success_ms(shared: &Shared, job: &str) -> redis::RedisResult<Option<i64>> {
     let filter = Filter {
-        outcomes: vec!["succeeded".to_string()],
+        outcomes: vec![crate::outcome::Outcome::Succeeded.as_str().to_string()],
         ..Filter::default()
     };
     let (prefix, jobs, filter) = (shared.locker.prefix(), &[job], &filter);

@@ -30,9 +30,6 @@ use super::Shared;
 use crate::config::{Job, JobExtras, Notifier};
 use crate::exec::{Executor, Notice, Outcome, RunContext, StopReason};
 
-/// Outcomes `on_failure` is for (after the last retry).
-const FAILURES: &[&str] = &["failed", "timed_out", "lock_lost", "missed", "abandoned"];
-
 /// Which run of which occurrence the notice is about.
 pub struct Subject<'a> {
     pub occurrence: &'a str,
@@ -94,9 +91,9 @@ fn prepare(
     subject: Subject<'_>,
     notice: Notice,
 ) -> Option<Prepared> {
-    let (kind, notifier) = match notice.outcome.as_str() {
-        "succeeded" => ("on_success", job.extras.on_success.as_ref()),
-        outcome if FAILURES.contains(&outcome) => ("on_failure", job.extras.on_failure.as_ref()),
+    let (kind, notifier) = match Outcome::parse(&notice.outcome) {
+        Some(Outcome::Succeeded) => ("on_success", job.extras.on_success.as_ref()),
+        Some(outcome) if outcome.is_failure() => ("on_failure", job.extras.on_failure.as_ref()),
         _ => return None,
     };
     let notifier = notifier?;

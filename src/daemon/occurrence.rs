@@ -37,6 +37,7 @@ use crate::config::Job;
 use crate::exec::Report;
 use crate::lock::{Claim, ClaimReply, Lease, Target, new_token};
 use crate::metrics::{self, ClaimResult};
+use crate::outcome::Outcome;
 use crate::run;
 use crate::schedule::Occurrence;
 use crate::schedule::rfc3339;
@@ -390,7 +391,7 @@ async fn decided(
         }
         Claim::Busy { holder, fence } => {
             metrics::claim(&job.name, ClaimResult::Busy);
-            info!(job = %job.name, occurrence = %occurrence, node = %node, holder = %holder, fence, outcome = %"skipped",
+            info!(job = %job.name, occurrence = %occurrence, node = %node, holder = %holder, fence, outcome = %Outcome::Skipped,
                 "occurrence skipped: previous run still holds the lock (overlap = skip)");
             recording::record_gap_before(shared, job, reply.previous_ms, at).await;
             watch_lock(shared, job, fence, reply.lock_ttl_left);

@@ -69,7 +69,7 @@ pub(super) async fn record_paused(
             }) => {
                 shared.redis_health.answered();
                 info!(job = %job.name, occurrence = %name, node = %node, paused_by = %mark.by,
-                    outcome = "paused", "occurrence paused: recorded `paused`, not run (the job is paused fleet-wide)");
+                    outcome = crate::outcome::Outcome::Paused.as_str(), "occurrence paused: recorded `paused`, not run (the job is paused fleet-wide)");
                 drop(turn_held);
                 recording::record_gap_before(shared, job, previous_ms, at).await;
                 return;

@@ -29,6 +29,7 @@ use crate::config::Job;
 use crate::coordinator::errors;
 use crate::history::Entry;
 use crate::lock::{AbandonCheck, Abandoned, GapEntry, Lease, LockError, Missed};
+use crate::outcome::Outcome;
 use crate::schedule::rfc3339;
 
 /// First and longest pause between retries while Redis fails.
@@ -304,8 +305,8 @@ pub fn gap_entries(
     let mut cursor = job.schedule.next_after(previous);
     while let Some(occurrence) = cursor.filter(|occurrence| *occurrence < at) {
         let (outcome, error) = match paused_by(occurrence.timestamp_millis()) {
-            Some(why) => ("paused", why),
-            None => ("missed", NOBODY_CLAIMED.to_string()),
+            Some(why) => (Outcome::Paused.as_str(), why),
+            None => (Outcome::Missed.as_str(), NOBODY_CLAIMED.to_string()),
         };
         if entries.len() < GAP_LISTED {
             entries.push(GapEntry {
@@ -401,13 +402,13 @@ pub async fn record_gap_before(
                 if recorded {
                     let missed: Vec<&GapEntry> = entries
                         .iter()
-                        .filter(|entry| entry.outcome == "missed")
+                        .filter(|entry| entry.outcome == Outcome::Missed.as_str())
                         .collect();
                     if let Some(first) = missed.first() {
                         crate::metrics::missed_by(&job.name, missed.len() as u64);
                         crate::metrics::occurrences_decided(
                             &job.name,
-                            "missed",
+                            Outcome::Missed.as_str(),
                             missed.len() as u64,
                             unix_secs(shared.clock.now()),
                         );
@@ -425,7 +426,7 @@ pub async fn record_gap_before(
                         .map(|entry| {
                             (
                                 entry.occurrence.clone(),
-                                notifiers::decided("missed", entry.error.clone()),
+                                notifiers::decided(Outcome::Missed.as_str(), entry.error.clone()),
                             )
                         })
                         .collect();
@@ -574,11 +575,15 @@ pub fn spawn_startup_check(shared: &Arc<Shared>, jobs: &[Arc<Job>]) {
 /// The decision line for a run found abandoned.
 pub fn log_abandoned(shared: &Shared, job: &Arc<Job>, abandoned: &Abandoned) {
     crate::metrics::abandoned(&job.name);
-    crate::metrics::occurrence_decided(&job.name, "abandoned", unix_secs(shared.clock.now()));
+    crate::metrics::occurrence_decided(
+        &job.name,
+        Outcome::Abandoned.as_str(),
+        unix_secs(shared.clock.now()),
+    );
     // Shown only where retries exist, as on `run finished`.
     let attempt = (job.retries > 0).then_some(abandoned.attempt);
     warn!(job = %job.name, occurrence = %abandoned.occurrence, node = %shared.locker.node(),
-        runner = %abandoned.node, fence = abandoned.fence, attempt, outcome = "abandoned",
+        runner = %abandoned.node, fence = abandoned.fence, attempt, outcome = Outcome::Abandoned.as_str(),
         "run abandoned: its lock expired without a release (the runner died or lost redis); recorded");
     let subject = Subject {
         occurrence: &abandoned.occurrence,
@@ -589,13 +594,22 @@ pub fn log_abandoned(shared: &Shared, job: &Arc<Job>, abandoned: &Abandoned) {
         "the lock expired without a release: node {} stopped renewing it (it died, or lost redis)",
         abandoned.node
     );
-    notifiers::send(shared, job, subject, notifiers::decided("abandoned", error));
+    notifiers::send(
+        shared,
+        job,
+        subject,
+        notifiers::decided(Outcome::Abandoned.as_str(), error),
+    );
 }
 
 /// Counts `at` of `job`, which this node just recorded `missed`, as its
 /// final outcome, and sends `on_failure`.
 fn notify_missed(shared: &Shared, job: &Arc<Job>, at: DateTime<Utc>, reason: &str) {
-    crate::metrics::occurrence_decided(&job.name, "missed", unix_secs(shared.clock.now()));
+    crate::metrics::occurrence_decided(
+        &job.name,
+        Outcome::Missed.as_str(),
+        unix_secs(shared.clock.now()),
+    );
     let name = rfc3339(at);
     let subject = Subject {
         occurrence: &name,
@@ -606,7 +620,7 @@ fn notify_missed(shared: &Shared, job: &Arc<Job>, at: DateTime<Utc>, reason: &st
         shared,
         job,
         subject,
-        notifiers::decided("missed", reason.to_string()),
+        notifiers::decided(Outcome::Missed.as_str(), reason.to_string()),
     );
 }
 

@@ -260,7 +260,7 @@ pub(super) async fn skipped_behind_old_name(
                 ..
             } => {
                 shared.redis_health.confirmed();
-                info!(job = %job.name, occurrence = %occurrence, node = %node, renamed_from = %old, holder = %holder, outcome = %"skipped",
+                info!(job = %job.name, occurrence = %occurrence, node = %node, renamed_from = %old, holder = %holder, outcome = %crate::outcome::Outcome::Skipped,
                     "occurrence skipped: the run of the job's old name still holds its lock (overlap = skip)");
                 recording::record_gap_before(shared, job, previous_ms, at).await;
             }

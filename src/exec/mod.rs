@@ -25,6 +25,8 @@ pub use http::proxies_from_env;
 pub use launch::give_jobs_open_files;
 pub use output::{MASK_MIN, OutputMask};
 
+pub use crate::outcome::Outcome;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -69,7 +71,8 @@ pub struct RunContext {
 /// `SOLOCRON_OUTPUT_TAIL`, and `Solocron-*` headers / a JSON body for HTTP.
 #[derive(Debug, Clone, Default)]
 pub struct Notice {
-    /// `succeeded`, `failed`, `timed_out`, `lock_lost`, `missed`, `abandoned`…
+    /// The word of the [`Outcome`] it ended with (`succeeded`, `failed`,
+    /// `missed`, `abandoned`, ...).
     pub outcome: String,
     pub exit_code: Option<i32>,
     pub http_status: Option<u16>,
@@ -117,44 +120,6 @@ pub enum StopReason {
     LockLost,
     /// Shutdown grace is over.
     Interrupted,
-}
-
-/// How an occurrence ended. A failing command is an outcome, not an `Err`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// Exit 0, or a 2xx response.
-    Succeeded,
-    /// Non-zero exit, killed by a signal nobody sent, non-2xx, or could not start.
-    Failed,
-    /// The job's (or the hook's) timeout fired first.
-    TimedOut,
-    /// Stopped because of [`StopReason::LockLost`].
-    LockLost,
-    /// Stopped because of [`StopReason::Interrupted`].
-    Interrupted,
-}
-
-impl Outcome {
-    /// Every outcome (what `solocron_runs_total` is served at 0 for).
-    pub const ALL: [Outcome; 5] = [
-        Outcome::Succeeded,
-        Outcome::Failed,
-        Outcome::TimedOut,
-        Outcome::LockLost,
-        Outcome::Interrupted,
-    ];
-
-    /// The name used in logs and history: `succeeded`, `failed`, `timed_out`,
-    /// `lock_lost`, `interrupted`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Succeeded => "succeeded",
-            Outcome::Failed => "failed",
-            Outcome::TimedOut => "timed_out",
-            Outcome::LockLost => "lock_lost",
-            Outcome::Interrupted => "interrupted",
-        }
-    }
 }
 
 impl From<StopReason> for Outcome {
@@ -352,7 +317,7 @@ impl Executor {
 
 #[cfg(test)]
 mod tests {
-    use super::{Notice, Outcome};
+    use super::Notice;
 
     #[test]
     fn notice_variables_hold_no_nul_byte() {
@@ -367,20 +332,5 @@ mod tests {
         assert!(variables.iter().all(|(_, value)| !value.contains('\0')));
         assert_eq!(variables[2].1, "bad\u{fffd}error");
         assert_eq!(variables[3].1, "a\u{fffd}b\n");
-    }
-
-    #[test]
-    fn all_lists_every_outcome_once_in_order() {
-        for (position, outcome) in Outcome::ALL.into_iter().enumerate() {
-            // A new variant fails to compile here until `ALL` lists it.
-            let index = match outcome {
-                Outcome::Succeeded => 0,
-                Outcome::Failed => 1,
-                Outcome::TimedOut => 2,
-                Outcome::LockLost => 3,
-                Outcome::Interrupted => 4,
-            };
-            assert_eq!(index, position, "{outcome:?}");
-        }
     }
 }

@@ -36,16 +36,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::Recorded;
+use super::{Entry, Recorded};
+use crate::outcome::Outcome;
 
-/// Outcomes that ran nothing.
-const RAN_NOTHING: [&str; 3] = ["skipped", "missed", "paused"];
-
-/// The class of an outcome in rule 1: the higher, the stronger.
-fn class(outcome: &str) -> u8 {
-    match outcome {
-        "abandoned" => 1,
-        _ if RAN_NOTHING.contains(&outcome) => 0,
+/// The class of an entry's outcome in rule 1: the higher, the stronger. An
+/// outcome this version does not know counts as a run's.
+fn class(entry: &Entry) -> u8 {
+    match entry.known_outcome() {
+        Some(Outcome::Abandoned) => 1,
+        Some(outcome) if outcome.ran_nothing() => 0,
         _ => 2,
     }
 }
@@ -93,7 +92,7 @@ fn choose(entries: Vec<(usize, Recorded)>, majority: usize) -> Vec<Recorded> {
     let mut same: BTreeMap<(String, String, u64), (BTreeSet<usize>, Recorded)> = BTreeMap::new();
     for (master, recorded) in entries {
         let entry = &recorded.entry;
-        let key = match class(&entry.outcome) {
+        let key = match class(entry) {
             2 => (String::new(), entry.node.clone(), entry.fence),
             1 => (entry.outcome.clone(), entry.node.clone(), 0),
             _ => (entry.outcome.clone(), String::new(), 0),
@@ -109,11 +108,10 @@ fn choose(entries: Vec<(usize, Recorded)>, majority: usize) -> Vec<Recorded> {
     // An `abandoned` entry on a minority is no run's: it comes from a
     // grant that never had a majority (its lock expired on that master
     // with nothing released there), so it weighs as what ran nothing.
-    let weight =
-        |(masters, recorded): &(BTreeSet<usize>, Recorded)| match class(&recorded.entry.outcome) {
-            1 if masters.len() < majority => 0,
-            strength => strength,
-        };
+    let weight = |(masters, recorded): &(BTreeSet<usize>, Recorded)| match class(&recorded.entry) {
+        1 if masters.len() < majority => 0,
+        strength => strength,
+    };
     let groups: Vec<(BTreeSet<usize>, Recorded)> = same.into_values().collect();
     if groups.iter().any(|group| weight(group) == 2) {
         return groups

@@ -18,27 +18,14 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 
 use crate::exec::Report;
+use crate::outcome::Outcome;
 
-/// The outcome names a history entry can have (docs/operations.md).
-pub const OUTCOMES: [&str; 9] = [
-    "succeeded",
-    "failed",
-    "timed_out",
-    "lock_lost",
-    "interrupted",
-    "skipped",
-    "paused",
-    "missed",
-    "abandoned",
-];
-
-/// The word `--outcome` takes for every bad outcome: each one but
-/// [`NOT_BAD`]'s, also outcomes a newer daemon may write.
+/// The word `--outcome` takes for every bad outcome ([`Entry::is_bad`]).
 pub const BAD: &str = "bad";
 
-/// The outcomes that are not bad: the job ran well, or was meant not to
-/// run (an overlap skipped, a pause, a calendar).
-pub const NOT_BAD: [&str; 4] = ["succeeded", "skipped", "paused", "excluded"];
+/// Outcomes a newer daemon may write that are not bad: an occurrence a
+/// calendar excludes is meant not to run.
+const NEWER_NOT_BAD: [&str; 1] = ["excluded"];
 
 /// One decision about one occurrence.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,14 +34,17 @@ pub struct Entry {
     pub occurrence: String,
     pub node: String,
     pub fence: u64,
-    /// One of [`OUTCOMES`].
+    /// How it ended, as written: the word of an [`Outcome`] (any of the
+    /// nine), or of an outcome a newer version wrote, kept and shown as it
+    /// is ([`Entry::known_outcome`] is `None` for it).
     pub outcome: String,
     pub exit_code: Option<i32>,
     pub http_status: Option<u16>,
     pub started_at: DateTime<Utc>,
     pub finished_at: DateTime<Utc>,
     /// How long the run took; `None` for decisions that ran nothing
-    /// (`skipped`, `missed`).
+    /// (`skipped`, `paused`, `missed`) and for `abandoned` (nobody saw the
+    /// run end).
     pub duration_ms: Option<u64>,
     /// Why it failed to start, etc. Never holds secrets.
     pub error: Option<String>,
@@ -68,6 +58,22 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// The [`Outcome`] its word names; `None` for a word this version
+    /// does not know.
+    pub fn known_outcome(&self) -> Option<Outcome> {
+        Outcome::parse(&self.outcome)
+    }
+
+    /// Whether it needs a look (`--outcome bad`): its outcome
+    /// [`Outcome::is_bad`], or is a word this version does not know (a
+    /// newer daemon's) other than `excluded`.
+    pub fn is_bad(&self) -> bool {
+        match self.known_outcome() {
+            Some(outcome) => outcome.is_bad(),
+            None => !NEWER_NOT_BAD.contains(&self.outcome.as_str()),
+        }
+    }
+
     /// The entry for a finished run.
     pub fn from_report(occurrence: &str, node: &str, fence: u64, report: &Report) -> Entry {
         Entry {
@@ -230,5 +236,26 @@ mod tests {
         assert_eq!(entry.duration_ms, None);
         assert_eq!(entry.finished_at.timestamp_millis(), 1_796_072_400_250);
         assert_eq!(Entry::from_fields(&HashMap::new(), 0), None);
+    }
+
+    #[test]
+    fn an_outcome_this_version_does_not_know_is_kept_as_written() {
+        let read = |outcome: &str| {
+            let fields: HashMap<String, String> =
+                [("occurrence", "2026-11-30T21:00:00Z"), ("outcome", outcome)]
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+            Entry::from_fields(&fields, 0).expect("an entry")
+        };
+        let newer = read("throttled");
+        assert_eq!(newer.outcome, "throttled");
+        assert_eq!(newer.known_outcome(), None);
+        assert!(newer.is_bad());
+        assert!(!read("excluded").is_bad());
+        let missed = read("missed");
+        assert_eq!(missed.known_outcome(), Some(Outcome::Missed));
+        assert!(missed.is_bad());
+        assert!(!read("paused").is_bad());
     }
 }

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use crate::coordinator::Conn;
 use redis::streams::StreamRangeReply;
 
-use super::{BAD, Entry, NOT_BAD, Recorded};
+use super::{BAD, Entry, Recorded};
 use crate::keys::JobKeys;
 
 /// How far ahead of Redis `TIME` a node may fire an occurrence.
@@ -36,8 +36,8 @@ pub struct Filter {
     pub until_ms: Option<i64>,
     /// Any of these nodes (empty: any node).
     pub nodes: Vec<String>,
-    /// Any of these outcomes (empty: any outcome); [`BAD`] stands
-    /// for every outcome but [`NOT_BAD`]'s.
+    /// Any of these outcome words (empty: any outcome); [`BAD`] stands
+    /// for every bad one ([`Entry::is_bad`]).
     pub outcomes: Vec<String>,
 }
 
@@ -50,10 +50,10 @@ impl Filter {
             && self.until_ms.is_none_or(|until| at <= until)
             && (self.nodes.is_empty() || self.nodes.contains(&entry.node))
             && (self.outcomes.is_empty()
-                || self.outcomes.iter().any(|wanted| {
-                    *wanted == entry.outcome
-                        || (wanted == BAD && !NOT_BAD.contains(&entry.outcome.as_str()))
-                }))
+                || self
+                    .outcomes
+                    .iter()
+                    .any(|wanted| *wanted == entry.outcome || (wanted == BAD && entry.is_bad())))
     }
 }
 

@@ -26,7 +26,7 @@ use crate::config::RedisConfig;
 use crate::coordinator::coordinator_time_ms;
 
 pub(crate) use format::flat;
-pub use history::{HistoryQuery, OUTCOMES, TimeBound, UsageError, history, parse_outcome};
+pub use history::{HistoryQuery, TimeBound, UsageError, history, parse_outcome};
 pub use source::{DEFAULT_KEY_PREFIX, Source};
 pub(crate) use source::{closest, job_hint, node_jobs, note};
 pub use status::status;

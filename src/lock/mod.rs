@@ -46,6 +46,7 @@ use crate::coordinator::errors::timed_out;
 use crate::coordinator::{ANSWER_TIMEOUT, Conn, Coordinator, coordinator_time_us};
 use crate::history::Entry;
 use crate::keys::JobKeys;
+use crate::outcome::Outcome;
 use crate::schedule::{Occurrence, rfc3339};
 
 /// Redis failed (unreachable, timed out, or replied with something unexpected).
@@ -132,7 +133,8 @@ impl LockError {
 pub struct GapEntry {
     /// The occurrence's name (RFC 3339).
     pub occurrence: String,
-    /// `missed`, or `paused` when a pause in effect covered it.
+    /// The word of [`Outcome::Missed`], or of [`Outcome::Paused`] when a
+    /// pause in effect covered it.
     pub outcome: &'static str,
     /// The entry's error text: why nobody ran it.
     pub error: String,
@@ -316,11 +318,11 @@ pub enum Unrun {
 }
 
 impl Unrun {
-    /// As recorded: `paused`, `skipped`.
-    pub fn as_str(self) -> &'static str {
+    /// As recorded: [`Outcome::Paused`], [`Outcome::Skipped`].
+    pub fn outcome(self) -> Outcome {
         match self {
-            Unrun::Paused => "paused",
-            Unrun::Skipped => "skipped",
+            Unrun::Paused => Outcome::Paused,
+            Unrun::Skipped => Outcome::Skipped,
         }
     }
 }
@@ -567,7 +569,6 @@ impl Locker {
         why: &str,
         outcome: Unrun,
     ) -> Result<Paused, LockError> {
-        let outcome = outcome.as_str();
         let keys = self.keys(job);
         let (at_ms, name) = (at.timestamp_millis(), rfc3339(at));
         match self.single() {
@@ -726,11 +727,10 @@ pub async fn redis_time_ms(conn: &Conn) -> redis::RedisResult<i64> {
 }
 
 /// The step a `paused` or `skipped` record names in its errors.
-fn decision_step(outcome: &str) -> &'static str {
-    if outcome == "skipped" {
-        "record skipped"
-    } else {
-        "record paused"
+fn decision_step(outcome: Unrun) -> &'static str {
+    match outcome {
+        Unrun::Skipped => "record skipped",
+        Unrun::Paused => "record paused",
     }
 }
 

@@ -37,7 +37,7 @@ use futures_util::future::join_all;
 use super::server::Server;
 use super::{
     AbandonCheck, Claim, ClaimReply, JobKeys, Lease, LockError, Missed, Paused, Released,
-    RetryState,
+    RetryState, Unrun,
 };
 use crate::coordinator::ANSWER_TIMEOUT;
 use crate::history::Entry;
@@ -268,9 +268,10 @@ pub(super) async fn record_decision(
     at_ms: i64,
     name: &str,
     why: &str,
-    outcome: &str,
+    outcome: Unrun,
 ) -> Result<Paused, LockError> {
     let step = super::decision_step(outcome);
+    let word = outcome.outcome().as_str();
     let answers = on_all(servers, job, step, |server| {
         server.record_decision(keys, job, at_ms, name, why, outcome)
     })
@@ -286,7 +287,7 @@ pub(super) async fn record_decision(
                 || answer
                     .decided
                     .as_ref()
-                    .is_some_and(|(decision, _)| decision == outcome)
+                    .is_some_and(|(decision, _)| decision == word)
         })
         .count();
     if paused >= majority(servers) {
@@ -296,7 +297,7 @@ pub(super) async fn record_decision(
         let decided = done
             .iter()
             .filter_map(|answer| answer.decided.clone())
-            .find(|(decision, _)| decision == outcome);
+            .find(|(decision, _)| decision == word);
         return Ok(Paused {
             recorded: done.iter().any(|answer| answer.recorded),
             previous_ms: done.iter().filter_map(|answer| answer.previous_ms).max(),
@@ -306,7 +307,7 @@ pub(super) async fn record_decision(
     let other = done
         .iter()
         .filter_map(|answer| answer.decided.clone())
-        .filter(|(decision, _)| decision != outcome)
+        .filter(|(decision, _)| decision != word)
         .collect::<Vec<_>>();
     if other.len() >= majority(servers) {
         return Ok(Paused {

@@ -490,3 +490,129 @@ redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'occurrence', ARGV[2], 
   'fence', '0', 'outcome', outcome, 'started_at', now_s, 'finished_at', now_s, 'error', ARGV[5])
 return {'1', st[1] or ''}
 "#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::Outcome;
+
+    /// Words the state hash's `last_outcome` / `last_decision` take that
+    /// are not outcomes: a run in progress, a won claim, an undone one.
+    const STATE_WORDS: [&str; 3] = ["running", "claimed", "undone"];
+
+    /// The quoted literals of Lua `source` (comments skipped), each with
+    /// the text between it and the literal before it.
+    fn literals(source: &str) -> Vec<(&str, &str)> {
+        let mut found = Vec::new();
+        let (mut at, mut after_last) = (0, 0);
+        while let Some(rest) = source.get(at..) {
+            let Some(first) = rest.chars().next() else {
+                break;
+            };
+            if rest.starts_with("--") {
+                at += rest.find('\n').unwrap_or(rest.len());
+            } else if first == '\'' || first == '"' {
+                let mut end = at + 1;
+                while let Some(c) = source.get(end..).and_then(|tail| tail.chars().next()) {
+                    match c {
+                        '\\' => end += 2,
+                        c if c == first => break,
+                        c => end += c.len_utf8(),
+                    }
+                }
+                let end = end.min(source.len());
+                found.push((&source[after_last..at], &source[at + 1..end]));
+                after_last = end + 1;
+                at = end + 1;
+            } else {
+                at += first.len_utf8();
+            }
+        }
+        found
+    }
+
+    /// Edits (insert, delete, substitute one character) from `a` to `b`.
+    fn distance(a: &str, b: &str) -> usize {
+        let b: Vec<char> = b.chars().collect();
+        let mut row: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.chars().enumerate() {
+            let mut diagonal = row[0];
+            row[0] = i + 1;
+            for (j, cb) in b.iter().enumerate() {
+                let substituted = diagonal + usize::from(ca != *cb);
+                diagonal = row[j + 1];
+                row[j + 1] = substituted.min(row[j] + 1).min(row[j + 1] + 1);
+            }
+        }
+        row[b.len()]
+    }
+
+    /// Every outcome a script writes is a word of [`Outcome`]: the
+    /// `outcome` of a history entry, and the state's `last_outcome` and
+    /// `last_decision` (or one of [`STATE_WORDS`]); and no literal is a
+    /// near miss of an outcome's word, so a typo anywhere fails here.
+    #[test]
+    fn every_outcome_the_scripts_write_is_an_outcome_word() {
+        let scripts = [
+            PRELUDE, CLAIM, EXTEND, RELEASE, MISSED, GAP, ABANDON, UNDO, PAUSED,
+        ];
+        let words = Outcome::ALL.map(Outcome::as_str);
+        let mut written = Vec::new();
+        for script in scripts {
+            let found = literals(script);
+            // Field names a read (`HGET`, `HMGET`) lists are not values.
+            let mut reading = false;
+            for pair in found.windows(2) {
+                let [(_, key), (between, value)] = pair else {
+                    continue;
+                };
+                if between.contains(')') {
+                    reading = false;
+                }
+                if matches!(*key, "HGET" | "HMGET") {
+                    reading = true;
+                }
+                if reading || between.trim() != "," {
+                    continue;
+                }
+                match *key {
+                    "outcome" => {
+                        assert!(Outcome::parse(value).is_some(), "history outcome `{value}`");
+                        written.push(*value);
+                    }
+                    "last_outcome" | "last_decision" => assert!(
+                        Outcome::parse(value).is_some() || STATE_WORDS.contains(value),
+                        "{key} `{value}`"
+                    ),
+                    _ => {}
+                }
+            }
+            for (_, literal) in found {
+                for word in words {
+                    let edits = distance(literal, word);
+                    assert!(
+                        edits == 0 || edits > 2,
+                        "`{literal}` looks like a typo of the outcome `{word}`"
+                    );
+                }
+            }
+        }
+        written.sort_unstable();
+        written.dedup();
+        assert_eq!(
+            written,
+            ["abandoned", "missed", "skipped"],
+            "the outcomes the scripts write as literals"
+        );
+    }
+
+    #[test]
+    fn the_lua_scanner_finds_literals_outside_comments() {
+        let found = literals("x('a', \"b\") -- it's 'c'\ny('it\\'s', 'outcome',  'd')");
+        let values: Vec<&str> = found.iter().map(|(_, value)| *value).collect();
+        assert_eq!(values, ["a", "b", "it\\'s", "outcome", "d"]);
+        assert_eq!(found[4].0, ",  ");
+        assert_eq!(distance("skipped", "skiped"), 1);
+        assert_eq!(distance("kitten", "sitting"), 3);
+    }
+}

@@ -48,10 +48,11 @@ use redis::{FromRedisValue, Script, ScriptInvocation};
 use super::scripts;
 use super::{
     AbandonCheck, Abandoned, Claim, ClaimReply, Lease, LockError, Missed, Paused, Released, Target,
-    redis_error, ttl_ms,
+    Unrun, redis_error, ttl_ms,
 };
 use crate::coordinator::{Conn, Member, Wait};
 use crate::history::Entry;
+use crate::outcome::Outcome;
 
 /// How long Redis remembers that a release (or a gap) was recorded, so that
 /// a retry of it records nothing twice: beyond a node's retry pause once
@@ -495,7 +496,7 @@ impl Server {
         Ok(recorded == 1)
     }
 
-    /// Records `name` `outcome` (`paused` or `skipped`) unless it or a
+    /// Records `name` as `outcome` (`paused` or `skipped`) unless it or a
     /// newer occurrence was decided ([`scripts::PAUSED`]).
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn record_decision(
@@ -505,7 +506,7 @@ impl Server {
         at_ms: i64,
         name: &str,
         why: &str,
-        outcome: &str,
+        outcome: Unrun,
     ) -> Result<Paused, LockError> {
         let reply: Vec<String> = self
             .scripts
@@ -517,7 +518,7 @@ impl Server {
             .arg(&self.node)
             .arg(self.history_max)
             .arg(why)
-            .arg(outcome)
+            .arg(outcome.outcome().as_str())
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|source| redis_error(super::decision_step(outcome), job, source))?;
@@ -558,7 +559,7 @@ impl Server {
                 ttl_left: Duration::from_millis(text(1).parse::<u64>().unwrap_or(0)),
                 holder: text(2),
             },
-            "abandoned" => AbandonCheck::Abandoned(Abandoned {
+            word if word == Outcome::Abandoned.as_str() => AbandonCheck::Abandoned(Abandoned {
                 node: text(1),
                 fence: text(2).parse().unwrap_or(0),
                 occurrence: text(3),

@@ -29,6 +29,7 @@ use crate::control::who;
 use crate::inspect::Source;
 use crate::keys::drains_key;
 use crate::logging::{tell, to_stderr};
+use crate::outcome::Outcome;
 use tracing::Level;
 
 /// Exit status when no daemon took the request in time.
@@ -253,7 +254,7 @@ fn finished(job: &str, report: &Report) -> ExitCode {
                 report.get("occurrence").unwrap_or("?"),
                 report.get("fence").unwrap_or("?"),
             ));
-            if outcome == "succeeded" {
+            if Outcome::parse(outcome) == Some(Outcome::Succeeded) {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)

@@ -5,8 +5,9 @@
 //! list of the jobs that ever ran, so a job removed or renamed since (and
 //! run by no live node) is left out of the table; a note on stderr says
 //! so, and naming the job shows its history. `--outcome bad` keeps every
-//! outcome but [`NOT_BAD`]'s. When `--limit` cuts the list, a note on
-//! stderr says so (the `--json` output stays the array alone).
+//! bad outcome ([`Entry::is_bad`](crate::history::Entry::is_bad)). When
+//! `--limit` cuts the list, a note on stderr says so (the `--json` output
+//! stays the array alone).
 //! `--since` and `--until` bound the occurrence's instant (an RFC 3339
 //! instant, or a duration back from Redis `TIME`, so "the last hour" means
 //! the same from every server), so a `missed` entry written late is found
@@ -30,30 +31,32 @@ use super::format;
 use super::source::{closest, job_hint, node_jobs, note};
 use crate::history::{merge, read};
 use crate::keys::JobKeys;
+use crate::outcome::Outcome;
 use crate::registry;
 
+pub use crate::history::BAD;
 pub use crate::history::read::Filter;
-pub use crate::history::{BAD, NOT_BAD, OUTCOMES};
 pub use render::{render, render_json};
 
 /// Parses one `--outcome` value: an outcome name or [`BAD`]; `Err` names
 /// the closest one and lists them all (the command then exits 2).
 pub fn parse_outcome(text: &str) -> Result<String, String> {
     let text = text.trim();
-    if text == BAD || OUTCOMES.contains(&text) {
+    if text == BAD || Outcome::parse(text).is_some() {
         return Ok(text.to_string());
     }
-    let words = || OUTCOMES.iter().copied().chain([BAD]);
-    let hint = closest(text, words())
+    let outcomes = Outcome::ALL.map(Outcome::as_str);
+    let hint = closest(text, outcomes.into_iter().chain([BAD]))
         .map(|near| format!("did you mean `{near}`? "))
         .unwrap_or_default();
-    let good: Vec<&str> = NOT_BAD
+    let good: Vec<&str> = Outcome::ALL
         .into_iter()
-        .filter(|outcome| OUTCOMES.contains(outcome))
+        .filter(|outcome| !outcome.is_bad())
+        .map(Outcome::as_str)
         .collect();
     Err(format!(
         "unknown outcome `{text}`; {hint}the outcomes are {}, and `{BAD}` for every one but {}",
-        OUTCOMES.join(", "),
+        outcomes.join(", "),
         good.join(", ")
     ))
 }

@@ -17,6 +17,7 @@ use chrono::{DateTime, Utc};
 use common::{Node, RedisServer, RunRecord, Workdir, free_port, records, toml_path, wait_until};
 use serde_json::Value;
 use solocron::config::RedisConfig;
+use solocron::outcome::Outcome;
 use solocron::registry::{self, NodeInfo};
 
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
@@ -1130,7 +1131,7 @@ fn outcome_bad_keeps_every_bad_outcome_and_a_typo_gets_the_closest() {
     let work = Workdir::new();
     jobs_config(&work, &["a"]);
     let at = |secs: i64| rfc3339(T0 + secs * 1000);
-    for (secs, outcome) in (1..).zip(solocron::inspect::OUTCOMES) {
+    for (secs, outcome) in (1..).zip(Outcome::ALL.map(Outcome::as_str)) {
         add_entry(
             &redis,
             "a",
