@@ -334,10 +334,10 @@ pub fn claim(job: &str, result: ClaimResult) {
 /// seconds, on the clock occurrences fire by: a node whose wall clock was
 /// stepped a day ahead would set a success a day in the future, and the
 /// silence alert would stay blind for that day).
-pub fn run_finished(job: &str, outcome: &str, duration: Duration, finished_at: f64) {
-    counter!(RUNS, "job" => job.to_string(), "outcome" => outcome.to_string()).increment(1);
+pub fn run_finished(job: &str, outcome: Outcome, duration: Duration, finished_at: f64) {
+    counter!(RUNS, "job" => job.to_string(), "outcome" => outcome.as_str()).increment(1);
     histogram!(RUN_DURATION, "job" => job.to_string()).record(duration.as_secs_f64());
-    if Outcome::parse(outcome) == Some(Outcome::Succeeded) {
+    if outcome == Outcome::Succeeded {
         last_success(job, finished_at);
     }
 }
@@ -372,16 +372,15 @@ fn set_newest(name: &'static str, job: &str, at: f64) {
 /// attempt that a retry follows is not an occurrence's outcome), and for an
 /// outcome that is a failure ([`Outcome::is_failure`]) sets
 /// `solocron_last_failure_timestamp_seconds{job}` to `at`.
-pub fn occurrences_decided(job: &str, outcome: &str, count: u64, at: f64) {
-    counter!(OCCURRENCES, "job" => job.to_string(), "outcome" => outcome.to_string())
-        .increment(count);
-    if count > 0 && Outcome::parse(outcome).is_some_and(Outcome::is_failure) {
+pub fn occurrences_decided(job: &str, outcome: Outcome, count: u64, at: f64) {
+    counter!(OCCURRENCES, "job" => job.to_string(), "outcome" => outcome.as_str()).increment(count);
+    if count > 0 && outcome.is_failure() {
         set_newest(LAST_FAILURE, job, at);
     }
 }
 
 /// [`occurrences_decided`] for one occurrence.
-pub fn occurrence_decided(job: &str, outcome: &str, at: f64) {
+pub fn occurrence_decided(job: &str, outcome: Outcome, at: f64) {
     occurrences_decided(job, outcome, 1, at);
 }
 
@@ -526,7 +525,7 @@ mod tests {
     #[test]
     fn calls_without_a_recorder_do_nothing() {
         claim("a", ClaimResult::Won);
-        run_finished("a", "succeeded", Duration::from_millis(5), 1.0);
+        run_finished("a", Outcome::Succeeded, Duration::from_millis(5), 1.0);
         clock_offset(-12);
     }
 

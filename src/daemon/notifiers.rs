@@ -91,9 +91,9 @@ fn prepare(
     subject: Subject<'_>,
     notice: Notice,
 ) -> Option<Prepared> {
-    let (kind, notifier) = match Outcome::parse(&notice.outcome) {
-        Some(Outcome::Succeeded) => ("on_success", job.extras.on_success.as_ref()),
-        Some(outcome) if outcome.is_failure() => ("on_failure", job.extras.on_failure.as_ref()),
+    let (kind, notifier) = match notice.outcome {
+        Outcome::Succeeded => ("on_success", job.extras.on_success.as_ref()),
+        outcome if outcome.is_failure() => ("on_failure", job.extras.on_failure.as_ref()),
         _ => return None,
     };
     let notifier = notifier?;
@@ -156,10 +156,9 @@ fn notifier_job(job: &Job, notifier: &Notifier) -> Job {
 }
 
 /// A notice for a decision that ran nothing (`missed`, `abandoned`).
-pub fn decided(outcome: &str, error: String) -> Notice {
+pub fn decided(outcome: Outcome, error: String) -> Notice {
     Notice {
-        outcome: outcome.to_string(),
         error: Some(error),
-        ..Notice::default()
+        ..Notice::of(outcome)
     }
 }

@@ -448,7 +448,7 @@ pub(super) async fn run_won(
     shared.clock.shift_report(&mut report);
     metrics::run_finished(
         &job.name,
-        report.outcome.as_str(),
+        report.outcome,
         report.duration,
         report.finished_at.timestamp_millis() as f64 / 1000.0,
     );
@@ -476,7 +476,7 @@ pub(super) async fn run_won(
         // The occurrence's last attempt: its final outcome.
         metrics::occurrence_decided(
             &job.name,
-            report.outcome.as_str(),
+            report.outcome,
             report.finished_at.timestamp_millis() as f64 / 1000.0,
         );
         if job.extras.on_failure.is_some() || job.extras.on_success.is_some() {

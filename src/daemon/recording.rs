@@ -277,7 +277,7 @@ async fn every_live_node_drained(shared: &Shared) -> redis::RedisResult<bool> {
 
 /// The occurrences of one outcome beyond the listed ones of a gap.
 struct Unlisted {
-    outcome: &'static str,
+    outcome: Outcome,
     first: DateTime<Utc>,
     last: DateTime<Utc>,
     count: usize,
@@ -305,8 +305,8 @@ pub fn gap_entries(
     let mut cursor = job.schedule.next_after(previous);
     while let Some(occurrence) = cursor.filter(|occurrence| *occurrence < at) {
         let (outcome, error) = match paused_by(occurrence.timestamp_millis()) {
-            Some(why) => (Outcome::Paused.as_str(), why),
-            None => (Outcome::Missed.as_str(), NOBODY_CLAIMED.to_string()),
+            Some(why) => (Outcome::Paused, why),
+            None => (Outcome::Missed, NOBODY_CLAIMED.to_string()),
         };
         if entries.len() < GAP_LISTED {
             entries.push(GapEntry {
@@ -402,13 +402,13 @@ pub async fn record_gap_before(
                 if recorded {
                     let missed: Vec<&GapEntry> = entries
                         .iter()
-                        .filter(|entry| entry.outcome == Outcome::Missed.as_str())
+                        .filter(|entry| entry.outcome == Outcome::Missed)
                         .collect();
                     if let Some(first) = missed.first() {
                         crate::metrics::missed_by(&job.name, missed.len() as u64);
                         crate::metrics::occurrences_decided(
                             &job.name,
-                            Outcome::Missed.as_str(),
+                            Outcome::Missed,
                             missed.len() as u64,
                             unix_secs(shared.clock.now()),
                         );
@@ -426,7 +426,7 @@ pub async fn record_gap_before(
                         .map(|entry| {
                             (
                                 entry.occurrence.clone(),
-                                notifiers::decided(Outcome::Missed.as_str(), entry.error.clone()),
+                                notifiers::decided(Outcome::Missed, entry.error.clone()),
                             )
                         })
                         .collect();
@@ -577,13 +577,13 @@ pub fn log_abandoned(shared: &Shared, job: &Arc<Job>, abandoned: &Abandoned) {
     crate::metrics::abandoned(&job.name);
     crate::metrics::occurrence_decided(
         &job.name,
-        Outcome::Abandoned.as_str(),
+        Outcome::Abandoned,
         unix_secs(shared.clock.now()),
     );
     // Shown only where retries exist, as on `run finished`.
     let attempt = (job.retries > 0).then_some(abandoned.attempt);
     warn!(job = %job.name, occurrence = %abandoned.occurrence, node = %shared.locker.node(),
-        runner = %abandoned.node, fence = abandoned.fence, attempt, outcome = Outcome::Abandoned.as_str(),
+        runner = %abandoned.node, fence = abandoned.fence, attempt, outcome = %Outcome::Abandoned,
         "run abandoned: its lock expired without a release (the runner died or lost redis); recorded");
     let subject = Subject {
         occurrence: &abandoned.occurrence,
@@ -598,18 +598,14 @@ pub fn log_abandoned(shared: &Shared, job: &Arc<Job>, abandoned: &Abandoned) {
         shared,
         job,
         subject,
-        notifiers::decided(Outcome::Abandoned.as_str(), error),
+        notifiers::decided(Outcome::Abandoned, error),
     );
 }
 
 /// Counts `at` of `job`, which this node just recorded `missed`, as its
 /// final outcome, and sends `on_failure`.
 fn notify_missed(shared: &Shared, job: &Arc<Job>, at: DateTime<Utc>, reason: &str) {
-    crate::metrics::occurrence_decided(
-        &job.name,
-        Outcome::Missed.as_str(),
-        unix_secs(shared.clock.now()),
-    );
+    crate::metrics::occurrence_decided(&job.name, Outcome::Missed, unix_secs(shared.clock.now()));
     let name = rfc3339(at);
     let subject = Subject {
         occurrence: &name,
@@ -620,7 +616,7 @@ fn notify_missed(shared: &Shared, job: &Arc<Job>, at: DateTime<Utc>, reason: &st
         shared,
         job,
         subject,
-        notifiers::decided(Outcome::Missed.as_str(), reason.to_string()),
+        notifiers::decided(Outcome::Missed, reason.to_string()),
     );
 }
 

@@ -110,7 +110,7 @@ impl Ran {
 /// What a notifier is told about `report`.
 pub fn notice_of(report: &Report) -> Notice {
     Notice {
-        outcome: report.outcome.as_str().to_string(),
+        outcome: report.outcome,
         exit_code: report.exit_code,
         http_status: report.http_status,
         error: report.error.clone(),
@@ -382,7 +382,7 @@ fn notify(shared: &Shared, job: &Arc<Job>, occurrence: Occurrence, ran: Ran) {
     let name = occurrence.to_string();
     crate::metrics::occurrence_decided(
         &job.name,
-        &ran.notice.outcome,
+        ran.notice.outcome,
         unix_secs(shared.clock.now()),
     );
     let subject = Subject {

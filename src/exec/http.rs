@@ -291,7 +291,7 @@ fn headers(ctx: &RunContext, action: &HttpAction) -> Result<HeaderMap, String> {
     ];
     let notice = ctx.notice.as_deref().map(|notice| {
         [
-            ("solocron-outcome", notice.outcome.clone()),
+            ("solocron-outcome", notice.outcome.as_str().to_string()),
             (
                 "solocron-exit-code",
                 notice.exit_code.map(|c| c.to_string()).unwrap_or_default(),
@@ -337,7 +337,7 @@ fn notice_body(ctx: &RunContext, notice: &super::Notice) -> serde_json::Value {
         "node": ctx.node,
         "fence": ctx.fence,
         "attempt": ctx.attempt,
-        "outcome": notice.outcome,
+        "outcome": notice.outcome.as_str(),
         "exit_code": notice.exit_code,
         "http_status": notice.http_status,
         "error": notice.error,

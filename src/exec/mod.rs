@@ -69,11 +69,10 @@ pub struct RunContext {
 /// What a notifier is told about the run it reports (docs/configuration.md):
 /// `SOLOCRON_OUTCOME`, `SOLOCRON_EXIT_CODE`, `SOLOCRON_ERROR`,
 /// `SOLOCRON_OUTPUT_TAIL`, and `Solocron-*` headers / a JSON body for HTTP.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Notice {
-    /// The word of the [`Outcome`] it ended with (`succeeded`, `failed`,
-    /// `missed`, `abandoned`, ...).
-    pub outcome: String,
+    /// The outcome it ended with.
+    pub outcome: Outcome,
     pub exit_code: Option<i32>,
     pub http_status: Option<u16>,
     pub error: Option<String>,
@@ -81,6 +80,17 @@ pub struct Notice {
 }
 
 impl Notice {
+    /// A notice of `outcome` with nothing else known yet.
+    pub fn of(outcome: Outcome) -> Notice {
+        Notice {
+            outcome,
+            exit_code: None,
+            http_status: None,
+            error: None,
+            output_tail: None,
+        }
+    }
+
     /// The `SOLOCRON_*` variables a notifier process gets (empty strings
     /// for what is not known). The error and the output tail carry what
     /// the run printed, which may hold NUL bytes (a job printing binary
@@ -88,7 +98,7 @@ impl Notice {
     /// (`�`), as bytes that are not UTF-8 already do.
     pub fn variables(&self) -> [(&'static str, String); 4] {
         [
-            ("SOLOCRON_OUTCOME", env_safe(&self.outcome)),
+            ("SOLOCRON_OUTCOME", self.outcome.as_str().to_string()),
             (
                 "SOLOCRON_EXIT_CODE",
                 self.exit_code
@@ -322,7 +332,7 @@ mod tests {
     #[test]
     fn notice_variables_hold_no_nul_byte() {
         let notice = Notice {
-            outcome: "failed".into(),
+            outcome: super::Outcome::Failed,
             exit_code: Some(1),
             http_status: None,
             error: Some("bad\0error".into()),

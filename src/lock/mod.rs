@@ -133,9 +133,9 @@ impl LockError {
 pub struct GapEntry {
     /// The occurrence's name (RFC 3339).
     pub occurrence: String,
-    /// The word of [`Outcome::Missed`], or of [`Outcome::Paused`] when a
-    /// pause in effect covered it.
-    pub outcome: &'static str,
+    /// [`Outcome::Missed`], or [`Outcome::Paused`] when a pause in effect
+    /// covered it.
+    pub outcome: Outcome,
     /// The entry's error text: why nobody ran it.
     pub error: String,
 }

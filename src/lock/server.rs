@@ -486,7 +486,7 @@ impl Server {
         for entry in entries {
             invocation
                 .arg(&entry.occurrence)
-                .arg(entry.outcome)
+                .arg(entry.outcome.as_str())
                 .arg(&entry.error);
         }
         let recorded: i64 = invocation

@@ -789,7 +789,7 @@ async fn an_http_notifier_gets_the_outcome_as_headers_and_a_json_body() {
     ));
     ctx.attempt = 3;
     ctx.notice = Some(Arc::new(Notice {
-        outcome: "failed".into(),
+        outcome: Outcome::Failed,
         exit_code: Some(3),
         http_status: None,
         error: Some("first line\nsecond line".into()),
@@ -829,7 +829,7 @@ async fn a_command_notifier_gets_the_outcome_variables() {
     let mut ctx = ctx(shell("nightly", &line));
     ctx.attempt = 2;
     ctx.notice = Some(Arc::new(Notice {
-        outcome: "timed_out".into(),
+        outcome: Outcome::TimedOut,
         exit_code: None,
         http_status: None,
         error: Some("ran longer than 1s".into()),
@@ -998,10 +998,7 @@ async fn a_redirect_is_a_failure_naming_its_location_and_is_not_followed() {
     let mut action = hook(server.url("/alert?key=t0ken-s3cret"));
     action.secrets = vec!["t0ken-s3cret".to_string()];
     let mut ctx = ctx(job("report", Action::Http(Box::new(action))));
-    ctx.notice = Some(Arc::new(Notice {
-        outcome: "failed".into(),
-        ..Notice::default()
-    }));
+    ctx.notice = Some(Arc::new(Notice::of(Outcome::Failed)));
     let report = executor().execute(&ctx, never()).await;
     assert_eq!(report.outcome, Outcome::Failed);
     assert_eq!(report.http_status, Some(302));
@@ -1058,7 +1055,7 @@ async fn a_command_notifier_starts_when_the_output_holds_a_nul_byte() {
     );
     let mut ctx = ctx(shell("nf-nul", &line));
     ctx.notice = Some(Arc::new(Notice {
-        outcome: "failed".into(),
+        outcome: Outcome::Failed,
         exit_code: Some(1),
         http_status: None,
         error: Some("e\0".into()),

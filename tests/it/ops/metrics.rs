@@ -56,9 +56,24 @@ async fn metrics_endpoint_serves_every_series() {
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock after 1970")
         .as_secs_f64();
-    metrics::run_finished("a", "succeeded", Duration::from_millis(40), finished);
-    metrics::run_finished("a", "succeeded", Duration::from_secs(2), finished);
-    metrics::run_finished("a", "failed", Duration::from_secs(7200), finished);
+    metrics::run_finished(
+        "a",
+        solocron::outcome::Outcome::Succeeded,
+        Duration::from_millis(40),
+        finished,
+    );
+    metrics::run_finished(
+        "a",
+        solocron::outcome::Outcome::Succeeded,
+        Duration::from_secs(2),
+        finished,
+    );
+    metrics::run_finished(
+        "a",
+        solocron::outcome::Outcome::Failed,
+        Duration::from_secs(7200),
+        finished,
+    );
     metrics::lock_renewed("a");
     metrics::lock_renewed("a");
     metrics::lock_lost("a");

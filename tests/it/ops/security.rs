@@ -1099,7 +1099,7 @@ fn the_readme_acl_user_can_record_abandoned_runs_gaps_and_late_releases() {
                 "gap:test",
                 &[solocron::lock::GapEntry {
                     occurrence: "occ-500".to_string(),
-                    outcome: "missed",
+                    outcome: solocron::outcome::Outcome::Missed,
                     error: "test".to_string(),
                 }],
             )
