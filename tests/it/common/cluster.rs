@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::audit::{self, Decision, Report, Run, Window};
-use super::{Node, RedisServer, Workdir, history, toml_path};
+use super::{Node, POLL, RedisServer, Workdir, history, toml_path};
 
 /// The record-keeping job script; see the module doc.
 pub const JOB_SCRIPT: &str = r#"#!/bin/sh
@@ -189,7 +189,7 @@ impl Cluster {
                     .map(|run| format!("  {run}\n"))
                     .collect::<String>()
             );
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(POLL);
         }
     }
 
@@ -247,9 +247,11 @@ pub fn whole_second_after(secs: i64, step: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(at, 0).expect("a valid instant")
 }
 
-/// Sleeps until the real clock reaches `at` (the harness is never faked).
+/// Sleeps until the real clock reaches `at` (the harness is never faked):
+/// for a fault that begins or ends at a given instant of the timetable.
 pub fn sleep_until(at: DateTime<Utc>) {
     if let Ok(left) = (at - Utc::now()).to_std() {
+        // Time itself is the input here: the timetable has no event to wait on.
         std::thread::sleep(left);
     }
 }
@@ -277,6 +279,7 @@ pub fn wait_gone(pid: i32, limit: Duration) -> i128 {
             "process {pid} still alive after {limit:?} ({})",
             super::process_state(pid)
         );
+        // Finer than POLL: callers compare the instant it is seen gone.
         std::thread::sleep(Duration::from_millis(5));
     }
 }

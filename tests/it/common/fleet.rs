@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::audit::{self, Decision, Run};
 use super::cluster::{JOB_SCRIPT, JobSpec};
-use super::{Node, Workdir, solocron_bin, toml_path};
+use super::{Node, POLL, Workdir, solocron_bin, toml_path};
 
 /// A work dir with `jobs.toml` (the given `[redis]` section), the job
 /// script, the records file and the nodes.
@@ -142,7 +142,7 @@ impl Fleet {
                 "timed out after {limit:?} waiting for a run: {what}\n{}",
                 self.logs()
             );
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(POLL);
         }
     }
 
@@ -173,6 +173,7 @@ impl Fleet {
             if output.status.code() != Some(3) || Instant::now() >= deadline {
                 return (output, printed);
             }
+            // Each attempt starts a process: try again a little later, not at once.
             std::thread::sleep(Duration::from_millis(100));
         }
     }

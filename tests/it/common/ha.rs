@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use super::pki::TlsFiles;
-use super::signal;
+use super::{POLL, signal};
 
 /// Connect, read and write timeout of every harness connection.
 const IO_TIMEOUT: Duration = Duration::from_secs(1);
@@ -354,7 +354,7 @@ pub fn pairs(flat: Vec<String>) -> std::collections::HashMap<String, String> {
         .collect()
 }
 
-/// Polls `condition` every 20 ms until it holds; after `limit`, panics
+/// Polls `condition` every [`POLL`] until it holds; after `limit`, panics
 /// naming `what` with the log tails of `procs`.
 pub fn wait_for(
     limit: Duration,
@@ -368,6 +368,6 @@ pub fn wait_for(
             let logs: String = procs.iter().map(|proc| proc.log_tail(15)).collect();
             panic!("timed out after {limit:?} waiting until {what}\n{logs}");
         }
-        thread::sleep(Duration::from_millis(20));
+        thread::sleep(POLL);
     }
 }

@@ -38,7 +38,8 @@ pub struct HttpServer {
 
 impl HttpServer {
     /// Answers every request with `status` (no body), or never answers
-    /// (keeping the connection open) when `status` is `None`.
+    /// (keeping the connection open) when `status` is `None`; either way
+    /// [`HttpServer::received`] has each request once it came in.
     pub fn start(status: Option<u16>) -> HttpServer {
         match status {
             Some(status) => HttpServer::answering(status, &[]),
@@ -72,7 +73,12 @@ impl HttpServer {
                             let _ = tx.send(request);
                         }
                     }
-                    None => silent.push(stream),
+                    None => {
+                        if let Some(request) = read_request(&mut stream) {
+                            let _ = tx.send(request);
+                        }
+                        silent.push(stream);
+                    }
                 }
             }
         });

@@ -26,6 +26,9 @@ use solocron::config::RedisConfig;
 use solocron::lock::Locker;
 use tempfile::TempDir;
 
+/// How long a wait loop sleeps before it looks at its condition again.
+pub const POLL: Duration = Duration::from_millis(20);
+
 /// A throwaway `redis-server` on a free loopback port, killed on drop.
 pub struct RedisServer {
     child: Child,
@@ -177,6 +180,13 @@ impl RedisServer {
     /// renewal can slip in between. Returns the earliest instant the lock
     /// could expire in Redis.
     pub fn pause_right_after_a_renewal(&self, lock: &str, ttl_ms: i64) -> Instant {
+        self.right_after_a_renewal(lock, ttl_ms, || self.pause())
+    }
+
+    /// Waits for a PTTL reading of `lock` taken just after a renewal (more
+    /// than `ttl_ms - 60` left), then runs `fault` at once (a pause, a cut
+    /// link). Returns the earliest instant the lock could expire in Redis.
+    pub fn right_after_a_renewal(&self, lock: &str, ttl_ms: i64, fault: impl FnOnce()) -> Instant {
         use redis::Commands as _;
         let mut conn = self.conn();
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -184,10 +194,11 @@ impl RedisServer {
             let before = Instant::now();
             let left: i64 = conn.pttl(lock).expect("PTTL");
             if left > ttl_ms - 60 {
-                self.pause();
+                fault();
                 return before + Duration::from_millis(left as u64);
             }
             assert!(Instant::now() < deadline, "no renewal seen (PTTL {left})");
+            // Finer than POLL: the pause must follow the renewal closely.
             thread::sleep(Duration::from_millis(2));
         }
     }
@@ -266,7 +277,7 @@ pub fn is_alive(pid: i32) -> bool {
     }
 }
 
-/// Polls `condition` every 20 ms until it holds; panics naming `what` after `limit`.
+/// Polls `condition` every [`POLL`] until it holds; panics naming `what` after `limit`.
 pub fn wait_until(limit: Duration, what: &str, mut condition: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
     while !condition() {
@@ -274,7 +285,7 @@ pub fn wait_until(limit: Duration, what: &str, mut condition: impl FnMut() -> bo
             Instant::now() < deadline,
             "timed out after {limit:?} waiting until {what}"
         );
-        thread::sleep(Duration::from_millis(20));
+        thread::sleep(POLL);
     }
 }
 
@@ -504,11 +515,7 @@ impl Node {
 
     /// The log so far.
     pub fn log(&self) -> String {
-        let mut text = String::new();
-        if let Ok(mut file) = fs::File::open(&self.log) {
-            let _ = file.read_to_string(&mut text);
-        }
-        text
+        read_text(&self.log)
     }
 
     /// Waits until the log contains `needle`.
@@ -522,7 +529,7 @@ impl Node {
                 process_state(self.pid()),
                 self.log()
             );
-            thread::sleep(Duration::from_millis(20));
+            thread::sleep(POLL);
         }
     }
 
@@ -537,19 +544,36 @@ impl Node {
 
     /// Waits for the process to exit.
     pub fn wait_exit(&mut self, limit: Duration) -> ExitStatus {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "node {} did not exit within {limit:?}; log:\n{}",
-                self.id,
-                self.log()
-            );
-            thread::sleep(Duration::from_millis(20));
+        let (id, log) = (&self.id, &self.log);
+        wait_exit(&mut self.child, limit, || {
+            format!("node {id}; log:\n{}", read_text(log))
+        })
+    }
+}
+
+/// The text of a file so far; empty if it cannot be read.
+fn read_text(path: &Path) -> String {
+    let mut text = String::new();
+    if let Ok(mut file) = fs::File::open(path) {
+        let _ = file.read_to_string(&mut text);
+    }
+    text
+}
+
+/// Waits until `child` exits and returns its status; after `limit`, panics
+/// with what `context` says (a log, the stderr so far).
+pub fn wait_exit(child: &mut Child, limit: Duration, context: impl Fn() -> String) -> ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return status;
         }
+        assert!(
+            Instant::now() < deadline,
+            "the process did not exit within {limit:?}: {}",
+            context()
+        );
+        thread::sleep(POLL);
     }
 }
 

@@ -29,6 +29,10 @@ pub enum Mode {
 /// one after another are not held one after another).
 pub const SLOW: Duration = Duration::from_millis(150);
 
+/// How often an idle acceptor, or a pump held by [`Mode::Stall`], looks
+/// again at the proxy's mode.
+const LOOK_AGAIN: Duration = Duration::from_millis(10);
+
 struct State {
     mode: AtomicU8,
     stop: AtomicBool,
@@ -122,9 +126,9 @@ fn accept_loop(listener: TcpListener, upstream: u16, state: &Arc<State>) {
                 }
             }
             Err(err) if err.kind() == ErrorKind::WouldBlock => {
-                thread::sleep(Duration::from_millis(10));
+                thread::sleep(LOOK_AGAIN);
             }
-            Err(_) => thread::sleep(Duration::from_millis(10)),
+            Err(_) => thread::sleep(LOOK_AGAIN),
         }
     }
 }
@@ -151,6 +155,7 @@ fn connect_pair(client: TcpStream, server: TcpStream, state: &Arc<State>) {
     let writer_state = Arc::clone(state);
     thread::spawn(move || {
         for (due, chunk) in delayed {
+            // The fault itself: hold the answer until its due time (SLOW later).
             thread::sleep(due.saturating_duration_since(std::time::Instant::now()));
             if writer_state.closing() || client2.write_all(&chunk).is_err() {
                 break;
@@ -210,7 +215,7 @@ fn pump(mut from: TcpStream, mut to: impl Closable, state: &State) {
     let mut buf = [0u8; 16 * 1024];
     loop {
         while state.mode() == Mode::Stall && !state.stop.load(Ordering::SeqCst) {
-            thread::sleep(Duration::from_millis(10));
+            thread::sleep(LOOK_AGAIN);
         }
         if state.closing() {
             break;
@@ -220,7 +225,7 @@ fn pump(mut from: TcpStream, mut to: impl Closable, state: &State) {
             Ok(n) => {
                 // Data read just as a stall began is held until it ends.
                 while state.mode() == Mode::Stall && !state.stop.load(Ordering::SeqCst) {
-                    thread::sleep(Duration::from_millis(10));
+                    thread::sleep(LOOK_AGAIN);
                 }
                 if state.closing() || to.write_all(&buf[..n]).is_err() {
                     break;

@@ -36,8 +36,10 @@ fn kill_9_of_the_runner_neither_reruns_nor_overlaps_and_later_occurrences_run_el
         |run| run.is("long", victim_at),
     );
     assert!(is_alive(victim.pid), "the run is going on: {victim}");
-    // The fault: one second into the run, SIGKILL its daemon.
-    std::thread::sleep(Duration::from_secs(1));
+    // The fault: once every node decided the occurrence (nothing about it
+    // is in flight), SIGKILL the runner's daemon while its run goes on.
+    cluster.wait_decided(Duration::from_secs(2), "long", victim_at);
+    assert!(is_alive(victim.pid), "the run is going on: {victim}");
     cluster.node_mut(&victim.node).kill9();
     let killed = common::audit::now_ns();
     let gone = wait_gone(victim.pid, Duration::from_secs(1));

@@ -40,7 +40,13 @@ fn a_run_whose_node_died_is_recorded_abandoned_by_a_survivor_within_ttl_plus_10s
     cluster.start_node("n2", &[]);
     // The first run (a catch-up at start, or the next :00/:30): 20 s long.
     let victim = cluster.wait_for_run(Duration::from_secs(40), "a run of the long job", |_| true);
-    std::thread::sleep(Duration::from_millis(500));
+    // The survivor watches the lock once it has lost the claim: both nodes
+    // decided the occurrence before its runner dies.
+    cluster.wait_decided(
+        Duration::from_secs(10),
+        "long",
+        victim.at().expect("scheduled"),
+    );
     cluster.node_mut(&victim.node).kill9();
     let killed = now_ns();
     wait_gone(victim.pid, Duration::from_secs(2));
@@ -139,6 +145,7 @@ fn a_redis_outage_leaves_every_occurrence_in_the_history_exactly_once() {
     sleep_until(from + TimeDelta::seconds(1));
     cluster.redis.pause();
     let paused = Utc::now();
+    // The fault itself: Redis stays paused for 12 s, past the slow run's end.
     std::thread::sleep(Duration::from_secs(12));
     cluster.redis.resume();
     let resumed = Utc::now();

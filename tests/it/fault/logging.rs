@@ -174,14 +174,9 @@ fn a_closed_log_pipe_costs_log_lines_not_runs() {
         "a lock may only be held by a run in progress: {lock:?} {state:?}"
     );
     common::signal(node.0.id() as i32, "TERM");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = node.0.try_wait().expect("try_wait") {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the node did not stop");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = common::wait_exit(&mut node.0, Duration::from_secs(10), || {
+        "the node did not stop".to_string()
+    });
     assert_eq!(status.code(), Some(0), "a clean stop with a closed log");
 }
 

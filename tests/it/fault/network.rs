@@ -21,7 +21,6 @@ use chrono::{DateTime, Utc};
 use common::cluster::{Cluster, JobSpec, wait_gone, whole_second_after, window_secs};
 use common::proxy::{Mode, Proxy};
 use common::{RedisServer, faketime_env};
-use redis::Commands as _;
 
 #[test]
 fn a_stalled_link_stops_the_cut_nodes_run_by_the_lease_deadline_and_the_others_carry_on() {
@@ -56,18 +55,9 @@ fn cut_the_runner_off(mode: Mode) {
         |run| run.job == "long" && run.node == "cut" && run.at().is_some_and(|at| at >= from),
     );
     // Cut right after a renewal: the lock then lives `left` ms more in Redis.
-    let mut conn = cluster.redis.conn();
-    let limit = Instant::now() + Duration::from_secs(5);
-    let expires_at = loop {
-        let before = Instant::now();
-        let left: i64 = conn.pttl("{solocron:long}:lock").expect("PTTL");
-        if left > 2000 - 60 {
-            proxy.set(mode);
-            break before + Duration::from_millis(left as u64);
-        }
-        assert!(Instant::now() < limit, "no renewal seen (PTTL {left})");
-        std::thread::sleep(Duration::from_millis(2));
-    };
+    let expires_at = cluster
+        .redis
+        .right_after_a_renewal("{solocron:long}:lock", 2000, || proxy.set(mode));
     let cut_began = Instant::now();
     let gone = wait_gone(victim.pid, Duration::from_secs(3));
     let dead = Instant::now();

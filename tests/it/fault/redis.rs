@@ -183,6 +183,7 @@ fn restart_redis_under_load(
     let kill_at = from + TimeDelta::milliseconds(4500);
     sleep_until(kill_at);
     cluster.redis.kill();
+    // The fault itself: Redis stays away for 1 s.
     std::thread::sleep(Duration::from_secs(1));
     cluster.redis.start_again();
     let to = from + TimeDelta::seconds(window_secs(12, 90));

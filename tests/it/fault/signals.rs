@@ -124,7 +124,7 @@ fn sigtstp_does_not_suspend_a_trigger_whose_run_holds_the_lock() {
             "trigger did not exit: {}",
             said()
         );
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(common::POLL);
     };
     assert_eq!(status.code(), Some(0), "{}", said());
     assert!(said().contains("succeeded (exit 0)"), "{}", said());
@@ -203,18 +203,9 @@ fn sighup_to_a_trigger_interrupts_its_run_releases_the_lock_and_records_it() {
     });
     common::signal(pid, "HUP");
     let said = || std::fs::read_to_string(&stderr).unwrap_or_default();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let status = loop {
-        if let Some(status) = trigger.0.try_wait().expect("wait for trigger") {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "trigger did not exit: {}",
-            said()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = common::wait_exit(&mut trigger.0, Duration::from_secs(15), || {
+        format!("trigger did not exit: {}", said())
+    });
     assert_eq!(status.signal(), None, "ended by the signal: {}", said());
     assert!(said().contains("interrupted"), "{}", said());
     wait_gone(manual.pid, Duration::from_secs(5));

@@ -238,6 +238,7 @@ fn a_lease_lost_while_a_timed_out_job_takes_its_grace_kills_it_before_the_lock_e
         .with("timeout = \"1s\"")
         .with("lock_ttl = \"3s\"");
     let cluster = Cluster::new(RedisServer::start(), "", std::slice::from_ref(&stubborn));
+    let stderr = cluster.work.path("trigger.err");
     let mut trigger = scopeguard(
         std::process::Command::new(common::solocron_bin())
             .args(["trigger", "stubborn", "--node-id", "ops"])
@@ -251,13 +252,28 @@ fn a_lease_lost_while_a_timed_out_job_takes_its_grace_kills_it_before_the_lock_e
             .env("SOLOCRON_LOG", "warn")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).expect("create trigger.err"))
             .spawn()
             .expect("start solocron trigger"),
     );
     let run = cluster.wait_for_run(Duration::from_secs(10), "the manual run", |_| true);
     // The timeout fires at 1 s: SIGTERM, ignored; the 10 s grace begins.
-    std::thread::sleep(Duration::from_millis(1500));
+    wait_until(Duration::from_secs(5), "trigger sends SIGTERM", || {
+        std::fs::read_to_string(&stderr)
+            .unwrap_or_default()
+            .contains("sending SIGTERM")
+    });
+    // A renewal after it: the job had a whole renewal period to die of it.
+    let pttl = || -> i64 {
+        let mut conn = cluster.redis.conn();
+        conn.pttl("{solocron:stubborn}:lock").expect("PTTL")
+    };
+    let at_sigterm = pttl();
+    wait_until(
+        Duration::from_secs(5),
+        "a renewal after the SIGTERM",
+        || pttl() > at_sigterm,
+    );
     assert!(is_alive(run.pid), "the job ignores SIGTERM");
     let (base, base_ns) = (Instant::now(), now_ns());
     let expiry = cluster

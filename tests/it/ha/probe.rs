@@ -148,6 +148,7 @@ fn failover_run(graceful: bool) {
         } else if promoted.is_some() && all_views.is_some() {
             break;
         }
+        // The probe's resolution: one look every 10 ms.
         std::thread::sleep(Duration::from_millis(10));
     }
     let kind = if graceful {
@@ -265,6 +266,7 @@ fn probe_sentinel_client_async() {
             if done {
                 break;
             }
+            // The probe's resolution: one write every 20 ms.
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     });
@@ -443,14 +445,20 @@ fn pipeline_across_kill(
                     what.push_str(&format!(" (SCRIPT LOAD again: {})", outcome(&load)));
                 }
                 log.lock().expect("log").push((at, took, what));
+                // The probe's resolution: one pipeline every 20 ms.
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         })
     };
-    std::thread::sleep(Duration::from_millis(200));
+    common::wait_until(
+        Duration::from_secs(5),
+        "the writer's pipelines are answered before the kill",
+        || log.lock().expect("log").len() >= 5,
+    );
     let kill_at = ms(started);
     let switch = cluster.kill_master(owner);
     println!("PROBE {label}: kill -9 of {owner} at {kill_at} ms: {switch:?}");
+    // The measurement window: two more seconds of pipelines after the switch.
     std::thread::sleep(Duration::from_secs(2));
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     rt.block_on(writer).expect("writer");
@@ -505,6 +513,7 @@ fn probe_cluster_kill_timings() {
             if ok {
                 break;
             }
+            // The probe's resolution: one look every 10 ms.
             std::thread::sleep(Duration::from_millis(10));
         }
         print_changes(

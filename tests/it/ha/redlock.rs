@@ -185,6 +185,7 @@ fn three_nodes_claiming_at_once_always_leave_one_winner() {
                             Ok(Claim::Won(_)) => return (i, Some(true)),
                             Ok(_) => return (i, Some(false)),
                             Err(_) => {
+                                // A random back-off, so the contenders do not retry in step.
                                 let pause = 5 + rand::random::<u64>() % 20;
                                 tokio::time::sleep(Duration::from_millis(pause)).await;
                             }

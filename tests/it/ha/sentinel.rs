@@ -188,9 +188,14 @@ fn a_stale_master_that_still_takes_writes_grants_no_claim_the_new_master_loses()
     // master has been a stale master for a few seconds.
     let mut granted = Vec::new();
     let mut refused = 0;
+    let sent = std::sync::atomic::AtomicUsize::new(0);
     let new = std::thread::scope(|scope| {
         let failover = scope.spawn(|| {
-            std::thread::sleep(std::time::Duration::from_millis(300));
+            common::wait_until(
+                Duration::from_secs(5),
+                "claims go on before the failover",
+                || sent.load(std::sync::atomic::Ordering::SeqCst) >= 20,
+            );
             group.failover()
         });
         let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
@@ -205,6 +210,8 @@ fn a_stale_master_that_still_takes_writes_grants_no_claim_the_new_master_loses()
                 other => panic!("unexpected answer: {other:?}"),
             }
             at += 1_000;
+            sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            // Paced, so that the claims span the whole failover.
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         let switch = failover.join().expect("failover");

@@ -116,9 +116,14 @@ fn renewals_and_releases_a_stale_master_took_do_not_count() {
     let mut renewed = Vec::new();
     let mut released = Vec::new();
     let mut refused = 0;
+    let sent = std::sync::atomic::AtomicUsize::new(0);
     let new = std::thread::scope(|scope| {
         let failover = scope.spawn(|| {
-            std::thread::sleep(Duration::from_millis(300));
+            common::wait_until(
+                Duration::from_secs(5),
+                "renewals and releases go on before the failover",
+                || sent.load(std::sync::atomic::Ordering::SeqCst) >= 20,
+            );
             group.failover()
         });
         let until = Instant::now() + Duration::from_secs(5);
@@ -147,6 +152,8 @@ fn renewals_and_releases_a_stale_master_took_do_not_count() {
                 ) => refused += 1,
                 Err(other) => panic!("unexpected answer to a release: {other}"),
             }
+            sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            // Paced, so that the 500 pairs span the whole failover.
             std::thread::sleep(Duration::from_millis(10));
         }
         let switch = failover.join().expect("failover");
@@ -276,6 +283,7 @@ fn a_master_named_at_an_older_epoch_is_not_followed() {
             Ok(other) => panic!("unexpected answer: {other:?}"),
             Err(err) => {
                 assert!(Instant::now() < deadline, "no claim won in 30 s: {err}");
+                // Each attempt may wait out `WAIT`: try again a little later.
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
@@ -338,6 +346,7 @@ fn a_claim_undone_after_the_next_occurrence_was_decided_ends_in_one_record() {
                     runtime.block_on(claim)
                 );
             }
+            // Finer than POLL: the lock lives only while a's `WAIT` waits.
             std::thread::sleep(Duration::from_millis(1));
         }
         let next = runtime

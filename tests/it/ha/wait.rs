@@ -50,6 +50,14 @@ fn config(work: &Workdir, master: &RedisServer, wait_replicas: u32) {
     ));
 }
 
+/// How many occurrences of `tick` the history has as `missed`.
+fn misses(master: &RedisServer) -> usize {
+    history(master, "tick")
+        .iter()
+        .filter(|entry| entry.get("outcome").map(String::as_str) == Some("missed"))
+        .count()
+}
+
 fn start(work: &Workdir, id: &str) -> Node {
     let config = common::toml_path(&work.path("jobs.toml"));
     Node::start_with_args(work, id, &["--config", &config], &[])
@@ -84,8 +92,13 @@ fn a_replica_that_does_not_acknowledge_stops_every_run_with_one_clear_line() {
         },
     );
     let paused_runs = work.lines("runs").len();
+    let paused_misses = misses(&pair.master);
     // Let occurrences come and pass their deadline.
-    std::thread::sleep(Duration::from_secs(4));
+    wait_until(
+        Duration::from_secs(15),
+        "two occurrences are recorded missed",
+        || misses(&pair.master) >= paused_misses + 2,
+    );
     let during = work.lines("runs").len();
     assert!(
         during <= paused_runs + 1,
@@ -140,11 +153,7 @@ fn more_wait_replicas_than_replicas_runs_nothing_and_records_the_misses() {
         "does not confirm this node's writes",
     );
     wait_until(Duration::from_secs(15), "misses are recorded", || {
-        history(&pair.master, "tick")
-            .iter()
-            .filter(|entry| entry.get("outcome").map(String::as_str) == Some("missed"))
-            .count()
-            >= 3
+        misses(&pair.master) >= 3
     });
     assert!(work.lines("runs").is_empty(), "never run unacknowledged");
     let entries = history(&pair.master, "tick");

@@ -82,16 +82,11 @@ async fn run_with(job: Job, stop: impl Future<Output = StopReason>) -> Report {
         .expect("execute must return")
 }
 
-async fn stop_after(delay: Duration, reason: StopReason) -> StopReason {
-    tokio::time::sleep(delay).await;
-    reason
-}
-
 async fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
     while !done() {
         assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(common::POLL).await;
     }
 }
 
@@ -486,6 +481,8 @@ async fn a_process_left_in_the_group_keeps_the_run_going_until_it_ends() {
     let ctx = ctx(job);
     let run = tokio::spawn(async move { exec.execute(&ctx, never()).await });
     let child = read_pid(&pid_file).await;
+    // Time itself is the input: the run stays open while only the leftover
+    // lives (the shell itself exits at once).
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert!(
         !run.is_finished(),
@@ -717,6 +714,7 @@ async fn endless_line_does_not_grow_memory() {
             let mut peak = 0;
             while running.load(std::sync::atomic::Ordering::Relaxed) {
                 peak = peak.max(anon_rss_kib());
+                // The sampling interval: fine enough to see a 100 MB buffer.
                 std::thread::sleep(Duration::from_millis(5));
             }
             peak
@@ -908,7 +906,13 @@ async fn job_timeout_caps_the_http_timeout() {
 async fn stop_aborts_an_http_request() {
     let server = HttpServer::start(None);
     let action = hook(server.url("/slow"));
-    let stop = stop_after(Duration::from_millis(300), StopReason::Interrupted);
+    // Stopped once the request is in flight: the server has it, unanswered.
+    let stop = async move {
+        tokio::task::spawn_blocking(move || server.received())
+            .await
+            .expect("the request reached the server");
+        StopReason::Interrupted
+    };
     let report = run_with(job("stopped-hook", Action::Http(Box::new(action))), stop).await;
     assert_eq!(report.outcome, Outcome::Interrupted);
     assert!(

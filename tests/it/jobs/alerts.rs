@@ -208,7 +208,7 @@ fn kill_9_of_the_runner_is_notified_abandoned_once_by_the_survivor_that_recorded
             history(&cluster.redis, "long"),
             cluster.logs()
         );
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(common::POLL);
     }
     let survivors: Vec<Node> = std::mem::take(&mut cluster.nodes)
         .into_iter()

@@ -170,6 +170,7 @@ command = "head -c {GIGABYTE} /dev/zero | tr '\\0' x"
         );
         peak = peak.max(rss_kib(pid).expect("daemon still running"));
         samples += 1;
+        // The sampling interval of the daemon's RSS.
         std::thread::sleep(Duration::from_millis(100));
     }
     let entries = history(&redis, "flood");

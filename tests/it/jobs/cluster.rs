@@ -217,7 +217,18 @@ command = 'echo "$SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE $$" >> {}; 
             .iter()
             .any(|r| parse(&r.occurrence) >= next)
     });
-    std::thread::sleep(Duration::from_millis(500));
+    // Every survivor decided the occurrence that ran next: nothing about
+    // the killed node's occurrence is still in flight.
+    let ran_next = records(&work.lines("runs"))
+        .into_iter()
+        .find(|r| parse(&r.occurrence) >= next)
+        .expect("the next occurrence ran");
+    for (_, node) in nodes.iter().enumerate().filter(|(i, _)| *i != victim) {
+        node.wait_for_log(
+            Duration::from_secs(5),
+            &format!("job=long occurrence={}", ran_next.occurrence),
+        );
+    }
     let all = records(&work.lines("runs"));
     let of_first: Vec<_> = all
         .iter()

@@ -89,7 +89,8 @@ command = 'echo "$SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE" >> {runs}'
     ));
     let node = Node::start_with_url(&work, &format!("redis://127.0.0.1:{port}/"), "n1", &[]);
     node.wait_for_log(Duration::from_secs(15), "redis unreachable");
-    // Let occurrences come and pass their deadline while Redis is absent.
+    // The outage itself: Redis stays absent for 4 s, so that occurrences
+    // come and pass their 2 s deadline (nothing outside the node shows them).
     std::thread::sleep(Duration::from_secs(4));
     assert!(work.lines("runs").is_empty(), "never run without the lock");
     let _redis = RedisServer::start_on(port);
@@ -214,12 +215,7 @@ command = 'echo "$SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE $(date +%s.
     node.wait_for_log(Duration::from_secs(10), "jobs scheduled");
     node.signal("STOP");
     // The fault itself: stay frozen until 2 s past the occurrence.
-    let resume_at = occurrence + chrono::TimeDelta::seconds(2);
-    std::thread::sleep(
-        (resume_at - chrono::Utc::now())
-            .to_std()
-            .unwrap_or_default(),
-    );
+    common::cluster::sleep_until(occurrence + chrono::TimeDelta::seconds(2));
     node.signal("CONT");
     let name = occurrence.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     node.wait_for_log(Duration::from_secs(5), &format!("occurrence={name}"));

@@ -218,6 +218,7 @@ fn one_claim_script_per_occurrence_the_others_read_and_log_who_won_and_a_stopped
             break;
         }
         signal(n3.pid(), "CONT");
+        // Past this second's middle: the next attempt is in the next second.
         std::thread::sleep(Duration::from_millis(300));
     }
     assert!(

@@ -11,6 +11,12 @@ use solocron::lock::{AbandonCheck, Abandoned, Claim, Lease, Target, new_token};
 
 const TTL: Duration = Duration::from_secs(5);
 
+/// How long the early node's job runs before it releases.
+const JOB_RUNS: Duration = Duration::from_millis(5);
+
+/// How late the late node's clock makes it claim.
+const SKEW: Duration = Duration::from_millis(300);
+
 fn won(claim: Claim) -> Lease {
     match claim {
         Claim::Won(lease) => lease,
@@ -68,7 +74,7 @@ async fn late_claimer_is_refused_after_release() {
         .claim("tick", &scheduled(5_000), &new_token(), TTL)
         .await
         .unwrap());
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    tokio::time::sleep(JOB_RUNS).await;
     assert!(
         early
             .release(&lease, &entry("early", &lease, "1970-01-01T00:00:05Z"))
@@ -76,7 +82,7 @@ async fn late_claimer_is_refused_after_release() {
             .unwrap()
             .lock_was_ours
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(SKEW).await;
     let claim = late
         .claim("tick", &scheduled(5_000), &new_token(), TTL)
         .await
@@ -195,7 +201,7 @@ async fn release_with_a_stale_token_deletes_nothing() {
         .await
         .unwrap());
     // a's lock expires, b takes the next occurrence.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    wait_expired(&redis, "job").await;
     let current = won(b
         .claim("job", &scheduled(2_000), &new_token(), TTL)
         .await
@@ -477,7 +483,7 @@ async fn wait_expired(redis: &RedisServer, job: &str) {
             std::time::Instant::now() < deadline,
             "the lock of `{job}` did not expire (PTTL {left})"
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(common::POLL).await;
     }
 }
 

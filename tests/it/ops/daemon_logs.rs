@@ -157,6 +157,7 @@ fn an_outage_is_one_line_when_it_starts_and_one_when_it_ends() {
     node.wait_for_log(Duration::from_secs(10), "claim won");
     let before = node.log().lines().count();
     redis.pause();
+    // The outage itself: six seconds of every-second occurrences.
     std::thread::sleep(Duration::from_secs(6));
     redis.resume();
     node.wait_for_log(Duration::from_secs(10), "redis reachable again after");

@@ -182,7 +182,7 @@ impl FakeJournal {
                 self.problems(),
                 self.entries().iter().rev().take(5).collect::<Vec<_>>()
             );
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(common::POLL);
         }
     }
 
@@ -728,7 +728,7 @@ impl RealJournald {
                 eprintln!("journald did not create its socket within 10 s");
                 return Some(journald(child)).and(None);
             }
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(common::POLL);
         }
     }
 

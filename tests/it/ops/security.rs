@@ -128,6 +128,7 @@ fn trigger_when_free(args: &[&str], env: &[(&str, &str)], mut busy: impl FnMut(&
             return output;
         }
         busy(&output);
+        // Each attempt starts a process: try again a little later, not at once.
         thread::sleep(Duration::from_millis(100));
     }
 }
@@ -1073,7 +1074,14 @@ fn the_readme_acl_user_can_record_abandoned_runs_gaps_and_late_releases() {
         else {
             panic!("the first claim wins");
         };
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        // The runner never renews: its lock expires unreleased.
+        wait_until(Duration::from_secs(5), "the runner's lock expired", || {
+            let left: i64 = redis::cmd("PTTL")
+                .arg("{solocron:job}:lock")
+                .query(&mut admin)
+                .expect("PTTL");
+            left == -2
+        });
         let found = survivor
             .check_abandoned("job")
             .await

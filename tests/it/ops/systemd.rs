@@ -245,6 +245,7 @@ async fn child_sends_through_the_environment() {
     systemd::ready();
     let cancel = CancellationToken::new();
     let pings = tokio::spawn(systemd::watchdog_loop(cancel.clone()));
+    // Time itself is the input: the loop pings every 100 ms meanwhile.
     tokio::time::sleep(Duration::from_millis(350)).await;
     cancel.cancel();
     pings.await.expect("watchdog loop");

@@ -130,6 +130,7 @@ fn dpkg(args: &[&str]) -> Output {
             .unwrap_or_else(|err| panic!("cannot run dpkg {args:?}: {err}"));
         let stderr = String::from_utf8_lossy(&output.stderr);
         if !output.status.success() && stderr.contains("lock") && Instant::now() < deadline {
+            // Another dpkg holds its lock: try again a little later.
             std::thread::sleep(Duration::from_secs(3));
             continue;
         }

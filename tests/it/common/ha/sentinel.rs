@@ -323,6 +323,7 @@ impl SentinelGroup {
                 "SENTINEL FAILOVER {} refused for 10 s: {err}",
                 self.name
             );
+            // Refused while the sentinels still agree on the last switch: ask again.
             std::thread::sleep(Duration::from_millis(50));
         }
         self.wait_switched(from, started)
