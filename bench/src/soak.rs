@@ -32,7 +32,8 @@
 //! due outside a fault's reach runs (`faults.rs` says which occurrences a
 //! fault excuses), and every occurrence of the window is in the history
 //! exactly once (run, skipped, missed or abandoned). A skip (the lock still
-//! held by an earlier run) is allowed anywhere (SPEC §2.3); a run whose end
+//! held by an earlier run) is allowed anywhere (guarantee 3,
+//! docs/guarantees.md); a run whose end
 //! is unknown (no END line, no bound from a fault or its own history
 //! entry) fails the soak, since the overlap check cannot cover it. Exit
 //! status 0 only if all of that holds; the last lines are a summary. Not

@@ -7,7 +7,8 @@
 //! says: every job for a single server or a Sentinel group (one master
 //! holds every key), the failed shard's jobs for a Redis Cluster, and no
 //! job for Redlock, whose faults stay within a minority of the masters
-//! (SPEC §2.9: then every occurrence runs exactly once).
+//! (guarantee 9, docs/guarantees.md: then every occurrence runs exactly
+//! once).
 //!
 //! Excused from running (not from the history): occurrences due from 1 s
 //! before a node fault until `lock_ttl + starting_deadline + 1 s` (6 s)
