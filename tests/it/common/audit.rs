@@ -279,6 +279,33 @@ impl fmt::Display for Report {
 /// Audits `runs` against `windows`, using `decisions` (history) to tell a
 /// recorded skip from a miss. Only runs whose occurrence lies inside their
 /// job's window are looked at.
+/// Waits until a run recorded in `work`'s `records` file matches `pred`
+/// and returns the first one; after `limit` fails saying `what` and
+/// `context()` (the runs, or the nodes' logs).
+pub fn wait_for_run(
+    work: &super::Workdir,
+    limit: std::time::Duration,
+    what: &str,
+    pred: impl Fn(&Run) -> bool,
+    context: impl Fn() -> String,
+) -> Run {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(run) = parse_runs(&work.lines("records"))
+            .into_iter()
+            .find(|run| pred(run))
+        {
+            return run;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting for a run: {what}{}",
+            context()
+        );
+        std::thread::sleep(super::POLL);
+    }
+}
+
 pub fn audit(runs: &[Run], decisions: &[Decision], windows: &[Window]) -> Report {
     let mut report = Report::default();
     for window in windows {

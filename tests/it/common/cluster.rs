@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::audit::{self, Decision, Report, Run, Window};
-use super::{Node, POLL, RedisServer, Workdir, history, toml_path};
+use super::{Node, RedisServer, Workdir, history, toml_path};
 
 /// The record-keeping job script; see the module doc.
 pub const JOB_SCRIPT: &str = r#"#!/bin/sh
@@ -176,21 +176,10 @@ impl Cluster {
 
     /// Waits until a recorded run matches `pred`; returns the first one.
     pub fn wait_for_run(&self, limit: Duration, what: &str, pred: impl Fn(&Run) -> bool) -> Run {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(run) = self.runs().into_iter().find(|run| pred(run)) {
-                return run;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out after {limit:?} waiting for a run: {what}; runs:\n{}",
-                self.runs()
-                    .iter()
-                    .map(|run| format!("  {run}\n"))
-                    .collect::<String>()
-            );
-            std::thread::sleep(POLL);
-        }
+        audit::wait_for_run(&self.work, limit, what, pred, || {
+            let runs: String = self.runs().iter().map(|run| format!("  {run}\n")).collect();
+            format!("; runs:\n{runs}")
+        })
     }
 
     /// Waits until every node logged a decision on `job`'s occurrence `at`

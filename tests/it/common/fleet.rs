@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::audit::{self, Decision, Run};
 use super::cluster::{JOB_SCRIPT, JobSpec};
-use super::{Node, POLL, Workdir, solocron_bin, toml_path};
+use super::{Node, Workdir, solocron_bin, toml_path};
 
 /// A work dir with `jobs.toml` (the given `[redis]` section), the job
 /// script, the records file and the nodes.
@@ -132,18 +132,9 @@ impl Fleet {
 
     /// Waits until a recorded run matches `pred`.
     pub fn wait_for_run(&self, limit: Duration, what: &str, pred: impl Fn(&Run) -> bool) -> Run {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(run) = self.runs().into_iter().find(|run| pred(run)) {
-                return run;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out after {limit:?} waiting for a run: {what}\n{}",
-                self.logs()
-            );
-            std::thread::sleep(POLL);
-        }
+        audit::wait_for_run(&self.work, limit, what, pred, || {
+            format!("\n{}", self.logs())
+        })
     }
 
     /// `solocron ARGS --config jobs.toml`, its stdout.
