@@ -119,13 +119,24 @@ pub(crate) struct Shared {
     pub job_gauges: job_gauges::JobGauges,
     /// The fleet controls as last read: pauses, this node's drain.
     pub controls: controls::Controls,
-    /// Which node is first in line for each occurrence (the live nodes).
+    /// Which nodes look at each occurrence (the fleet view, the backstop).
     pub preference: preference::Preference,
+    /// The jobs whose definition differs between live nodes (a rollout in
+    /// progress), as the registry loop last found them.
+    pub drifting: RwLock<Arc<std::collections::BTreeSet<String>>>,
     /// The renames the reloads found, and the runs in progress here.
     pub renames: rename::Renames,
 }
 
 impl Shared {
+    /// Whether `job`'s definition differs between live nodes now.
+    pub fn is_drifting(&self, job: &str) -> bool {
+        match self.drifting.read() {
+            Ok(drifting) => drifting.contains(job),
+            Err(poisoned) => poisoned.into_inner().contains(job),
+        }
+    }
+
     /// What a run started now gets: this daemon's lock, executor and
     /// stop, and the env file's variables as last loaded.
     pub fn run_env(&self) -> crate::run::RunEnv<'_> {
@@ -345,6 +356,7 @@ pub async fn run(
         job_gauges,
         controls: controls::Controls::default(),
         preference: preference::Preference::default(),
+        drifting: RwLock::default(),
         renames: rename::Renames::default(),
     });
     info!(

@@ -98,6 +98,7 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
                 match current_divergences(&shared, prefix, &config_hash).await {
                     Ok(found) => {
                         metrics::config_divergence(found.len());
+                        set_drifting(&shared, &found);
                         if found != warned || (!found.is_empty() && warned_at.elapsed() >= REPEAT) {
                             report(&shared, &found, &warned);
                             warned = found;
@@ -182,9 +183,7 @@ impl CollisionWatch {
 
 /// The live nodes' divergences; the per-job fingerprints are only read when
 /// some live node's whole-config fingerprint differs from `ours`. Sets
-/// `solocron_live_nodes` and, with one coordinator (not Redlock: there a
-/// majority decides, and every node claims at once), the live set that
-/// says which node is first for each occurrence, on the way.
+/// `solocron_live_nodes` on the way.
 async fn current_divergences(
     shared: &Shared,
     prefix: &str,
@@ -196,15 +195,6 @@ async fn current_divergences(
         .await?;
     // One fingerprint per live node (per member with Redlock).
     metrics::live_nodes(hashes.iter().map(Vec::len).max().unwrap_or(0));
-    if !coordinator.is_quorum()
-        && let Some(listed) = hashes.first()
-    {
-        let ids = listed.iter().map(|(id, _)| id.clone()).collect();
-        if let Some(live) = shared.preference.set_live(ids) {
-            info!(node = %shared.locker.node(), live = %live.join(", "), count = live.len(),
-                "live nodes changed: each is first in line for its share of the occurrences");
-        }
-    }
     if hashes.iter().flatten().all(|(_, hash)| hash == ours) {
         return Ok(Vec::new());
     }
@@ -212,6 +202,19 @@ async fn current_divergences(
         .on_members(|conn| async move { registry::live_nodes(&conn, prefix).await })
         .await?;
     Ok(registry::divergences(&registry::merge_nodes(nodes)))
+}
+
+/// Notes the jobs of `found` as drifting: every node that has one looks
+/// at each of its occurrences ([`super::preference::Place::Second`]).
+fn set_drifting(shared: &Shared, found: &[Divergence]) {
+    let jobs: std::collections::BTreeSet<String> = found
+        .iter()
+        .map(|divergence| divergence.job.clone())
+        .collect();
+    match shared.drifting.write() {
+        Ok(mut drifting) => *drifting = Arc::new(jobs),
+        Err(poisoned) => *poisoned.into_inner() = Arc::new(jobs),
+    }
 }
 
 /// The whole entry, and each job's schedule (for `status` without a config).

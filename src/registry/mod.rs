@@ -35,6 +35,7 @@
 //! Both keys share the hash tag `{PREFIX}`, so the scripts also run on Redis
 //! Cluster.
 
+pub mod alive;
 mod instance;
 mod scripts;
 
