@@ -169,6 +169,7 @@ fn parse_with(text: &str, path: &Path, ctx: &Context<'_>) -> Result<Config, Conf
         None => JobFields::default(),
     };
     let jobs = jobs(&root, &defaults, ctx);
+    sections::warn_history_size(daemon_table.as_ref(), &root, &daemon, jobs.len(), ctx);
     require_redis_and_a_job(&root, ctx);
     if let Some(err) = ConfigError::combine(path, ctx.take_errors()) {
         return Err(err);

@@ -109,11 +109,95 @@ fn env_file(
     }
 }
 
+/// About what one history entry costs Redis (a run's fields; a failure's
+/// `error` text adds its length): docs/operations.md, "History size".
+pub(super) const HISTORY_ENTRY_BYTES: u64 = 100;
+/// The Redis memory the full histories may reach above which the loader
+/// warns: `jobs × history_max × HISTORY_ENTRY_BYTES`.
+pub(super) const HISTORY_WARN_BYTES: u64 = 4 << 30;
+
+/// Warns (at `[daemon] history_max`, or at the top of the file when it is
+/// the default) when `jobs` full histories would hold more than
+/// [`HISTORY_WARN_BYTES`] of Redis memory, with a `history_max` that fits.
+pub(super) fn warn_history_size(
+    table: Option<&Table<'_, '_>>,
+    root: &Table<'_, '_>,
+    daemon: &DaemonConfig,
+    jobs: usize,
+    ctx: &Context<'_>,
+) {
+    let jobs = u64::try_from(jobs).unwrap_or(u64::MAX).max(1);
+    let bytes = jobs
+        .saturating_mul(daemon.history_max)
+        .saturating_mul(HISTORY_ENTRY_BYTES);
+    if bytes <= HISTORY_WARN_BYTES {
+        return;
+    }
+    let fits = (HISTORY_WARN_BYTES / HISTORY_ENTRY_BYTES / jobs).max(1);
+    let gib = |bytes: u64| bytes as f64 / f64::from(1u32 << 30);
+    let message = format!(
+        "{jobs} jobs × history_max {} entries can hold about {:.0} GiB of history in Redis \
+         (about {HISTORY_ENTRY_BYTES} bytes an entry); set `history_max = {fits}` or lower \
+         (about {:.1} GiB), or give Redis that memory (docs/operations.md, \"History size\")",
+        daemon.history_max,
+        gib(bytes),
+        gib(fits
+            .saturating_mul(jobs)
+            .saturating_mul(HISTORY_ENTRY_BYTES)),
+    );
+    let set = table.and_then(|table| Some((table, table.integer("history_max").ok()??)));
+    let warning = match set {
+        Some((table, max)) => table.warning(max.span(), "history_max", message),
+        None => root.warning(0..0, "daemon.history_max", message),
+    };
+    ctx.warn(warning);
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
     use crate::config::tests::{config, error};
+
+    #[test]
+    fn histories_that_would_outgrow_4_gib_of_redis_are_warned_with_a_cap_that_fits() {
+        let job = "[redis]\nurl = \"redis://127.0.0.1\"\n[jobs.a]\nschedule = \"* * * * *\"\ncommand = \"true\"\n";
+        assert!(
+            config(job).warnings.is_empty(),
+            "1 job × 10,000 entries: 1 MB"
+        );
+        let big = format!("[daemon]\nhistory_max = 100000000\n{job}");
+        let warnings: Vec<String> = config(&big)
+            .warnings
+            .iter()
+            .map(|w| w.to_string())
+            .collect();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("/etc/solocron/jobs.toml:2:15: [daemon] `history_max`: 1 jobs × history_max 100000000 entries can hold about 9 GiB")
+                && warnings[0].contains("set `history_max = 42949672` or lower"),
+            "{warnings:?}"
+        );
+        let mut many = "[redis]\nurl = \"redis://127.0.0.1\"\n".to_string();
+        for i in 0..5_000 {
+            many.push_str(&format!(
+                "[jobs.j{i}]\nschedule = \"* * * * *\"\ncommand = \"true\"\n"
+            ));
+        }
+        let warnings: Vec<String> = config(&many)
+            .warnings
+            .iter()
+            .map(|w| w.to_string())
+            .collect();
+        assert_eq!(
+            warnings,
+            [
+                "/etc/solocron/jobs.toml:1:1: `daemon.history_max`: 5000 jobs × history_max 10000 entries \
+              can hold about 5 GiB of history in Redis (about 100 bytes an entry); set `history_max = 8589` \
+              or lower (about 4.0 GiB), or give Redis that memory (docs/operations.md, \"History size\")"
+            ]
+        );
+    }
 
     #[test]
     fn daemon_section() {
