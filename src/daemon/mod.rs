@@ -15,6 +15,7 @@
 
 mod clock;
 mod controls;
+mod drift;
 mod eviction;
 mod fleet_clock;
 mod fleet_run;
@@ -123,6 +124,9 @@ pub(crate) struct Shared {
     pub preference: preference::Preference,
     /// The renames the reloads found, and the runs in progress here.
     pub renames: rename::Renames,
+    /// The jobs whose definition differs between live nodes, as the last
+    /// drift check found them ([`Shared::is_drifting`]).
+    pub drifting: RwLock<Arc<std::collections::BTreeSet<String>>>,
 }
 
 impl Shared {
@@ -152,6 +156,24 @@ impl Shared {
         match self.env_file.read() {
             Ok(env) => Arc::clone(&env),
             Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    /// Whether the last drift check found `job` defined differently on
+    /// some live node (`false` before the first check).
+    pub fn is_drifting(&self, job: &str) -> bool {
+        match self.drifting.read() {
+            Ok(jobs) => jobs.contains(job),
+            Err(poisoned) => poisoned.into_inner().contains(job),
+        }
+    }
+
+    /// Replaces the set [`Shared::is_drifting`] answers from.
+    pub fn set_drifting(&self, jobs: std::collections::BTreeSet<String>) {
+        let jobs = Arc::new(jobs);
+        match self.drifting.write() {
+            Ok(mut slot) => *slot = jobs,
+            Err(poisoned) => *poisoned.into_inner() = jobs,
         }
     }
 
@@ -346,6 +368,7 @@ pub async fn run(
         controls: controls::Controls::default(),
         preference: preference::Preference::default(),
         renames: rename::Renames::default(),
+        drifting: RwLock::new(Arc::default()),
     });
     info!(
         node = %options.node,

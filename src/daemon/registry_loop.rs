@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::Shared;
+use super::drift::{self, DriftCheck, Found};
 use crate::config::Config;
 use crate::metrics;
 use crate::registry::{self, Divergence, JobSchedule, NodeInfo, Refresh};
@@ -34,8 +35,9 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
     // node started with its wall clock a day ahead is not shown as
     // starting tomorrow.
     let started_at = std::time::Instant::now();
-    let mut warned: Vec<Divergence> = Vec::new();
+    let mut warned = Found::default();
     let mut warned_at = Instant::now();
+    let mut drift = DriftCheck::default();
     let mut collisions = CollisionWatch::default();
     let mut config = Arc::clone(&config_rx.borrow_and_update());
     // Hashing the whole config is only redone when a reload brings a new one.
@@ -44,6 +46,8 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
     let mut published = false;
     // Whether this process has written its entry at least once.
     let mut written_once = false;
+    // The config fingerprint this process last published whole.
+    let mut published_hash: Option<String> = None;
     // Whether the last whole write already had a measured clock offset
     // (then its start time was on the clock the node fires by).
     let mut whole_measured = false;
@@ -59,9 +63,12 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
             coordinator
                 .on_members(|conn| {
                     let warning = warning.as_deref();
-                    async move {
-                        registry::heartbeat(&conn, prefix, node, instance, offset, warning).await
-                    }
+                    let beat = registry::Beat {
+                        node,
+                        instance,
+                        config: &config_hash,
+                    };
+                    async move { registry::heartbeat(&conn, prefix, beat, offset, warning).await }
                 })
                 .await
                 .map(registry::merge_refreshes)
@@ -72,15 +79,27 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
             Ok(Refresh::Gone) => {
                 // The per-job fields exist only for this rare write.
                 let (info, schedules) = node_info(&shared, &config, &config_hash, started_at);
+                let previous = published_hash.as_deref();
                 let sent = coordinator
                     .on_members(|conn| {
                         let (info, schedules) = (&info, &schedules);
                         async move {
-                            registry::publish(&conn, prefix, info, schedules, written_once).await
+                            registry::publish(
+                                &conn,
+                                prefix,
+                                info,
+                                schedules,
+                                written_once,
+                                previous,
+                            )
+                            .await
                         }
                     })
                     .await
                     .map(registry::merge_refreshes);
+                if sent.is_ok() {
+                    published_hash = Some(config_hash.clone());
+                }
                 drop((info, schedules));
                 crate::memory::release_freed();
                 sent
@@ -95,13 +114,27 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
                     whole_measured = offset.is_some();
                 }
                 collisions.observe(&refresh, node, instance);
-                match current_divergences(&shared, prefix, &config_hash).await {
+                match drift.check(&shared, prefix, &config_hash).await {
                     Ok(found) => {
-                        metrics::config_divergence(found.len());
-                        if found != warned || (!found.is_empty() && warned_at.elapsed() >= REPEAT) {
-                            report(&shared, &found, &warned);
-                            warned = found;
-                            warned_at = Instant::now();
+                        metrics::config_divergence(found.divergences.len());
+                        shared.set_drifting(
+                            found.divergences.iter().map(|d| d.job.clone()).collect(),
+                        );
+                        let lasting =
+                            !found.divergences.is_empty() && warned_at.elapsed() >= REPEAT;
+                        if found != warned || lasting {
+                            // The nodes on each side are read only to log them.
+                            match drift::named(&shared, prefix, &found).await {
+                                Ok(named) => {
+                                    report(&shared, &named, !warned.divergences.is_empty());
+                                    warned = found;
+                                    warned_at = Instant::now();
+                                }
+                                Err(err) => {
+                                    metrics::redis_error("registry");
+                                    debug!(node = %shared.locker.node(), error = %err, "cannot read the node registry");
+                                }
+                            }
                         }
                     }
                     Err(err) => {
@@ -180,40 +213,6 @@ impl CollisionWatch {
     }
 }
 
-/// The live nodes' divergences; the per-job fingerprints are only read when
-/// some live node's whole-config fingerprint differs from `ours`. Sets
-/// `solocron_live_nodes` and, with one coordinator (not Redlock: there a
-/// majority decides, and every node claims at once), the live set that
-/// says which node is first for each occurrence, on the way.
-async fn current_divergences(
-    shared: &Shared,
-    prefix: &str,
-    ours: &str,
-) -> redis::RedisResult<Vec<Divergence>> {
-    let coordinator = shared.locker.coordinator();
-    let hashes = coordinator
-        .on_members(|conn| async move { registry::config_hashes(&conn, prefix).await })
-        .await?;
-    // One fingerprint per live node (per member with Redlock).
-    metrics::live_nodes(hashes.iter().map(Vec::len).max().unwrap_or(0));
-    if !coordinator.is_quorum()
-        && let Some(listed) = hashes.first()
-    {
-        let ids = listed.iter().map(|(id, _)| id.clone()).collect();
-        if let Some(live) = shared.preference.set_live(ids) {
-            info!(node = %shared.locker.node(), live = %live.join(", "), count = live.len(),
-                "live nodes changed: each is first in line for its share of the occurrences");
-        }
-    }
-    if hashes.iter().flatten().all(|(_, hash)| hash == ours) {
-        return Ok(Vec::new());
-    }
-    let nodes = coordinator
-        .on_members(|conn| async move { registry::live_nodes(&conn, prefix).await })
-        .await?;
-    Ok(registry::divergences(&registry::merge_nodes(nodes)))
-}
-
 /// The whole entry, and each job's schedule (for `status` without a config).
 fn node_info(
     shared: &Shared,
@@ -257,13 +256,15 @@ fn node_info(
     (info, schedules)
 }
 
-fn report(shared: &Shared, found: &[Divergence], before: &[Divergence]) {
+/// Logs `found`, or that the nodes agree again if something was
+/// `diverging` before.
+fn report(shared: &Shared, found: &[Divergence], diverging: bool) {
     let node = shared.locker.node();
     for divergence in found {
         warn!(node = %node, job = %divergence.job, sides = %divergence.describe(),
             "job definition differs between nodes: finish rolling out jobs.toml and reload");
     }
-    if found.is_empty() && !before.is_empty() {
+    if found.is_empty() && diverging {
         info!(node = %node, "all live nodes agree on every job definition again");
     }
 }
