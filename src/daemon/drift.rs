@@ -10,33 +10,107 @@
 //! ([`named`]). A live node on no config set is an older daemon that does
 //! not publish one: while one runs, the check reads every node's entry as
 //! before ([`legacy`]).
+//!
+//! A drift warning names the job and the nodes on each side. It is repeated
+//! when the divergences (the jobs, their fingerprints, the configs on each
+//! side) change and every [`REPEAT`] while they last, so the journal of
+//! every node shows it without flooding.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
 use super::Shared;
+use super::registry_loop::REPEAT;
 use crate::metrics;
 use crate::registry::{self, Divergence};
 
+/// The drift check and what it last logged.
+#[derive(Debug)]
+pub(super) struct DriftWatch {
+    check: DriftCheck,
+    warned: Found,
+    warned_at: Instant,
+}
+
+impl Default for DriftWatch {
+    fn default() -> DriftWatch {
+        DriftWatch {
+            check: DriftCheck::default(),
+            warned: Found::default(),
+            warned_at: Instant::now(),
+        }
+    }
+}
+
+impl DriftWatch {
+    /// Checks once, sets the metrics and [`Shared::is_drifting`], and logs
+    /// what changed (or lasted [`REPEAT`]); a Redis error is counted and
+    /// logged at debug, and the next period tries again.
+    pub async fn observe(&mut self, shared: &Shared, prefix: &str, ours: &str) {
+        let node = shared.locker.node();
+        let found = match self.check.check(shared, prefix, ours).await {
+            Ok(found) => found,
+            Err(err) => {
+                metrics::redis_error("registry");
+                debug!(node = %node, error = %err, "cannot read the node registry");
+                return;
+            }
+        };
+        metrics::config_divergence(found.divergences.len());
+        shared.set_drifting(found.divergences.iter().map(|d| d.job.clone()).collect());
+        let lasting = !found.divergences.is_empty() && self.warned_at.elapsed() >= REPEAT;
+        if found == self.warned && !lasting {
+            return;
+        }
+        // The nodes on each side are read only to log them.
+        match named(shared, prefix, &found).await {
+            Ok(named) => {
+                report(node, &named, !self.warned.divergences.is_empty());
+                self.warned = found;
+                self.warned_at = Instant::now();
+            }
+            Err(err) => {
+                metrics::redis_error("registry");
+                debug!(node = %node, error = %err, "cannot read the node registry");
+            }
+        }
+    }
+}
+
+/// Logs `found`, or that the nodes agree again if something was
+/// `diverging` before.
+fn report(node: &str, found: &[Divergence], diverging: bool) {
+    for divergence in found {
+        warn!(node = %node, job = %divergence.job, sides = %divergence.describe(),
+            "job definition differs between nodes: finish rolling out jobs.toml and reload");
+    }
+    if found.is_empty() && diverging {
+        info!(node = %node, "all live nodes agree on every job definition again");
+    }
+}
+
 /// What one check found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(super) struct Found {
+struct Found {
     /// The jobs defined differently, by name.
-    pub divergences: Vec<Divergence>,
+    divergences: Vec<Divergence>,
     /// The sides name configs (by fingerprint), not nodes: [`named`]
     /// replaces them by the nodes on each.
-    pub by_config: bool,
+    by_config: bool,
 }
 
 /// The job maps of the configs in use, by fingerprint.
 #[derive(Debug, Default)]
-pub(super) struct DriftCheck {
+struct DriftCheck {
     jobs: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl DriftCheck {
     /// The divergences between the live nodes, as seen from a node on the
     /// config `ours`. Sets `solocron_live_nodes` on the way.
-    pub async fn check(
+    async fn check(
         &mut self,
         shared: &Shared,
         prefix: &str,
@@ -106,7 +180,7 @@ impl DriftCheck {
 
 /// `found` with the nodes on each side (read once per config named, from
 /// every master) in place of the configs, sorted by id.
-pub(super) async fn named(
+async fn named(
     shared: &Shared,
     prefix: &str,
     found: &Found,

@@ -1,11 +1,10 @@
 //! Publishes this node to the registry every few seconds, warns when live
 //! nodes disagree on a job's definition (a half-finished `jobs.toml`
-//! rollout), and warns when another daemon process publishes under this
-//! node's id (two daemons started with the same `--node-id`).
+//! rollout: [`super::drift`]), and warns when another daemon process
+//! publishes under this node's id (two daemons started with the same
+//! `--node-id`).
 //!
-//! A drift warning names the job and the nodes on each side. It is repeated
-//! when the set of divergences changes and every [`REPEAT`] while it lasts,
-//! so the journal of every node shows it without flooding. A node-id
+//! A node-id
 //! collision is noticed by the registry scripts on every write while both
 //! daemons run (each one's write finds the other's instance); it is logged
 //! once when it starts and every [`REPEAT`] while it lasts, and its end once
@@ -20,13 +19,13 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::Shared;
-use super::drift::{self, DriftCheck, Found};
+use super::drift::DriftWatch;
 use crate::config::Config;
 use crate::metrics;
-use crate::registry::{self, Divergence, JobSchedule, NodeInfo, Refresh};
+use crate::registry::{self, JobSchedule, NodeInfo, Refresh};
 
 /// How often a lasting divergence or node-id collision is logged again.
-const REPEAT: Duration = Duration::from_secs(300);
+pub(super) const REPEAT: Duration = Duration::from_secs(300);
 
 /// Runs until shutdown; publishes at once after every reload.
 pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>>) {
@@ -35,9 +34,7 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
     // node started with its wall clock a day ahead is not shown as
     // starting tomorrow.
     let started_at = std::time::Instant::now();
-    let mut warned = Found::default();
-    let mut warned_at = Instant::now();
-    let mut drift = DriftCheck::default();
+    let mut drift = DriftWatch::default();
     let mut collisions = CollisionWatch::default();
     let mut config = Arc::clone(&config_rx.borrow_and_update());
     // Hashing the whole config is only redone when a reload brings a new one.
@@ -114,34 +111,7 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
                     whole_measured = offset.is_some();
                 }
                 collisions.observe(&refresh, node, instance);
-                match drift.check(&shared, prefix, &config_hash).await {
-                    Ok(found) => {
-                        metrics::config_divergence(found.divergences.len());
-                        shared.set_drifting(
-                            found.divergences.iter().map(|d| d.job.clone()).collect(),
-                        );
-                        let lasting =
-                            !found.divergences.is_empty() && warned_at.elapsed() >= REPEAT;
-                        if found != warned || lasting {
-                            // The nodes on each side are read only to log them.
-                            match drift::named(&shared, prefix, &found).await {
-                                Ok(named) => {
-                                    report(&shared, &named, !warned.divergences.is_empty());
-                                    warned = found;
-                                    warned_at = Instant::now();
-                                }
-                                Err(err) => {
-                                    metrics::redis_error("registry");
-                                    debug!(node = %shared.locker.node(), error = %err, "cannot read the node registry");
-                                }
-                            }
-                        }
-                    }
-                    Err(err) => {
-                        metrics::redis_error("registry");
-                        debug!(node = %shared.locker.node(), error = %err, "cannot read the node registry");
-                    }
-                }
+                drift.observe(&shared, prefix, &config_hash).await;
             }
             Err(err) => {
                 metrics::redis_error("registry");
@@ -254,19 +224,6 @@ fn node_info(
         collision: None,
     };
     (info, schedules)
-}
-
-/// Logs `found`, or that the nodes agree again if something was
-/// `diverging` before.
-fn report(shared: &Shared, found: &[Divergence], diverging: bool) {
-    let node = shared.locker.node();
-    for divergence in found {
-        warn!(node = %node, job = %divergence.job, sides = %divergence.describe(),
-            "job definition differs between nodes: finish rolling out jobs.toml and reload");
-    }
-    if found.is_empty() && diverging {
-        info!(node = %node, "all live nodes agree on every job definition again");
-    }
 }
 
 #[cfg(test)]
