@@ -63,6 +63,21 @@ pub fn nodes_key(prefix: &str) -> String {
     format!("{{{prefix}}}:nodes")
 }
 
+/// `{PREFIX}:alive`: sorted set, node -> its last beat (Redis ms).
+pub fn alive_key(prefix: &str) -> String {
+    format!("{{{prefix}}}:alive")
+}
+
+/// `{PREFIX}:alive:version`: bumped when a node joins or leaves `alive`.
+pub fn alive_version_key(prefix: &str) -> String {
+    format!("{{{prefix}}}:alive:version")
+}
+
+/// `{PREFIX}:backstop`: the backstop node's daemon instance, with a TTL.
+pub fn backstop_key(prefix: &str) -> String {
+    format!("{{{prefix}}}:backstop")
+}
+
 /// `{PREFIX}:node:NODE`.
 pub fn node_key(prefix: &str, node: &str) -> String {
     format!("{{{prefix}}}:node:{node}")

@@ -36,6 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::coordinator::Conn;
 use crate::keys::{drains_key, pauses_key, requests_key};
+use crate::registry::alive::{Beat, Beaten};
 
 /// The field of `pause --all`: no job is called that (names are `A-Z a-z 0-9 _ . -`).
 pub const ALL: &str = "*";
@@ -248,25 +249,30 @@ pub struct Snapshot {
     pub drain: Option<Mark>,
     /// Requests waiting to be taken, oldest first, raw (see [`requests`]).
     pub pending: Vec<String>,
+    /// What the node's liveness beat answered, if one was sent.
+    pub beaten: Option<Beaten>,
 }
 
 /// Reads the controls for `node` from one member: the pauses if their
 /// version is not `known_version`, the node's drain, and with `pending_max
 /// > 0` up to that many waiting requests (stale ones are dropped there).
 ///
-/// Plain reads, no script: every daemon makes this read every second, so
-/// it is the fleet's most frequent call after the claims. One pipeline
-/// (`HGET` of the pauses' `~version`, `HGET` of the node's drain, and with
-/// requests wanted `LRANGE` and `TIME`); only a changed version costs a
-/// second round trip (`HGETALL`, whose own `~version` field is the version
-/// taken, so the two always match), and only stale requests a write
-/// (`LREM`, rare: their CLI gave up a minute ago).
+/// Every daemon makes this read every second, so it is the fleet's most
+/// frequent call after the claims: one pipeline of plain reads (`HGET` of
+/// the pauses' `~version`, `HGET` of the node's drain, with requests wanted
+/// `LRANGE` and `TIME`) and, with `beat`, the node's liveness beat (one
+/// small script and the drains' `~version`, [`crate::registry::alive`]).
+/// Only a changed version costs a second round trip (`HGETALL`, whose own
+/// `~version` field is the version taken, so the two always match), and
+/// only stale requests a write (`LREM`, rare: their CLI gave up a minute
+/// ago).
 pub async fn snapshot(
     conn: &Conn,
     prefix: &str,
     node: &str,
     known_version: &str,
     pending_max: usize,
+    beat: Option<&Beat<'_>>,
 ) -> redis::RedisResult<Snapshot> {
     let mut conn = conn.clone();
     let requests_key = requests_key(prefix);
@@ -277,10 +283,18 @@ pub async fn snapshot(
         let from = -i64::try_from(pending_max).unwrap_or(i64::MAX);
         pipe.lrange(&requests_key, from as isize, -1).cmd("TIME");
     }
-    let mut values = pipe
-        .query_async::<Vec<redis::Value>>(&mut conn)
-        .await?
-        .into_iter();
+    if let Some(beat) = beat {
+        beat.add_to(&mut pipe);
+    }
+    let mut sent = pipe.query_async::<Vec<redis::Value>>(&mut conn).await;
+    if beat.is_some()
+        && let Err(err) = &sent
+        && err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+    {
+        Beat::load(&conn).await?;
+        sent = pipe.query_async::<Vec<redis::Value>>(&mut conn).await;
+    }
+    let mut values = sent?.into_iter();
     let mut next = || values.next().unwrap_or(redis::Value::Nil);
     let version: Option<String> = redis::from_redis_value(next())?;
     let drain: Option<String> = redis::from_redis_value(next())?;
@@ -293,6 +307,10 @@ pub async fn snapshot(
         )
     } else {
         (Vec::new(), 0)
+    };
+    let beaten = match beat {
+        Some(_) => Some(Beat::read(&mut next)?),
+        None => None,
     };
     let mut version = version.unwrap_or_else(|| "0".to_string());
     let pauses = if version == known_version {
@@ -328,6 +346,7 @@ pub async fn snapshot(
         pauses,
         drain: drain.as_deref().and_then(parse_mark),
         pending: pending.into_iter().rev().collect(),
+        beaten,
     })
 }
 

@@ -36,6 +36,7 @@ use super::{Shared, fleet_run};
 use crate::config::Config;
 use crate::control::requests::{self, PENDING_LOOKED_AT, Request, Take};
 use crate::control::{self, ALL, Mark, Pauses, Snapshot};
+use crate::registry::alive::{self, Beat, Beaten};
 
 /// How soon a failed first read is retried (occurrences wait for it).
 const FIRST_RETRY: Duration = Duration::from_millis(100);
@@ -44,6 +45,9 @@ const REFUSED_REPEAT: Duration = Duration::from_secs(300);
 /// Longest wait for one member's snapshot: a stalled Redlock master must
 /// not slow the others' refresh down much (the next one is a second away).
 const SNAPSHOT_TIMEOUT: Duration = Duration::from_millis(500);
+/// How much sooner than its lease this node stops counting itself the
+/// backstop: the beat that renewed it may have taken this long to arrive.
+const BACKSTOP_MARGIN: Duration = Duration::from_millis(500);
 
 /// The controls as this node last read them.
 pub struct Controls {
@@ -141,12 +145,24 @@ pub async fn run(shared: Arc<Shared>, config_rx: watch::Receiver<Arc<Config>>) {
     // The pauses last logged as in effect (a `--for` end is logged too).
     let mut logged: BTreeMap<String, Mark> = BTreeMap::new();
     let mut refused_warned: Option<tokio::time::Instant> = None;
+    // The fleet view (one coordinator only: with Redlock a majority
+    // decides, every node claims at once, and nobody beats).
+    let beats = !coordinator.is_quorum();
+    let mut fleet = FleetWatch::default();
     loop {
+        let beat = Beat {
+            prefix: &prefix,
+            node: &node,
+            instance: &shared.instance,
+            hold_backstop: !shared.controls.draining(),
+        };
+        let sent = tokio::time::Instant::now();
         let answers = join_all(coordinator.members().iter().enumerate().map(|(i, member)| {
             let (prefix, node, known) = (&prefix, &node, views[i].version.clone());
             let pending = if i == 0 { PENDING_LOOKED_AT } else { 0 };
+            let beat = (i == 0 && beats).then_some(&beat);
             async move {
-                let read = control::snapshot(&member.conn, prefix, node, &known, pending);
+                let read = control::snapshot(&member.conn, prefix, node, &known, pending, beat);
                 match tokio::time::timeout(SNAPSHOT_TIMEOUT, read).await {
                     Ok(answer) => answer.map_err(|err| err.to_string()),
                     Err(_) => Err("no answer in time".to_string()),
@@ -154,6 +170,13 @@ pub async fn run(shared: Arc<Shared>, config_rx: watch::Receiver<Arc<Config>>) {
             }
         }))
         .await;
+        let beaten = answers
+            .first()
+            .and_then(|answer| answer.as_ref().ok())
+            .and_then(|snapshot| snapshot.beaten.clone());
+        if let Some(beaten) = beaten {
+            fleet.absorb(&shared, &config_rx, beaten, sent, first).await;
+        }
         match absorb(&mut views, answers, coordinator.majority()) {
             Ok((pauses, drain, pending)) => {
                 let old = shared.controls.replace(State { pauses, drain });
@@ -198,10 +221,91 @@ pub async fn run(shared: Arc<Shared>, config_rx: watch::Receiver<Arc<Config>>) {
             FIRST_RETRY
         };
         tokio::select! {
-            _ = shared.cancel.cancelled() => return,
+            _ = shared.cancel.cancelled() => {
+                if beats {
+                    leave(&shared, &prefix, &node).await;
+                }
+                return;
+            }
             _ = tokio::time::sleep(wait) => {}
         }
     }
+}
+
+/// The fleet view as this node last read it: the versions it was read at.
+#[derive(Default)]
+struct FleetWatch {
+    alive_version: String,
+    drains_version: String,
+}
+
+impl FleetWatch {
+    /// Takes in a beat's answer (sent at `sent`): reads the view again if a
+    /// node came, went, or was drained or undrained; notes whether this
+    /// node holds the backstop lease, and catches up when it takes it over
+    /// after its first read (the first is the start's own catch-up).
+    async fn absorb(
+        &mut self,
+        shared: &Arc<Shared>,
+        config_rx: &watch::Receiver<Arc<Config>>,
+        beaten: Beaten,
+        sent: tokio::time::Instant,
+        first: bool,
+    ) {
+        let node = shared.locker.node();
+        if beaten.version != self.alive_version || beaten.drains_version != self.drains_version {
+            let conn = shared.locker.connection();
+            match alive::read_view(&conn, shared.locker.prefix()).await {
+                Ok(view) => {
+                    let drained = control::parse_marks(view.drains)
+                        .into_iter()
+                        .filter(|(_, mark)| mark.active)
+                        .map(|(node, _)| node)
+                        .collect();
+                    if let Some(in_line) = shared.preference.set_view(view.alive, &drained) {
+                        info!(node = %node, in_line = %in_line.join(", "), count = in_line.len(),
+                            "nodes in line changed: each is first for its share of the occurrences");
+                    }
+                    self.alive_version = beaten.version;
+                    self.drains_version = beaten.drains_version;
+                }
+                Err(err) => {
+                    crate::metrics::redis_error("controls");
+                    debug!(node = %node, error = %err, "cannot read the alive nodes; keeping the last known");
+                }
+            }
+        }
+        let mine = beaten.backstop.as_deref() == Some(shared.instance.as_str());
+        let until = mine.then(|| sent + alive::BACKSTOP_TTL.saturating_sub(BACKSTOP_MARGIN));
+        if shared.preference.set_backstop(until) {
+            info!(node = %node, catch_up = !first,
+                "backstop: this node now looks at every occurrence the first two nodes in line may leave");
+            if !first && !shared.cancel.is_cancelled() {
+                let jobs = config_rx.borrow().jobs.clone();
+                super::timetable::catch_up_all(shared, &jobs);
+                super::recording::spawn_startup_check(shared, &jobs);
+            }
+        } else if !mine && beaten.backstop.is_none() {
+            debug!(node = %node, "no backstop node holds the lease");
+        }
+    }
+}
+
+/// Takes this node out of the fleet view and gives up the backstop lease
+/// (a clean stop), so that the others stop counting on it at once.
+async fn leave(shared: &Shared, prefix: &str, node: &str) {
+    let conn = shared.locker.connection();
+    let left = alive::leave(&conn, prefix, node, &shared.instance);
+    match tokio::time::timeout(SNAPSHOT_TIMEOUT, left).await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => {
+            debug!(node = %node, error = %err, "cannot leave the alive nodes; the others drop this node when its beat is overdue")
+        }
+        Err(_) => {
+            debug!(node = %node, "leaving the alive nodes took too long; the others drop this node when its beat is overdue")
+        }
+    }
+    shared.preference.set_backstop(None);
 }
 
 /// How long until the next half second of the wall clock (`x.500`), at
@@ -392,6 +496,7 @@ mod tests {
             pauses: Some(BTreeMap::from([("x".to_string(), mark(5, true))])),
             drain,
             pending: vec!["r".into()],
+            beaten: None,
         };
         let short = absorb(
             &mut views,

@@ -120,7 +120,7 @@ pub(crate) struct Shared {
     pub job_gauges: job_gauges::JobGauges,
     /// The fleet controls as last read: pauses, this node's drain.
     pub controls: controls::Controls,
-    /// Which node is first in line for each occurrence (the live nodes).
+    /// Which nodes look at each occurrence (the fleet view, the backstop).
     pub preference: preference::Preference,
     /// The renames the reloads found, and the runs in progress here.
     pub renames: rename::Renames,

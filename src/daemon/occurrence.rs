@@ -113,14 +113,42 @@ pub async fn consider(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, cat
         recording::record_if_fleet_drained(&shared, &job, at, deadline).await;
         return;
     }
+    let node = shared.locker.node();
+    let place = if catch_up {
+        if !shared.preference.catches_up() {
+            debug!(job = %job.name, occurrence = %rfc3339(at), node = %node,
+                "no catch-up claim here: the backstop node catches up");
+            return;
+        }
+        Place::Alone
+    } else {
+        let drifting = shared.is_drifting(&job.name);
+        shared
+            .preference
+            .place(&job.name, at.timestamp_millis(), node, drifting)
+    };
+    if let Place::Beyond { first, second } = &place {
+        // Still one line per occurrence on every node (docs/operations.md,
+        // "Logs"): who is in line for it, without asking Redis who won.
+        info!(job = %job.name, occurrence = %rfc3339(at), node = %node, first = %first, second = %second,
+            "occurrence left to the nodes in line");
+        return;
+    }
     match shared.controls.pause_for(&job.name, at.timestamp_millis()) {
         Some((mark, all)) => paused::record_paused(&shared, &job, at, &mark, all).await,
-        None => claim_and_run(shared, job, at, catch_up).await,
+        None => claim_and_run(shared, job, at, catch_up, place).await,
     }
 }
 
-/// Claims and, if won, runs the occurrence of `job` at `at`.
-pub async fn claim_and_run(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, catch_up: bool) {
+/// Claims and, if won, runs the occurrence of `job` at `at`, from `place`
+/// in line: at once, or after a look whether a node before it took it.
+pub async fn claim_and_run(
+    shared: Arc<Shared>,
+    job: Arc<Job>,
+    at: DateTime<Utc>,
+    catch_up: bool,
+    place: Place,
+) {
     let occurrence = Occurrence::Scheduled(at);
     let node = shared.locker.node().to_string();
     let deadline_at = claim_deadline(&job, at);
@@ -148,33 +176,34 @@ pub async fn claim_and_run(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>
     if catch_up && !decided_before(&shared, &job, occurrence).await {
         return;
     }
-    if !catch_up {
-        match shared
-            .preference
-            .place(&job.name, at.timestamp_millis(), &node)
-        {
-            // With no order known every node fires at the same instant (by
-            // Redis's clock); which one is ahead by a few hundred µs is a
-            // fixed bias of its offset estimate. Up to a millisecond at
-            // random makes the winner a fair draw instead.
-            Place::Alone => {
-                tokio::time::sleep(FAIR_SPREAD.mul_f64(rand::random::<f64>())).await;
+    let look_after = match place {
+        // With no order known every node fires at the same instant (by
+        // Redis's clock); which one is ahead by a few hundred µs is a
+        // fixed bias of its offset estimate. Up to a millisecond at
+        // random makes the winner a fair draw instead.
+        Place::Alone if !catch_up => {
+            tokio::time::sleep(FAIR_SPREAD.mul_f64(rand::random::<f64>())).await;
+            None
+        }
+        Place::Alone | Place::First => None,
+        Place::Second => Some(preference::PEEK_DELAY),
+        Place::Backstop => Some(preference::BACKSTOP_DELAY),
+        Place::Beyond { .. } => return,
+    };
+    if let Some(delay) = look_after {
+        match peek_after(&shared, &job, &target, occurrence, delay).await {
+            Peeked::Decided(reply) => {
+                shared.redis_health.decided_elsewhere();
+                drop(_turn);
+                let now = Instant::now();
+                decided(&shared, &job, occurrence, &token, *reply, now, catch_up).await;
+                return;
             }
-            Place::First => {}
-            Place::Behind => match peek_after_first(&shared, &job, &target, occurrence).await {
-                Peeked::Decided(reply) => {
-                    shared.redis_health.decided_elsewhere();
-                    drop(_turn);
-                    let now = Instant::now();
-                    decided(&shared, &job, occurrence, &token, *reply, now, catch_up).await;
-                    return;
-                }
-                Peeked::Stopping => {
-                    info!(job = %job.name, occurrence = %occurrence, node = %node, "claim abandoned: shutting down");
-                    return;
-                }
-                Peeked::Undecided => {}
-            },
+            Peeked::Stopping => {
+                info!(job = %job.name, occurrence = %occurrence, node = %node, "claim abandoned: shutting down");
+                return;
+            }
+            Peeked::Undecided => {}
         }
     }
     loop {
@@ -251,7 +280,7 @@ pub async fn claim_and_run(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>
     }
 }
 
-/// What a node that is not first in line found ([`peek_after_first`]).
+/// What a node that is not first in line found ([`peek_after`]).
 enum Peeked {
     /// The answer a losing claim would have given: log it, nothing else.
     Decided(Box<ClaimReply>),
@@ -263,16 +292,17 @@ enum Peeked {
 }
 
 /// For a node that is not first in line for `target` (`preference`): waits
-/// [`preference::PEEK_DELAY`] and reads whether the first node decided it.
-async fn peek_after_first(
+/// `delay` and reads whether a node before it decided it.
+async fn peek_after(
     shared: &Shared,
     job: &Job,
     target: &Target,
     occurrence: Occurrence,
+    delay: Duration,
 ) -> Peeked {
     tokio::select! {
         _ = shared.cancel.cancelled() => return Peeked::Stopping,
-        _ = tokio::time::sleep(preference::PEEK_DELAY) => {}
+        _ = tokio::time::sleep(delay) => {}
     }
     let permit = shared.claims_in_flight.acquire().await.ok();
     let peeked = shared.locker.peek(&job.name, target).await;

@@ -39,6 +39,9 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 pub const PENDING_MAX: usize = 10_000;
 /// How long a missed occurrence is kept for recording while Redis is away.
 const RECORD_MISSED_FOR: Duration = Duration::from_secs(3600);
+/// The longest the start-up check of abandoned runs waits for the first
+/// fleet view (it then knows whether this node is the backstop).
+const STARTUP_KNOWN_WAIT: Duration = Duration::from_secs(5);
 /// Occurrences of one gap recorded one by one; the rest get one entry.
 pub const GAP_LISTED: usize = 100;
 /// How far a gap is counted for its summary entry.
@@ -222,7 +225,16 @@ pub async fn record_if_fleet_drained(
     }
     let node = shared.locker.node();
     let name = rfc3339(at);
-    match every_live_node_drained(shared).await {
+    // With a fleet view, one drained node records it (no read per node);
+    // without one (Redlock), each reads the registry and the drains.
+    let mine = shared
+        .preference
+        .records_fleet_drained(&job.name, at.timestamp_millis(), node);
+    let drained = match mine {
+        Some(mine) => Ok(mine),
+        None => every_live_node_drained(shared).await,
+    };
+    match drained {
         Ok(true) => {}
         Ok(false) => return,
         Err(err) => {
@@ -531,9 +543,12 @@ pub fn watch_lock(shared: &Arc<Shared>, job: &Arc<Job>, fence: u64, ttl_left: Op
     });
 }
 
-/// At start, once the start-up check passed: every job whose last run's
-/// lock expired unreleased while no node looked (the whole fleet was down)
-/// is recorded `abandoned` now.
+/// At start (once the start-up check passed) on the backstop, and when a
+/// node takes the backstop over: every job whose last run's lock expired
+/// unreleased while no node looked (the whole fleet was down) is recorded
+/// `abandoned` now, and a lock held by another node is watched. Only the
+/// backstop does it (or every node without a fleet view, as with Redlock):
+/// a start costs the other nodes no read per job.
 pub fn spawn_startup_check(shared: &Arc<Shared>, jobs: &[Arc<Job>]) {
     let shared = Arc::clone(shared);
     let jobs: Vec<Arc<Job>> = jobs.to_vec();
@@ -541,6 +556,10 @@ pub fn spawn_startup_check(shared: &Arc<Shared>, jobs: &[Arc<Job>]) {
         // After the start-up check: a refused password is its one error,
         // not also this check's.
         if !shared.until_started().await {
+            return;
+        }
+        shared.controls.wait_known(STARTUP_KNOWN_WAIT).await;
+        if !shared.preference.catches_up() {
             return;
         }
         for job in &jobs {

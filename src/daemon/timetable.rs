@@ -376,6 +376,17 @@ fn spawn_occurrence(shared: &Arc<Shared>, job: &Arc<Job>, at: DateTime<Utc>, cat
     ));
 }
 
+/// Claims the latest occurrence within `starting_deadline` of each of
+/// `jobs`, as a start does: the backstop's catch-up when it takes over.
+pub(super) fn catch_up_all(shared: &Arc<Shared>, jobs: &[Arc<Job>]) {
+    let now = shared.clock.now();
+    for job in jobs {
+        if let Some(latest) = catch_up(job, now) {
+            spawn_occurrence(shared, job, latest, true);
+        }
+    }
+}
+
 /// The latest occurrence within `starting_deadline` before `now`, if any
 /// (both counted from when it fires: its instant plus the job's splay).
 fn catch_up(job: &Job, now: DateTime<Utc>) -> Option<DateTime<Utc>> {

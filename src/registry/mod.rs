@@ -38,6 +38,7 @@
 //! Both keys share the hash tag `{PREFIX}`, so the scripts also run on Redis
 //! Cluster.
 
+pub mod alive;
 mod configs;
 mod instance;
 mod scripts;

@@ -39,15 +39,15 @@ fn clocks_300_ms_apart_still_run_a_5_ms_job_exactly_once() {
         (-400..=-200).contains(&behind),
         "n3 must really be ~300 ms behind: {behind}"
     );
-    // Whether the late node lost each occurrence it did not run to the
-    // right winner is checked above; here, that it lost some at all. With
-    // `clock = "redis"` each node is first in line for about a third of the
-    // 16 occurrences, so the late node loses about 11 (this asked for 10
-    // and failed CI once with 7: 7 or fewer is a 5 % draw); fewer than 3
-    // is about one in 100,000.
+    // Whether the late node logged each occurrence it did not run with the
+    // right winner is checked above; here, that it did not run some at
+    // all. With `clock = "redis"` each node is first in line for about a
+    // third of the 16 occurrences, so the late node leaves about 11 to the
+    // others (lost, or left to the nodes in line); fewer than 3 is about
+    // one in 100,000.
     let late_refusals = logs[2]
         .lines()
-        .filter(|line| line.contains("claim lost"))
+        .filter(|line| line.contains("claim lost") || line.contains("left to the nodes in line"))
         .count();
     assert!(
         late_refusals >= 3,
@@ -141,16 +141,22 @@ command = 'echo "$SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE" >> {}'
             "fences out of order: {pair:?}"
         );
     }
-    // Each node's log names the winner of every occurrence it lost.
+    // Each node's log names the winner of every occurrence it lost, or,
+    // when it did not look, the winner among the two nodes in line.
     for node in &nodes {
         let log = node.log();
         for run in window.iter().filter(|run| run.node != node.id) {
             let needle_occ = format!("occurrence={}", run.occurrence);
             let needle_win = format!("winner={}", run.node);
+            let in_line = [
+                format!("first={}", run.node),
+                format!("second={}", run.node),
+            ];
             assert!(
-                log.lines().any(|line| line.contains("claim lost")
-                    && line.contains(&needle_occ)
-                    && line.contains(&needle_win)),
+                log.lines().any(|line| line.contains(&needle_occ)
+                    && ((line.contains("claim lost") && line.contains(&needle_win))
+                        || (line.contains("left to the nodes in line")
+                            && in_line.iter().any(|name| line.contains(name))))),
                 "{}'s log must say it lost {} to {}; log:\n{log}",
                 node.id,
                 run.occurrence,

@@ -301,11 +301,11 @@ starting_deadline = "1m"
 command = 'echo "$SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE" >> {runs}'
 "#
     ));
-    // Keep clear of a minute boundary while the node starts.
+    // Keep clear of a minute boundary while three nodes start and stop.
     wait_until(
-        Duration::from_secs(10),
+        Duration::from_secs(30),
         "not near a minute boundary",
-        || chrono::Utc::now().timestamp() % 60 < 55,
+        || chrono::Utc::now().timestamp() % 60 < 35,
     );
     let started = chrono::Utc::now();
     // The job ran before (its state names a decided occurrence, the one
@@ -330,14 +330,25 @@ command = 'echo "$SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE" >> {runs}'
         expected.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
     );
     assert_eq!(record.node, "n1");
-    // A second node starting now finds it claimed and says by whom.
-    let second = Node::start(&work, &redis, "n2", &[]);
-    second.wait_for_log(
+    // A second node starting now leaves the catch-up to the backstop (n1);
+    // when n1 stops, n2 takes the backstop over, and its catch-up finds the
+    // occurrence decided and says by whom.
+    let mut second = Node::start(&work, &redis, "n2", &[]);
+    second.wait_for_log(Duration::from_secs(10), "nodes in line changed");
+    first.signal("TERM");
+    first.wait_exit(Duration::from_secs(10));
+    second.wait_for_log(Duration::from_secs(5), "catch_up=true");
+    wait_until(
         Duration::from_secs(5),
-        &format!(
-            "claim lost job=minutely occurrence={} node=n2 winner=n1",
-            record.occurrence
-        ),
+        "n2 found the occurrence decided",
+        || {
+            second.log().lines().any(|line| {
+                line.contains(&format!(
+                    "job=minutely occurrence={} node=n2",
+                    record.occurrence
+                )) && (line.contains("winner=n1") || line.contains("decided_by=n1"))
+            })
+        },
     );
     let again = common::records(&work.lines("runs"));
     assert_eq!(
@@ -348,10 +359,10 @@ command = 'echo "$SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE" >> {runs}'
         1,
         "{again:?}"
     );
-    // n1 restarted finds its own decision: it says so, not that it lost
-    // the claim to itself.
-    first.signal("TERM");
-    first.wait_exit(Duration::from_secs(10));
+    // n1 restarted alone (the backstop again) finds its own decision: it
+    // says so, not that it lost the claim to itself.
+    second.signal("TERM");
+    second.wait_exit(Duration::from_secs(10));
     let restarted = Node::start(&work, &redis, "n1", &[]);
     restarted.wait_for_log(
         Duration::from_secs(5),

@@ -22,7 +22,7 @@ async fn the_every_second_read_runs_no_script_and_reads_the_pauses_only_when_the
     let mut admin = redis.conn();
 
     reset_stats(&redis);
-    let empty = control::snapshot(&conn, "solocron", "n1", "0", 0)
+    let empty = control::snapshot(&conn, "solocron", "n1", "0", 0, None)
         .await
         .expect("snapshot");
     assert_eq!(
@@ -48,7 +48,7 @@ async fn the_every_second_read_runs_no_script_and_reads_the_pauses_only_when_the
     let _: () = admin
         .hset("{solocron}:drains", "n1", mark(2_000))
         .expect("HSET drains");
-    let changed = control::snapshot(&conn, "solocron", "n1", "0", 0)
+    let changed = control::snapshot(&conn, "solocron", "n1", "0", 0, None)
         .await
         .expect("snapshot");
     assert_eq!(changed.version, "3");
@@ -57,7 +57,7 @@ async fn the_every_second_read_runs_no_script_and_reads_the_pauses_only_when_the
     assert_eq!(changed.drain.map(|d| d.at_ms), Some(2_000));
 
     reset_stats(&redis);
-    let same = control::snapshot(&conn, "solocron", "n1", "3", 0)
+    let same = control::snapshot(&conn, "solocron", "n1", "3", 0, None)
         .await
         .expect("snapshot");
     assert!(same.pauses.is_none(), "unchanged version: no pauses read");
@@ -96,7 +96,7 @@ async fn stale_and_broken_requests_are_dropped_and_fresh_ones_kept_oldest_first(
         // As `trigger --fleet` adds them: newest at the head.
         let _: i64 = admin.lpush("{solocron}:requests", raw).expect("LPUSH");
     }
-    let snapshot = control::snapshot(&conn, "solocron", "n1", "0", 16)
+    let snapshot = control::snapshot(&conn, "solocron", "n1", "0", 16, None)
         .await
         .expect("snapshot");
     assert_eq!(snapshot.pending, vec![fresh_1.clone(), fresh_2.clone()]);
