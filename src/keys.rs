@@ -83,6 +83,24 @@ pub fn node_key(prefix: &str, node: &str) -> String {
     format!("{{{prefix}}}:node:{node}")
 }
 
+/// `{PREFIX}:configs`: the config fingerprints in use, scored by when a
+/// node on each last wrote (Redis ms).
+pub fn configs_key(prefix: &str) -> String {
+    format!("{{{prefix}}}:configs")
+}
+
+/// `{PREFIX}:config:FINGERPRINT`: one config's jobs (JSON object: job ->
+/// fingerprint), stored once for every node that loaded it.
+pub fn config_key(prefix: &str, fingerprint: &str) -> String {
+    format!("{{{prefix}}}:config:{fingerprint}")
+}
+
+/// `{PREFIX}:config:FINGERPRINT:nodes`: the nodes on one config, scored by
+/// their last write (Redis ms).
+pub fn config_nodes_key(prefix: &str, fingerprint: &str) -> String {
+    format!("{{{prefix}}}:config:{fingerprint}:nodes")
+}
+
 /// The marker key of the fleet under `prefix` ([`crate::coordinator::identity::markers`]).
 pub fn marker_key(prefix: &str) -> String {
     format!("{{{prefix}}}:dataset")

@@ -15,6 +15,7 @@
 
 mod clock;
 mod controls;
+mod drift;
 mod eviction;
 mod fleet_clock;
 mod fleet_run;
@@ -121,22 +122,14 @@ pub(crate) struct Shared {
     pub controls: controls::Controls,
     /// Which nodes look at each occurrence (the fleet view, the backstop).
     pub preference: preference::Preference,
-    /// The jobs whose definition differs between live nodes (a rollout in
-    /// progress), as the registry loop last found them.
-    pub drifting: RwLock<Arc<std::collections::BTreeSet<String>>>,
     /// The renames the reloads found, and the runs in progress here.
     pub renames: rename::Renames,
+    /// The jobs whose definition differs between live nodes, as the last
+    /// drift check found them ([`Shared::is_drifting`]).
+    pub drifting: RwLock<Arc<std::collections::BTreeSet<String>>>,
 }
 
 impl Shared {
-    /// Whether `job`'s definition differs between live nodes now.
-    pub fn is_drifting(&self, job: &str) -> bool {
-        match self.drifting.read() {
-            Ok(drifting) => drifting.contains(job),
-            Err(poisoned) => poisoned.into_inner().contains(job),
-        }
-    }
-
     /// What a run started now gets: this daemon's lock, executor and
     /// stop, and the env file's variables as last loaded.
     pub fn run_env(&self) -> crate::run::RunEnv<'_> {
@@ -163,6 +156,24 @@ impl Shared {
         match self.env_file.read() {
             Ok(env) => Arc::clone(&env),
             Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    /// Whether the last drift check found `job` defined differently on
+    /// some live node (`false` before the first check).
+    pub fn is_drifting(&self, job: &str) -> bool {
+        match self.drifting.read() {
+            Ok(jobs) => jobs.contains(job),
+            Err(poisoned) => poisoned.into_inner().contains(job),
+        }
+    }
+
+    /// Replaces the set [`Shared::is_drifting`] answers from.
+    pub fn set_drifting(&self, jobs: std::collections::BTreeSet<String>) {
+        let jobs = Arc::new(jobs);
+        match self.drifting.write() {
+            Ok(mut slot) => *slot = jobs,
+            Err(poisoned) => *poisoned.into_inner() = jobs,
         }
     }
 
@@ -356,8 +367,8 @@ pub async fn run(
         job_gauges,
         controls: controls::Controls::default(),
         preference: preference::Preference::default(),
-        drifting: RwLock::default(),
         renames: rename::Renames::default(),
+        drifting: RwLock::new(Arc::default()),
     });
     info!(
         node = %options.node,

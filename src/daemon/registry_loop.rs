@@ -1,11 +1,10 @@
 //! Publishes this node to the registry every few seconds, warns when live
 //! nodes disagree on a job's definition (a half-finished `jobs.toml`
-//! rollout), and warns when another daemon process publishes under this
-//! node's id (two daemons started with the same `--node-id`).
+//! rollout: [`super::drift`]), and warns when another daemon process
+//! publishes under this node's id (two daemons started with the same
+//! `--node-id`).
 //!
-//! A drift warning names the job and the nodes on each side. It is repeated
-//! when the set of divergences changes and every [`REPEAT`] while it lasts,
-//! so the journal of every node shows it without flooding. A node-id
+//! A node-id
 //! collision is noticed by the registry scripts on every write while both
 //! daemons run (each one's write finds the other's instance); it is logged
 //! once when it starts and every [`REPEAT`] while it lasts, and its end once
@@ -20,12 +19,13 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::Shared;
+use super::drift::DriftWatch;
 use crate::config::Config;
 use crate::metrics;
-use crate::registry::{self, Divergence, JobSchedule, NodeInfo, Refresh};
+use crate::registry::{self, JobSchedule, NodeInfo, Refresh};
 
 /// How often a lasting divergence or node-id collision is logged again.
-const REPEAT: Duration = Duration::from_secs(300);
+pub(super) const REPEAT: Duration = Duration::from_secs(300);
 
 /// Runs until shutdown; publishes at once after every reload.
 pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>>) {
@@ -34,8 +34,7 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
     // node started with its wall clock a day ahead is not shown as
     // starting tomorrow.
     let started_at = std::time::Instant::now();
-    let mut warned: Vec<Divergence> = Vec::new();
-    let mut warned_at = Instant::now();
+    let mut drift = DriftWatch::default();
     let mut collisions = CollisionWatch::default();
     let mut config = Arc::clone(&config_rx.borrow_and_update());
     // Hashing the whole config is only redone when a reload brings a new one.
@@ -44,6 +43,8 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
     let mut published = false;
     // Whether this process has written its entry at least once.
     let mut written_once = false;
+    // The config fingerprint this process last published whole.
+    let mut published_hash: Option<String> = None;
     // Whether the last whole write already had a measured clock offset
     // (then its start time was on the clock the node fires by).
     let mut whole_measured = false;
@@ -59,9 +60,12 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
             coordinator
                 .on_members(|conn| {
                     let warning = warning.as_deref();
-                    async move {
-                        registry::heartbeat(&conn, prefix, node, instance, offset, warning).await
-                    }
+                    let beat = registry::Beat {
+                        node,
+                        instance,
+                        config: &config_hash,
+                    };
+                    async move { registry::heartbeat(&conn, prefix, beat, offset, warning).await }
                 })
                 .await
                 .map(registry::merge_refreshes)
@@ -72,15 +76,27 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
             Ok(Refresh::Gone) => {
                 // The per-job fields exist only for this rare write.
                 let (info, schedules) = node_info(&shared, &config, &config_hash, started_at);
+                let previous = published_hash.as_deref();
                 let sent = coordinator
                     .on_members(|conn| {
                         let (info, schedules) = (&info, &schedules);
                         async move {
-                            registry::publish(&conn, prefix, info, schedules, written_once).await
+                            registry::publish(
+                                &conn,
+                                prefix,
+                                info,
+                                schedules,
+                                written_once,
+                                previous,
+                            )
+                            .await
                         }
                     })
                     .await
                     .map(registry::merge_refreshes);
+                if sent.is_ok() {
+                    published_hash = Some(config_hash.clone());
+                }
                 drop((info, schedules));
                 crate::memory::release_freed();
                 sent
@@ -95,21 +111,7 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
                     whole_measured = offset.is_some();
                 }
                 collisions.observe(&refresh, node, instance);
-                match current_divergences(&shared, prefix, &config_hash).await {
-                    Ok(found) => {
-                        metrics::config_divergence(found.len());
-                        set_drifting(&shared, &found);
-                        if found != warned || (!found.is_empty() && warned_at.elapsed() >= REPEAT) {
-                            report(&shared, &found, &warned);
-                            warned = found;
-                            warned_at = Instant::now();
-                        }
-                    }
-                    Err(err) => {
-                        metrics::redis_error("registry");
-                        debug!(node = %shared.locker.node(), error = %err, "cannot read the node registry");
-                    }
-                }
+                drift.observe(&shared, prefix, &config_hash).await;
             }
             Err(err) => {
                 metrics::redis_error("registry");
@@ -181,42 +183,6 @@ impl CollisionWatch {
     }
 }
 
-/// The live nodes' divergences; the per-job fingerprints are only read when
-/// some live node's whole-config fingerprint differs from `ours`. Sets
-/// `solocron_live_nodes` on the way.
-async fn current_divergences(
-    shared: &Shared,
-    prefix: &str,
-    ours: &str,
-) -> redis::RedisResult<Vec<Divergence>> {
-    let coordinator = shared.locker.coordinator();
-    let hashes = coordinator
-        .on_members(|conn| async move { registry::config_hashes(&conn, prefix).await })
-        .await?;
-    // One fingerprint per live node (per member with Redlock).
-    metrics::live_nodes(hashes.iter().map(Vec::len).max().unwrap_or(0));
-    if hashes.iter().flatten().all(|(_, hash)| hash == ours) {
-        return Ok(Vec::new());
-    }
-    let nodes = coordinator
-        .on_members(|conn| async move { registry::live_nodes(&conn, prefix).await })
-        .await?;
-    Ok(registry::divergences(&registry::merge_nodes(nodes)))
-}
-
-/// Notes the jobs of `found` as drifting: every node that has one looks
-/// at each of its occurrences ([`super::preference::Place::Second`]).
-fn set_drifting(shared: &Shared, found: &[Divergence]) {
-    let jobs: std::collections::BTreeSet<String> = found
-        .iter()
-        .map(|divergence| divergence.job.clone())
-        .collect();
-    match shared.drifting.write() {
-        Ok(mut drifting) => *drifting = Arc::new(jobs),
-        Err(poisoned) => *poisoned.into_inner() = Arc::new(jobs),
-    }
-}
-
 /// The whole entry, and each job's schedule (for `status` without a config).
 fn node_info(
     shared: &Shared,
@@ -258,17 +224,6 @@ fn node_info(
         collision: None,
     };
     (info, schedules)
-}
-
-fn report(shared: &Shared, found: &[Divergence], before: &[Divergence]) {
-    let node = shared.locker.node();
-    for divergence in found {
-        warn!(node = %node, job = %divergence.job, sides = %divergence.describe(),
-            "job definition differs between nodes: finish rolling out jobs.toml and reload");
-    }
-    if found.is_empty() && !before.is_empty() {
-        info!(node = %node, "all live nodes agree on every job definition again");
-    }
 }
 
 #[cfg(test)]

@@ -8,12 +8,15 @@
 //! A node that stops publishing drops out after [`TTL`]. The whole hash
 //! (with one fingerprint and one schedule per job) is only written when the
 //! node's config changes or Redis lost it; the refresh in between is a small
-//! heartbeat ([`heartbeat`]), and the nodes' per-job fields are only read
-//! when needed: fingerprints when whole-config fingerprints differ
-//! ([`config_hashes`]), schedules only by `status` without a config
-//! ([`schedules`]), so 10,000 jobs cost an idle node nothing extra. Ops
-//! edit `jobs.toml` per server, so a half-finished rollout shows up as nodes
-//! that disagree on a job's fingerprint ([`divergences`]).
+//! heartbeat ([`heartbeat`]), and the nodes' per-job fields are read by
+//! `status` (schedules only without a config: [`schedules`]), so 10,000
+//! jobs cost an idle node nothing extra. Ops edit `jobs.toml` per server,
+//! so a half-finished rollout shows up as nodes that disagree on a job's
+//! fingerprint ([`divergences`]). The same writes keep each distinct config
+//! once, with the nodes on it ([`in_use`]): the daemon's drift check reads
+//! those, O(configs) per period, and reads the nodes' entries
+//! ([`config_hashes`], [`live_nodes`]) only while an older daemon that
+//! stores no config runs.
 //!
 //! Hash fields: `node`, `version`, `started_at`, `updated_at` (Redis ms),
 //! `config_path`, `config_hash`, `clock_offset_ms`, `instance`, `jobs` (JSON
@@ -36,6 +39,7 @@
 //! Cluster.
 
 pub mod alive;
+mod configs;
 mod instance;
 mod scripts;
 
@@ -43,9 +47,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::coordinator::Conn;
-use crate::keys::{node_key, nodes_key};
+use crate::keys::{config_key, config_nodes_key, configs_key, node_key, nodes_key};
 use serde::{Deserialize, Serialize};
 
+pub use configs::{InUse, config_jobs, config_nodes, in_use, merge_in_use, node_counts};
 pub use instance::{Collision, describe_instance, new_instance};
 use scripts::{HEARTBEAT_SCRIPT, PUBLISH_SCRIPT, WITHDRAW_SCRIPT};
 
@@ -148,16 +153,21 @@ pub enum Refresh {
 
 /// Publishes `info` whole, as `info.instance`, with `schedules` (job ->
 /// schedule; `info.updated_at` and `info.collision` are ignored: the script
-/// writes them). `after_own_write`: this process has published before, so
-/// an entry written by another instance means a collision (for the first
-/// publish it may be a crashed predecessor's). Never [`Refresh::Gone`].
+/// writes them), and its config (`info.jobs` under `info.config_hash`) if
+/// no node stored it yet. `after_own_write`: this process has published
+/// before, so an entry written by another instance means a collision (for
+/// the first publish it may be a crashed predecessor's). `previous`: the
+/// config fingerprint this process published last, which the node leaves.
+/// Never [`Refresh::Gone`].
 pub async fn publish(
     conn: &Conn,
     prefix: &str,
     info: &NodeInfo,
     schedules: &BTreeMap<String, JobSchedule>,
     after_own_write: bool,
+    previous: Option<&str>,
 ) -> redis::RedisResult<Refresh> {
+    // Also the config's content under its fingerprint (`{PREFIX}:config:FP`).
     let jobs = serde_json::to_string(&info.jobs).unwrap_or_else(|_| "{}".to_string());
     let splays: BTreeMap<&str, u64> = schedules
         .iter()
@@ -166,14 +176,23 @@ pub async fn publish(
         .collect();
     let splays = serde_json::to_string(&splays).unwrap_or_else(|_| "{}".to_string());
     let schedules = serde_json::to_string(schedules).unwrap_or_else(|_| "{}".to_string());
+    let fingerprint = info.config_hash.as_str();
+    let previous = previous.filter(|previous| *previous != fingerprint);
     let mut invocation = PUBLISH_SCRIPT.prepare_invoke();
     invocation
         .key(nodes_key(prefix))
         .key(node_key(prefix, &info.node))
+        .key(configs_key(prefix))
+        .key(config_key(prefix, fingerprint))
+        .key(config_nodes_key(prefix, fingerprint))
+        .key(config_nodes_key(prefix, previous.unwrap_or(fingerprint)))
         .arg(&info.node)
         .arg(ttl_ms())
         .arg(&info.instance)
         .arg(if after_own_write { "1" } else { "0" })
+        .arg(fingerprint)
+        .arg(&jobs)
+        .arg(previous.unwrap_or_default())
         .arg("node")
         .arg(&info.node)
         .arg("version")
@@ -185,7 +204,7 @@ pub async fn publish(
         .arg("config_hash")
         .arg(&info.config_hash)
         .arg("jobs")
-        .arg(jobs)
+        .arg(&jobs)
         .arg("schedules")
         .arg(schedules)
         .arg("splays")
@@ -200,24 +219,37 @@ pub async fn publish(
     Ok(refresh(reply))
 }
 
-/// Refreshes this node's entry without rewriting it, as `instance`:
-/// [`Refresh::Gone`] if it must be published whole, [`Refresh::Collision`]
-/// if another instance wrote it since our last write.
+/// What one node is, for a [`heartbeat`]: its id, its daemon process
+/// ([`new_instance`]) and the fingerprint of the config it published.
+#[derive(Debug, Clone, Copy)]
+pub struct Beat<'a> {
+    pub node: &'a str,
+    pub instance: &'a str,
+    pub config: &'a str,
+}
+
+/// Refreshes this node's entry and its config's without rewriting them:
+/// [`Refresh::Gone`] if the entry or the config must be published whole,
+/// [`Refresh::Collision`] if another instance wrote the entry since our
+/// last write.
 pub async fn heartbeat(
     conn: &Conn,
     prefix: &str,
-    node: &str,
-    instance: &str,
+    beat: Beat<'_>,
     clock_offset_ms: Option<i64>,
     redis_warning: Option<&str>,
 ) -> redis::RedisResult<Refresh> {
     let mut invocation = HEARTBEAT_SCRIPT.prepare_invoke();
     invocation
         .key(nodes_key(prefix))
-        .key(node_key(prefix, node))
-        .arg(node)
+        .key(node_key(prefix, beat.node))
+        .key(configs_key(prefix))
+        .key(config_key(prefix, beat.config))
+        .key(config_nodes_key(prefix, beat.config))
+        .arg(beat.node)
         .arg(ttl_ms())
-        .arg(instance);
+        .arg(beat.instance)
+        .arg(beat.config);
     if let Some(offset) = clock_offset_ms {
         invocation.arg("clock_offset_ms").arg(offset);
     }
@@ -243,7 +275,8 @@ fn refresh(reply: Vec<String>) -> Refresh {
 }
 
 /// Every live node's id and whole-config fingerprint (empty for a node
-/// whose entry expired between the two reads).
+/// whose entry expired between the two reads): O(N), for a fleet with
+/// daemons too old to store their config once.
 pub async fn config_hashes(conn: &Conn, prefix: &str) -> redis::RedisResult<Vec<(String, String)>> {
     let mut conn = conn.clone();
     let ids = live_ids(&mut conn, prefix).await?;
@@ -271,12 +304,22 @@ pub async fn withdraw(
     node: &str,
     instance: &str,
 ) -> redis::RedisResult<()> {
+    let mut conn = conn.clone();
+    let config: Option<String> = redis::cmd("HGET")
+        .arg(node_key(prefix, node))
+        .arg("config_hash")
+        .query_async(&mut conn)
+        .await?;
+    let config = config.unwrap_or_default();
     let _: i64 = WITHDRAW_SCRIPT
         .key(nodes_key(prefix))
         .key(node_key(prefix, node))
+        .key(configs_key(prefix))
+        .key(config_nodes_key(prefix, &config))
         .arg(node)
         .arg(instance)
-        .invoke_async(&mut conn.clone())
+        .arg(&config)
+        .invoke_async(&mut conn)
         .await?;
     Ok(())
 }
@@ -443,18 +486,26 @@ impl Divergence {
 
 /// Jobs on which the live nodes disagree, by job name.
 pub fn divergences(nodes: &[NodeInfo]) -> Vec<Divergence> {
-    let mut names: Vec<&String> = nodes.iter().flat_map(|node| node.jobs.keys()).collect();
+    divergences_of(nodes.iter().map(|node| (node.node.as_str(), &node.jobs)))
+}
+
+/// Jobs on which `members` (a name and its jobs: job -> fingerprint)
+/// disagree, by job name; each side lists members in the order given.
+pub fn divergences_of<'a>(
+    members: impl Iterator<Item = (&'a str, &'a BTreeMap<String, String>)> + Clone,
+) -> Vec<Divergence> {
+    let mut names: Vec<&String> = members.clone().flat_map(|(_, jobs)| jobs.keys()).collect();
     names.sort();
     names.dedup();
     names
         .into_iter()
         .filter_map(|job| {
             let mut sides: BTreeMap<Option<String>, Vec<String>> = BTreeMap::new();
-            for node in nodes {
+            for (name, jobs) in members.clone() {
                 sides
-                    .entry(node.jobs.get(job).cloned())
+                    .entry(jobs.get(job).cloned())
                     .or_default()
-                    .push(node.node.clone());
+                    .push(name.to_string());
             }
             (sides.len() > 1).then(|| Divergence {
                 job: job.clone(),

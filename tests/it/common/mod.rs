@@ -305,6 +305,41 @@ pub async fn locker(redis: &RedisServer, node: &str) -> Locker {
     Locker::new(conn, "test", node, 1000)
 }
 
+/// `redis-cli monitor` into a file, stopped (by PID) on drop.
+pub struct Monitor {
+    child: Child,
+    path: PathBuf,
+}
+
+impl Monitor {
+    pub fn start(redis: &RedisServer, path: PathBuf) -> Monitor {
+        let file = std::fs::File::create(&path).expect("monitor file");
+        let child = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &redis.port.to_string()])
+            .arg("monitor")
+            .stdout(file)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-cli monitor");
+        let monitor = Monitor { child, path };
+        wait_until(Duration::from_secs(5), "MONITOR answered OK", || {
+            monitor.text().starts_with("OK")
+        });
+        monitor
+    }
+
+    pub fn text(&self) -> String {
+        std::fs::read_to_string(&self.path).unwrap_or_default()
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A scratch directory with a `jobs.toml` for daemon processes.
 pub struct Workdir {
     pub dir: TempDir,

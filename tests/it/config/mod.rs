@@ -3,6 +3,7 @@
 
 mod bad_configs;
 mod drift;
+mod drift_cost;
 mod load;
 mod prop_config;
 mod prop_schedule;

@@ -483,3 +483,55 @@ fn a_renamed_jobs_lock_and_skip_record_hold_on_redlock() {
         );
     });
 }
+
+#[test]
+fn drift_on_redlock_is_found_from_the_stored_configs_and_ends_with_the_rollout() {
+    use common::{Node, Workdir};
+    let masters = Masters::start(3);
+    let urls: Vec<String> = masters
+        .urls()
+        .iter()
+        .map(|url| format!("\"{url}\""))
+        .collect();
+    let redis = format!("[redis]\nredlock = [{}]\n\n", urls.join(", "));
+    let v1 = format!("{redis}[jobs.report]\nschedule = \"0 2 * * *\"\ncommand = \"echo v1\"\n");
+    let v2 = format!("{redis}[jobs.report]\nschedule = \"0 3 * * *\"\ncommand = \"echo v1\"\n");
+    let (one, two) = (Workdir::new(), Workdir::new());
+    one.write_config(&v1);
+    two.write_config(&v2);
+    let config = |work: &Workdir| common::toml_path(&work.path("jobs.toml"));
+    let n1 = Node::start_with_args(&one, "n1", &["--config", &config(&one)], &[]);
+    let n2 = Node::start_with_args(&two, "n2", &["--config", &config(&two)], &[]);
+    for node in [&n1, &n2] {
+        node.wait_for_log(
+            Duration::from_secs(30),
+            "job definition differs between nodes",
+        );
+        let log = node.log();
+        let line = log
+            .lines()
+            .find(|line| line.contains("job definition differs"))
+            .expect("waited for it");
+        assert!(
+            line.contains("job=report") && line.contains("n1") && line.contains("n2"),
+            "names the nodes on each side: {line}"
+        );
+    }
+    // n2 finishes the rollout: it leaves its old config on every master.
+    two.write_config(&v1);
+    n2.signal("HUP");
+    n1.wait_for_log(
+        Duration::from_secs(30),
+        "all live nodes agree on every job definition again",
+    );
+    // Each config's jobs are stored once, on every master.
+    for i in 0..masters.len() {
+        let stored: Vec<String> = redis::cmd("ZRANGE")
+            .arg("{solocron}:configs")
+            .arg(0)
+            .arg(-1)
+            .query(&mut masters.conn(i))
+            .expect("ZRANGE");
+        assert_eq!(stored.len(), 1, "master {i}: {stored:?}");
+    }
+}

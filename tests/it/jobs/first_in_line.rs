@@ -11,10 +11,9 @@ use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{Node, RedisServer, Workdir, records, signal, toml_path, wait_until};
+use common::{Monitor, Node, RedisServer, Workdir, records, signal, toml_path, wait_until};
 
 const JOBS: [&str; 4] = ["a", "b", "c", "d"];
 
@@ -44,41 +43,6 @@ fn runs(work: &Workdir) -> BTreeMap<(String, String), Vec<String>> {
         }
     }
     all
-}
-
-/// `redis-cli monitor` into a file, stopped (by PID) on drop.
-struct Monitor {
-    child: Child,
-    path: std::path::PathBuf,
-}
-
-impl Monitor {
-    fn start(redis: &RedisServer, path: std::path::PathBuf) -> Monitor {
-        let file = std::fs::File::create(&path).expect("monitor file");
-        let child = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &redis.port.to_string()])
-            .arg("monitor")
-            .stdout(file)
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-cli monitor");
-        let monitor = Monitor { child, path };
-        wait_until(Duration::from_secs(5), "MONITOR answered OK", || {
-            monitor.text().starts_with("OK")
-        });
-        monitor
-    }
-
-    fn text(&self) -> String {
-        std::fs::read_to_string(&self.path).unwrap_or_default()
-    }
-}
-
-impl Drop for Monitor {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Top-level (not from a script) scheduled claims and peeks in `text`, and

@@ -112,7 +112,7 @@ fn publish(redis: &RedisServer, nodes: &[NodeInfo]) {
             .expect("connection manager")
             .first();
         for node in nodes {
-            registry::publish(&conn, "solocron", node, &BTreeMap::new(), false)
+            registry::publish(&conn, "solocron", node, &BTreeMap::new(), false, None)
                 .await
                 .expect("publish a node");
         }
