@@ -31,6 +31,7 @@ mod registry_loop;
 mod reload;
 mod rename;
 mod retry;
+mod sweep;
 mod timetable;
 
 use std::collections::{BTreeMap, HashMap};
@@ -122,6 +123,8 @@ pub(crate) struct Shared {
     pub controls: controls::Controls,
     /// Which nodes look at each occurrence (the fleet view, the backstop).
     pub preference: preference::Preference,
+    /// The backstop's batched looks at the occurrences it is not in line for.
+    pub sweep: sweep::Sweep,
     /// The renames the reloads found, and the runs in progress here.
     pub renames: rename::Renames,
     /// The jobs whose definition differs between live nodes, as the last
@@ -367,6 +370,7 @@ pub async fn run(
         job_gauges,
         controls: controls::Controls::default(),
         preference: preference::Preference::default(),
+        sweep: sweep::Sweep::default(),
         renames: rename::Renames::default(),
         drifting: RwLock::new(Arc::default()),
     });
@@ -388,6 +392,7 @@ pub async fn run(
     tracker.spawn(clock::check_loop(Arc::clone(&shared), config.path.clone()));
     tracker.spawn(eviction::check_loop(Arc::clone(&shared)));
     tracker.spawn(controls::run(Arc::clone(&shared), config_rx.clone()));
+    tracker.spawn(sweep::run(Arc::clone(&shared)));
     tracker.spawn(registry_loop::run(Arc::clone(&shared), config_rx));
     tracker.spawn(job_gauges::periods_loop(Arc::clone(&shared), gauge_changes));
     // Watchdog pings go on through the drain; they stop once it is over.

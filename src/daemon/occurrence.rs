@@ -31,6 +31,7 @@ use tracing::{debug, error, info, warn};
 use super::notifiers::{self, Subject};
 use super::preference::{self, Place};
 use super::recording::{self, log_abandoned, spawn_record_missed, watch_lock};
+use super::sweep::Looked;
 use super::{Shared, paused};
 use super::{rename, retry};
 use crate::config::Job;
@@ -191,7 +192,17 @@ pub async fn claim_and_run(
         Place::Beyond { .. } => return,
     };
     if let Some(delay) = look_after {
-        match peek_after(&shared, &job, &target, occurrence, delay).await {
+        let looked = if place == Place::Backstop {
+            // Read with the other looks of the moment, in one round trip.
+            match shared.sweep.look(&job.name, &target, delay).await {
+                Looked::Decided(reply) => Peeked::Decided(reply),
+                Looked::Undecided => Peeked::Undecided,
+                Looked::Stopping => Peeked::Stopping,
+            }
+        } else {
+            peek_after(&shared, &job, &target, occurrence, delay).await
+        };
+        match looked {
             Peeked::Decided(reply) => {
                 shared.redis_health.decided_elsewhere();
                 drop(_turn);

@@ -10,8 +10,8 @@
 //! undecided (the first is dead, stopped or slow), it claims. The
 //! *backstop* (the node holding the backstop lease,
 //! [`crate::registry::alive`]) does the same after [`BACKSTOP_DELAY`] for
-//! every occurrence it is not first or second for, and catches up when it
-//! takes the lease over. Every other node sends nothing for the
+//! every occurrence it is not first or second for, reading them in batches
+//! ([`super::sweep`]), and catches up when it takes the lease over. Every other node sends nothing for the
 //! occurrence. A job whose definition differs between nodes (a rollout in
 //! progress) is looked at by every node that has it, as second.
 //!

@@ -467,6 +467,38 @@ impl Locker {
             .await
     }
 
+    /// [`Locker::peek`] for several scheduled occurrences `(job, target)`
+    /// at once, in one round trip where the coordinator allows it (one
+    /// server, Sentinel); answered in order. `Err` only when the whole read
+    /// failed; with Redlock every answer is `None` (claim, as with `peek`).
+    pub async fn peek_many(
+        &self,
+        items: &[(&str, &Target)],
+    ) -> Result<Vec<Option<ClaimReply>>, LockError> {
+        let Some(server) = self.single() else {
+            return Ok(vec![None; items.len()]);
+        };
+        let scheduled: Vec<(JobKeys, &str, i64)> = items
+            .iter()
+            .map(|(job, target)| {
+                let at_ms = match target {
+                    Target::Scheduled { at, .. } => at.timestamp_millis(),
+                    // Only scheduled occurrences are peeked: never decided
+                    // by an older instant's record.
+                    _ => i64::MAX,
+                };
+                (self.keys(job), *job, at_ms)
+            })
+            .collect();
+        let mut answers = server.peek_many(&scheduled).await?;
+        for (answer, (_, target)) in answers.iter_mut().zip(items) {
+            if !matches!(target, Target::Scheduled { .. }) {
+                *answer = None;
+            }
+        }
+        Ok(answers)
+    }
+
     /// Whether any scheduled occurrence of `job` was ever decided (run,
     /// skipped, paused, missed): its state names a last decided occurrence
     /// on any member. A job that has none is new to the fleet (or renamed,

@@ -676,6 +676,81 @@ impl Server {
         Ok(peeked(&fields, pttl, at_ms))
     }
 
+    /// Several [`Server::peek`]s in one pipeline, one round trip (with
+    /// `wait_replicas` one `WAIT`, and `ROLE`, for them all): `(keys, job,
+    /// occurrence ms)` each, answered in order. A Cluster connection routes
+    /// each command to its own shard, so there each is peeked on its own.
+    /// An answer that does not parse, or a `WAIT`/replica check that fails,
+    /// reads as undecided (`None`): the claim then decides.
+    pub(super) async fn peek_many(
+        &self,
+        items: &[(super::JobKeys, &str, i64)],
+    ) -> Result<Vec<Option<ClaimReply>>, LockError> {
+        if matches!(self.conn, Conn::Cluster(_)) {
+            let each = items
+                .iter()
+                .map(|(keys, job, at_ms)| self.peek(keys, job, *at_ms));
+            return Ok(futures_util::future::join_all(each)
+                .await
+                .into_iter()
+                .map(|peeked| peeked.ok().flatten())
+                .collect());
+        }
+        let job = items.first().map_or("", |(_, job, _)| *job);
+        let mut pipe = redis::pipe();
+        for (keys, _, _) in items {
+            pipe.cmd("HMGET")
+                .arg(&keys.state)
+                .arg(&[
+                    "last_occ",
+                    "last_node",
+                    "last_fence",
+                    "last_decision",
+                    "run_token",
+                ])
+                .cmd("PTTL")
+                .arg(&keys.lock);
+        }
+        let role = self.watches_replicas();
+        if self.wait.replicas > 0 {
+            pipe.cmd("WAIT")
+                .arg(self.wait.replicas)
+                .arg(u64::try_from(self.wait.timeout.as_millis()).unwrap_or(u64::MAX));
+            if role {
+                pipe.cmd("ROLE");
+            }
+        }
+        let (master, sent) = self.send(&pipe).await;
+        let values = sent.map_err(|source| redis_error("claim", job, source))?;
+        let mut values = values.into_iter();
+        let mut answers = Vec::with_capacity(items.len());
+        for (_, _, at_ms) in items {
+            let fields: Option<Vec<Option<String>>> = values
+                .next()
+                .and_then(|value| FromRedisValue::from_redis_value(value).ok());
+            let pttl: Option<i64> = values
+                .next()
+                .and_then(|value| i64::from_redis_value(value).ok());
+            answers.push(match (fields, pttl) {
+                (Some(fields), Some(pttl)) => peeked(&fields, pttl, *at_ms),
+                _ => None,
+            });
+        }
+        if self.wait.replicas > 0 {
+            let acked = values
+                .next()
+                .and_then(|value| u32::from_redis_value(value).ok());
+            let listed = values.next().map(|role| (master, replicas_listed(&role)));
+            let checked = self
+                .check_acked(acked, "claim", job)
+                .and_then(|()| self.check_replicas(listed, "claim", job));
+            if checked.is_err() {
+                return Ok(vec![None; items.len()]);
+            }
+        }
+        Ok(answers)
+    }
+
     /// Loads the scripts, then probes what the user may run on the keys
     /// under `prefix` ([`super::access`]): a refused command is an error
     /// that [`crate::coordinator::errors::is_refusal`] recognises.

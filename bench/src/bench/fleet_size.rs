@@ -3,9 +3,11 @@
 //! (`BENCH_N_NODES=3,10` for others), one fresh `redis-server` each time;
 //! per occurrence the server's CPU (idle subtracted), the commandstats
 //! time of the commands sent, commands executed and round trips
-//! (`redis_cost.rs`), and what the increase per added node is. Every node
-//! claims every occurrence, so claims grow with the node count; the table
-//! shows by how much the cost does. 30 daemons on this 2-core machine are
+//! (`redis_cost.rs`), and what the increase per added node is. The round
+//! trips are split: those on a job's keys are the occurrences' own traffic
+//! (guarantee 12: flat in the node count, checked within 15 % of the
+//! smallest fleet), those on the fleet's keys each node's background
+//! (liveness, controls, registry), reported a node and a second. 30 daemons on this 2-core machine are
 //! heavy: short windows (CPU 8 s, `MONITOR` 3 s; `--quick` 5 s and 2 s),
 //! and the load average and the nodes' CPU are printed beside the figures.
 //!
@@ -40,6 +42,23 @@ struct Size {
     load: (f64, f64),
     /// `EVALSHA` calls per occurrence (claims, renewals, releases, periodic).
     scripts: f64,
+    /// The same nodes' Redis CPU with no occurrence due (liveness,
+    /// controls, registry), µs a second, the server's idle subtracted.
+    background_us_per_s: f64,
+}
+
+impl Size {
+    /// Redis CPU µs per occurrence less the nodes' background.
+    fn occurrence_cpu_us(&self) -> f64 {
+        let background = self.background_us_per_s * self.cost.window_s;
+        let net = self.cost.cpu_us() * self.cost.occurrences as f64 - background;
+        net.max(0.0) / self.cost.occurrences.max(1) as f64
+    }
+
+    /// The nodes' background Redis CPU, µs a node and a second.
+    fn background_cpu_us(&self) -> f64 {
+        self.background_us_per_s / self.nodes.max(1) as f64
+    }
 }
 
 fn sizes() -> Vec<usize> {
@@ -78,16 +97,21 @@ pub fn run(env: &Env, report: &mut Report) {
         measured.push(size);
     }
     let mut text = format!(
-        "\nFleet size ({JOBS} every-second probe jobs; {cpu_s} s CPU window, then {monitor_s} s MONITOR; per occurrence, all nodes together):\n\n| nodes | Redis CPU µs (idle subtracted) | commandstats µs | commands executed | round trips | script calls | redis CPU (% of a core) | a node's CPU (%) | load average | runs / dup / miss | lag p99 (ms) |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "\nFleet size ({JOBS} every-second probe jobs; {cpu_s} s CPU window, then {monitor_s} s MONITOR; per occurrence, all nodes together):\n\n| nodes | Redis CPU µs (idle subtracted) | the same less the nodes' background | commandstats µs | commands executed | commands on job keys | round trips | round trips on job keys | background: Redis CPU µs / round trips a node a second | script calls | redis CPU (% of a core) | a node's CPU (%) | load average | runs / dup / miss | lag p99 (ms) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     );
     for s in &measured {
         text.push_str(&format!(
-            "| {} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.1} | {:.1} | {:.1} → {:.1} | {} / {} / {} | {:.1} |\n",
+            "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.1} / {:.2} | {:.2} | {:.1} | {:.1} | {:.1} → {:.1} | {} / {} / {} | {:.1} |\n",
             s.nodes,
             s.cost.cpu_us(),
+            s.occurrence_cpu_us(),
             s.cost.commandstats_us(),
             s.cost.commands(),
+            s.cost.job_commands(),
             s.cost.round_trips(),
+            s.cost.job_round_trips(),
+            s.background_cpu_us(),
+            background(s),
             s.scripts,
             s.redis_pct,
             s.node_cpu_pct,
@@ -141,6 +165,54 @@ pub fn run(env: &Env, report: &mut Report) {
             ),
         );
     }
+    // Guarantee 12: the occurrences' own cost (Redis CPU less the nodes'
+    // background, commands on a job's keys) within 15 % of the smallest
+    // fleet's at every size.
+    if let Some(base) = measured.first() {
+        let figures: [(&str, fn(&Size) -> f64); 3] = [
+            (
+                "Redis CPU µs per occurrence less the background",
+                Size::occurrence_cpu_us,
+            ),
+            ("commands on job keys per occurrence", |s| {
+                s.cost.job_commands()
+            }),
+            ("round trips on job keys per occurrence", |s| {
+                s.cost.job_round_trips()
+            }),
+        ];
+        for (name, figure) in figures {
+            report.check(
+                scenario,
+                &format!("{name}, against the smallest fleet"),
+                "within 15 %",
+                measured
+                    .iter()
+                    .map(|s| format!("{} nodes {:.2}", s.nodes, figure(s)))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                measured.iter().all(|s| figure(s) <= figure(base) * 1.15),
+            );
+        }
+        report.info(
+            scenario,
+            "background Redis CPU µs a node a second (liveness, controls, registry)",
+            measured
+                .iter()
+                .map(|s| format!("{} nodes {:.1}", s.nodes, s.background_cpu_us()))
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+        report.info(
+            scenario,
+            "background round trips a node a second (liveness, controls, registry)",
+            measured
+                .iter()
+                .map(|s| format!("{} nodes {:.2}", s.nodes, background(s)))
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+    }
     let clean = measured.iter().all(|s| s.duplicates == 0);
     report.check(
         scenario,
@@ -161,11 +233,39 @@ pub fn run(env: &Env, report: &mut Report) {
             "misses": s.misses, "lag_p99_ms": s.lag_p99, "node_cpu_pct": s.node_cpu_pct,
             "redis_cpu_pct": s.redis_pct, "load_before": s.load.0, "load_after": s.load.1,
             "script_calls_per_occurrence": s.scripts,
+            "background_redis_cpu_us_per_node_s": s.background_cpu_us(),
+            "occurrence_redis_cpu_us": s.occurrence_cpu_us(),
         })).collect::<Vec<_>>()),
     );
 }
 
+/// Round trips on the fleet's keys a node and a second.
+fn background(s: &Size) -> f64 {
+    s.cost.fleet_round_trips_per_s() / s.nodes.max(1) as f64
+}
+
+/// The Redis CPU of `nodes` nodes with nothing due (every job yearly), µs
+/// a second over `cpu_s`, the server's idle subtracted.
+fn background_cpu(env: &Env, nodes: usize, cpu_s: i64) -> f64 {
+    let mut fleet = Fleet::new(&fleet::config_text(
+        env,
+        &fleet::uniform(JOBS, "0 0 1 1 *", &Action::Probe),
+    ));
+    let mut conn = fleet.redis.conn();
+    let idle = redis_cost::idle_rate(&mut conn, Duration::from_secs(3));
+    fleet.start_nodes(nodes);
+    fleet::wait_for_live_set(&mut conn, nodes);
+    let started = std::time::Instant::now();
+    let cpu0 = redis_cost::used_cpu_us(&mut conn);
+    std::thread::sleep(Duration::from_secs(u64::try_from(cpu_s).unwrap_or(1)));
+    let cpu1 = redis_cost::used_cpu_us(&mut conn);
+    let window = started.elapsed().as_secs_f64();
+    fleet.stop_nodes();
+    ((cpu1 - cpu0) / window.max(1e-9) - idle).max(0.0)
+}
+
 fn measure(env: &Env, nodes: usize, cpu_s: i64, monitor_s: i64) -> Size {
+    let background_us_per_s = background_cpu(env, nodes, cpu_s);
     let mut fleet = Fleet::new(&fleet::config_text(
         env,
         &fleet::uniform(JOBS, "* * * * * *", &Action::Probe),
@@ -221,5 +321,6 @@ fn measure(env: &Env, nodes: usize, cpu_s: i64, monitor_s: i64) -> Size {
             / node_cpu.len().max(1) as f64,
         load: (load_before, load_after),
         scripts,
+        background_us_per_s,
     }
 }

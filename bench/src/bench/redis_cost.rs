@@ -40,12 +40,20 @@ const PIPELINE_GAP_S: f64 = 2e-3;
 /// these: a client library that happens to write several requests at once
 /// still counts one round trip per request, as before.
 fn rides_with(before: &MonLine, line: &MonLine) -> bool {
-    let key = |l: &MonLine| l.args.first().cloned().unwrap_or_default();
+    // A script's first key comes after its SHA and key count.
+    let key = |l: &MonLine| {
+        let at = if l.cmd == "EVALSHA" { 2 } else { 0 };
+        l.args.get(at).cloned().unwrap_or_default()
+    };
     let pair = match (before.cmd.as_str(), line.cmd.as_str()) {
         ("HMGET", "PTTL") => key(before).ends_with(":state") && key(line).ends_with(":lock"),
         ("HGET", "HGET") => key(before).ends_with(":pauses") && key(line).ends_with(":drains"),
         ("HGET", "LRANGE") => key(before).ends_with(":drains") && key(line).ends_with(":requests"),
         ("LRANGE", "TIME") => key(before).ends_with(":requests"),
+        // The node's beat (`src/registry/alive.rs`) at the end of the
+        // controls read, and the drains' version after it.
+        ("TIME" | "HGET", "EVALSHA") => key(line).ends_with(":alive"),
+        ("EVALSHA", "HGET") => key(before).ends_with(":alive") && key(line).ends_with(":drains"),
         _ => false,
     };
     pair && line.ts - before.ts < PIPELINE_GAP_S
@@ -75,6 +83,16 @@ pub struct Cost {
     /// solocron's pipelines with the same client's command before them
     /// ([`rides_with`]): sent, but no round trip of their own.
     pub pipelined: u64,
+    /// Round trips of the `MONITOR` window on a job's keys (the
+    /// occurrences' own traffic) and on the fleet's keys (liveness,
+    /// controls, registry: paid per node and second).
+    pub job_round_trips: u64,
+    pub fleet_round_trips: u64,
+    /// Commands of the `MONITOR` window on a job's keys, scripts' inner
+    /// ones included.
+    pub job_commands: u64,
+    /// Length of the `MONITOR` window, s.
+    pub monitor_s: f64,
 }
 
 impl Cost {
@@ -131,6 +149,23 @@ impl Cost {
             - self.pipelined_per_occ()
     }
 
+    /// Round trips on a job's keys per occurrence (`MONITOR` window): what
+    /// the occurrences themselves cost, without any node's background.
+    pub fn job_round_trips(&self) -> f64 {
+        self.job_round_trips as f64 / self.monitor_occurrences.max(1) as f64
+    }
+
+    /// Commands on a job's keys per occurrence (`MONITOR` window, inner
+    /// commands of scripts included).
+    pub fn job_commands(&self) -> f64 {
+        self.job_commands as f64 / self.monitor_occurrences.max(1) as f64
+    }
+
+    /// Round trips on the fleet's keys per second (`MONITOR` window).
+    pub fn fleet_round_trips_per_s(&self) -> f64 {
+        self.fleet_round_trips as f64 / self.monitor_s.max(1e-9)
+    }
+
     fn pipelined_per_occ(&self) -> f64 {
         self.pipelined as f64 / self.monitor_occurrences.max(1) as f64
     }
@@ -151,6 +186,9 @@ impl Cost {
             "commands_per_occurrence": self.commands(),
             "round_trips_per_occurrence": self.round_trips(),
             "round_trips_per_occurrence_monitor_window": self.round_trips_monitor(),
+            "job_key_round_trips_per_occurrence": self.job_round_trips(),
+            "job_key_commands_per_occurrence": self.job_commands(),
+            "fleet_key_round_trips_per_s": self.fleet_round_trips_per_s(),
             "monitor_occurrences": self.monitor_occurrences,
             "top_level_commands": self.top_level,
             "top_level_per_occurrence_by_kind": kinds_per_occurrence(self),
@@ -224,7 +262,12 @@ pub fn measure(
         .filter(|l| !matches!(l.cmd.as_str(), "INFO" | "MONITOR" | "CONFIG"))
         .collect();
     let mut pipelined = 0u64;
+    let (mut job_round_trips, mut fleet_round_trips) = (0u64, 0u64);
     let mut last: BTreeMap<&str, &MonLine> = BTreeMap::new();
+    let job_commands = window
+        .iter()
+        .filter(|line| line.job_key().is_some())
+        .count() as u64;
     for line in &window {
         let name = line.cmd.to_ascii_lowercase();
         if line.is_lua() {
@@ -234,6 +277,10 @@ pub fn measure(
             let previous = last.insert(line.client.as_str(), line);
             if previous.is_some_and(|before| rides_with(before, line)) {
                 pipelined += 1;
+            } else if line.job_key().is_some() {
+                job_round_trips += 1;
+            } else {
+                fleet_round_trips += 1;
             }
         }
     }
@@ -255,6 +302,10 @@ pub fn measure(
         top_level,
         pipelined,
         lines: window,
+        job_round_trips,
+        fleet_round_trips,
+        job_commands,
+        monitor_s: (hi - lo).max(0.0),
     }
 }
 

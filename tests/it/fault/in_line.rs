@@ -233,11 +233,36 @@ fn two_nodes_in_line_killed_and_the_backstop_stopped_lose_only_the_documented_oc
         .count();
     println!("occurrences missed within the worst case: {excused_missed}");
     let history = history_exactly_once(&decisions, &windows);
+    let around = |job: &str| -> String {
+        let mut text = String::new();
+        for d in decisions.iter().filter(|d| d.job == job) {
+            text.push_str(&format!("  history: {d}\n"));
+        }
+        for node in &cluster.nodes {
+            for line in node
+                .log()
+                .lines()
+                .filter(|l| l.contains(&format!("job={job} ")))
+            {
+                text.push_str(&format!("  {}: {line}\n", node.id));
+            }
+        }
+        text
+    };
     assert!(
         history.is_exact(),
-        "history: absent {:?}, repeated {:?}",
+        "history: absent {:?}, repeated {:?}\n{}",
         history.absent,
-        history.repeated
+        history.repeated,
+        history
+            .absent
+            .iter()
+            .map(|(job, _)| job)
+            .chain(history.repeated.iter().map(|(job, _, _)| job))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .map(|job| around(job))
+            .collect::<String>()
     );
     // Every occurrence after the worst case ran (none skipped or missed).
     for window in &windows {
