@@ -169,7 +169,7 @@ pub fn run(env: &Env, report: &mut Report) {
     // background, commands on a job's keys) within 15 % of the smallest
     // fleet's at every size.
     if let Some(base) = measured.first() {
-        let figures: [(&str, fn(&Size) -> f64); 3] = [
+        let figures: [(&str, Figure); 3] = [
             (
                 "Redis CPU µs per occurrence less the background",
                 Size::occurrence_cpu_us,
@@ -238,6 +238,9 @@ pub fn run(env: &Env, report: &mut Report) {
         })).collect::<Vec<_>>()),
     );
 }
+
+/// One figure of a fleet size, for the guarantee-12 checks.
+type Figure = fn(&Size) -> f64;
 
 /// Round trips on the fleet's keys a node and a second.
 fn background(s: &Size) -> f64 {
