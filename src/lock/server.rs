@@ -628,26 +628,8 @@ impl Server {
         at_ms: i64,
     ) -> Result<Option<ClaimReply>, LockError> {
         let mut pipe = redis::pipe();
-        pipe.cmd("HMGET")
-            .arg(&keys.state)
-            .arg(&[
-                "last_occ",
-                "last_node",
-                "last_fence",
-                "last_decision",
-                "run_token",
-            ])
-            .cmd("PTTL")
-            .arg(&keys.lock);
-        let role = self.watches_replicas();
-        if self.wait.replicas > 0 {
-            pipe.cmd("WAIT")
-                .arg(self.wait.replicas)
-                .arg(u64::try_from(self.wait.timeout.as_millis()).unwrap_or(u64::MAX));
-            if role {
-                pipe.cmd("ROLE");
-            }
-        }
+        add_peek(&mut pipe, keys);
+        self.add_acknowledgement(&mut pipe);
         let (master, sent) = self.send(&pipe).await;
         let mut values = sent
             .map_err(|source| redis_error("claim", job, source))?
@@ -699,27 +681,9 @@ impl Server {
         let job = items.first().map_or("", |(_, job, _)| *job);
         let mut pipe = redis::pipe();
         for (keys, _, _) in items {
-            pipe.cmd("HMGET")
-                .arg(&keys.state)
-                .arg(&[
-                    "last_occ",
-                    "last_node",
-                    "last_fence",
-                    "last_decision",
-                    "run_token",
-                ])
-                .cmd("PTTL")
-                .arg(&keys.lock);
+            add_peek(&mut pipe, keys);
         }
-        let role = self.watches_replicas();
-        if self.wait.replicas > 0 {
-            pipe.cmd("WAIT")
-                .arg(self.wait.replicas)
-                .arg(u64::try_from(self.wait.timeout.as_millis()).unwrap_or(u64::MAX));
-            if role {
-                pipe.cmd("ROLE");
-            }
-        }
+        self.add_acknowledgement(&mut pipe);
         let (master, sent) = self.send(&pipe).await;
         let values = sent.map_err(|source| redis_error("claim", job, source))?;
         let mut values = values.into_iter();
@@ -749,6 +713,19 @@ impl Server {
             }
         }
         Ok(answers)
+    }
+
+    /// With `wait_replicas`, adds the `WAIT` (and on one master the `ROLE`)
+    /// that a peek's reads are checked with, as a claim is.
+    fn add_acknowledgement(&self, pipe: &mut redis::Pipeline) {
+        if self.wait.replicas > 0 {
+            pipe.cmd("WAIT")
+                .arg(self.wait.replicas)
+                .arg(u64::try_from(self.wait.timeout.as_millis()).unwrap_or(u64::MAX));
+            if self.watches_replicas() {
+                pipe.cmd("ROLE");
+            }
+        }
     }
 
     /// Loads the scripts, then probes what the user may run on the keys
@@ -864,6 +841,22 @@ fn parse_claim(
 /// last decided occurrence is `at_ms` or newer, and the lock is held or no
 /// run is in progress), else `None`. `fields`: `last_occ`, `last_node`,
 /// `last_fence`, `last_decision`, `run_token`; `pttl`: the lock's (-2: none).
+/// Adds one peek's reads of `keys` to `pipe`: the state's decision fields
+/// (`HMGET`) and the lock's `PTTL`, answered by [`peeked`].
+fn add_peek(pipe: &mut redis::Pipeline, keys: &super::JobKeys) {
+    pipe.cmd("HMGET")
+        .arg(&keys.state)
+        .arg(&[
+            "last_occ",
+            "last_node",
+            "last_fence",
+            "last_decision",
+            "run_token",
+        ])
+        .cmd("PTTL")
+        .arg(&keys.lock);
+}
+
 fn peeked(fields: &[Option<String>], pttl: i64, at_ms: i64) -> Option<ClaimReply> {
     let text = |i: usize| fields.get(i).cloned().flatten().unwrap_or_default();
     let last: i64 = text(0).parse().ok()?;
