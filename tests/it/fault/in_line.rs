@@ -121,6 +121,15 @@ fn two_nodes_in_line_killed_and_the_backstop_stopped_lose_only_the_documented_oc
         },
     );
     let stopped = held.expect("a backstop");
+    // Every job decided at least once before the fault: the occurrences
+    // before a job's first decision are not owed a record (a job nobody
+    // ever decided is new to the fleet), so a fault in the first second
+    // of the fleet would leave the audit's window without its gap records.
+    wait_until(Duration::from_secs(20), "every job ran once", || {
+        let runs = cluster.runs();
+        jobs.iter()
+            .all(|job| runs.iter().any(|run| run.job == job.name))
+    });
     let others: Vec<&str> = NODES.iter().copied().filter(|id| *id != stopped).collect();
     let (killed, survivors) = (&others[..2], &others[2..]);
     let from = whole_second_after(2, 1);
