@@ -165,10 +165,15 @@ fn sigtstp_and_sigttin_do_not_suspend_a_daemon_whose_job_runs() {
     let done = cluster.wait_for_run(Duration::from_secs(15), "n1's run ends", |run| {
         run.pid == first.pid && run.end_ns.is_some()
     });
-    let entry = history(&cluster.redis, "slow")
-        .into_iter()
-        .find(|entry| entry["occurrence"] == done.occurrence)
-        .expect("n1's run is in the history");
+    // The history entry comes with the release, just after the run's END.
+    let mut found = None;
+    common::wait_until(Duration::from_secs(10), "n1's run in the history", || {
+        found = history(&cluster.redis, "slow")
+            .into_iter()
+            .find(|entry| entry["occurrence"] == done.occurrence);
+        found.is_some()
+    });
+    let entry = found.expect("n1's run is in the history");
     assert_eq!(entry["outcome"], "succeeded", "{entry:?}");
     assert_eq!(entry["node"], "n1");
     cluster.wait_for_run(Duration::from_secs(10), "the next run", |run| {
