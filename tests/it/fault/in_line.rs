@@ -9,7 +9,11 @@
 //! documented worst case after the fault.
 //!
 //! A drained node leaves the line of every other node within a second or
-//! two of the `drain` command (a second test).
+//! two of the `drain` command (a second test). A node cut off from Redis
+//! (a black-holed link, a TCP proxy in the test) leaves it within the
+//! liveness window, nothing is missed meanwhile (the other node in line
+//! covers each of its occurrences), and it comes back when the link does
+//! (a third test).
 //!
 //! What breaks it: a backstop lease that never ends (nobody takes over:
 //! misses for the rest of the window), dead nodes kept in line (their
@@ -25,6 +29,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use common::audit::{history_exactly_once, instants};
 use common::cluster::{Cluster, JobSpec, rfc3339, sleep_until, wait_gone, whole_second_after};
+use common::proxy::{Mode, Proxy};
 use common::{RedisServer, signal, solocron_bin, toml_path, wait_until};
 
 const NODES: [&str; 5] = ["n1", "n2", "n3", "n4", "n5"];
@@ -33,6 +38,10 @@ const NODES: [&str; 5] = ["n1", "n2", "n3", "n4", "n5"];
 /// long after the fault may be missed (the backstop lease, 3 s, and up to
 /// two beat periods); none later.
 const WORST_CASE: TimeDelta = TimeDelta::seconds(5);
+/// How soon the other nodes must drop a silent node from their line
+/// (guarantee 12: a node silent for 3 s is dropped by the next beat, seen
+/// by each node's next read of the view), with room for a loaded machine.
+const LIVENESS: Duration = Duration::from_secs(8);
 
 fn jobs() -> Vec<JobSpec> {
     (0..10)
@@ -340,4 +349,114 @@ fn a_drained_node_leaves_every_other_nodes_line_and_comes_back_after_undrain() {
     let before = marks(&cluster);
     cli(&["undrain", "--node", "n3"]);
     wait_in_line(&cluster, &["n1", "n2"], 3, &before, Duration::from_secs(5));
+}
+
+#[test]
+fn a_node_cut_off_from_redis_leaves_the_line_and_nothing_is_missed() {
+    let jobs = jobs();
+    let mut cluster = Cluster::new(RedisServer::start(), "", &jobs[..4]);
+    let proxy = Proxy::start(cluster.redis.port);
+    cluster.start_node("n1", &[]);
+    cluster.start_node("n2", &[]);
+    cluster.start_node_with_url("cut", &proxy.url(), &[]);
+    let ids = ["n1", "n2", "cut"];
+    wait_in_line(&cluster, &ids, 3, &BTreeMap::new(), Duration::from_secs(40));
+    wait_until(Duration::from_secs(20), "every job ran once", || {
+        let runs = cluster.runs();
+        jobs[..4]
+            .iter()
+            .all(|job| runs.iter().any(|run| run.job == job.name))
+    });
+    let from = whole_second_after(2, 1);
+
+    // The cut, at a moment when the cut node holds no lock (a run of its
+    // whose release cannot reach Redis is guarantee 2's subject, tested in
+    // fault::network, not this one's).
+    let mut cut = None;
+    for _ in 0..20 {
+        wait_until(Duration::from_secs(2), "the middle of a second", || {
+            (600..800).contains(&Utc::now().timestamp_subsec_millis())
+        });
+        proxy.set(Mode::Stall);
+        if !holds_a_lock(&cluster, "cut") {
+            cut = Some((Utc::now(), std::time::Instant::now()));
+            break;
+        }
+        proxy.set(Mode::Pass);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let (cut, cut_instant) = cut.expect("the cut node held no lock at one of 20 attempts");
+    let at_cut = marks(&cluster);
+    println!("link of `cut` black-holed at {}", rfc3339(cut));
+    wait_in_line(&cluster, &["n1", "n2"], 2, &at_cut, LIVENESS);
+    println!(
+        "`cut` left both other nodes' line {:?} after the cut",
+        cut_instant.elapsed()
+    );
+
+    // The link comes back: the node rejoins the line.
+    sleep_until(cut + TimeDelta::seconds(8));
+    let at_restore = marks(&cluster);
+    proxy.set(Mode::Pass);
+    wait_in_line(
+        &cluster,
+        &["n1", "n2"],
+        3,
+        &at_restore,
+        Duration::from_secs(10),
+    );
+    let to = DateTime::from_timestamp(cut.timestamp() + 12, 0).expect("an instant");
+    let after = to + TimeDelta::seconds(1);
+    for job in &jobs[..4] {
+        cluster.wait_for_run(
+            Duration::from_secs(30),
+            &format!("{}'s run after the window's end ended", job.name),
+            |run| run.is(&job.name, after) && run.end_ns.is_some(),
+        );
+    }
+
+    // One node cut off is never both nodes in line: every occurrence of
+    // the window ran, once, and is in the history once.
+    let names: Vec<&str> = jobs[..4].iter().map(|job| job.name.as_str()).collect();
+    let windows: Vec<_> = jobs[..4].iter().map(|job| job.window(from, to)).collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let decisions = loop {
+        let decisions = cluster.decisions(&names);
+        if history_exactly_once(&decisions, &windows).is_exact()
+            || std::time::Instant::now() >= deadline
+        {
+            break decisions;
+        }
+        std::thread::sleep(common::POLL);
+    };
+    let runs = cluster.runs();
+    let report = common::audit::audit(&runs, &decisions, &windows);
+    println!("cut off: {report}");
+    assert!(
+        report.duplicates.is_empty()
+            && report.misses.is_empty()
+            && report.overlaps.is_empty()
+            && report.fence_inversions.is_empty()
+            && report.excused.is_empty(),
+        "{report}\n{}",
+        cluster.logs()
+    );
+    let history = history_exactly_once(&decisions, &windows);
+    assert!(
+        history.is_exact(),
+        "history: absent {:?}, repeated {:?}\n{}",
+        history.absent,
+        history.repeated,
+        cluster.logs()
+    );
+    for window in &windows {
+        for at in window.occurrences() {
+            assert!(
+                runs.iter().any(|run| run.is(&window.job, at)),
+                "{} {} did not run\n{report}",
+                window.job,
+                rfc3339(at)
+            );
+        }
+    }
 }
