@@ -1,6 +1,7 @@
 //! Scenario r: the Redis cost of one occurrence, solocron beside its peers
 //! (bench/peers/node: node-cron + redlock, BullMQ job schedulers), in one
-//! run and with the same jobs: 3 nodes, 10 every-second probe jobs, each
+//! run and with the same jobs: 3 and 30 nodes (`BENCH_R_NODES=3,30`), 10
+//! every-second probe jobs, each
 //! system on its own fresh `redis-server`, all three at the same time and
 //! measured over the same windows (so the machine's load is the same for
 //! each). Per occurrence: the server's CPU
@@ -35,8 +36,22 @@ use crate::report::Report;
 use crate::{script_cost, script_floor};
 
 /// Seconds from the start to the common window: every system's idle
-/// measurement, nodes started and the probe seen running.
+/// measurement, nodes started and the probe seen running (and one more
+/// a node).
 const SETUP_S: i64 = 40;
+
+fn sizes() -> Vec<usize> {
+    std::env::var("BENCH_R_NODES")
+        .ok()
+        .map(|list| {
+            list.split(',')
+                .filter_map(|s| s.trim().parse().ok())
+                .filter(|n| *n > 0)
+                .collect::<Vec<usize>>()
+        })
+        .filter(|list| !list.is_empty())
+        .unwrap_or_else(|| vec![3, 30])
+}
 
 const SYSTEMS: &[(&str, &str)] = &[
     ("solocron", "solocron"),
@@ -56,6 +71,43 @@ struct Measured {
 }
 
 pub fn run(env: &Env, report: &mut Report) {
+    let mut raw = serde_json::Map::new();
+    for nodes in sizes() {
+        raw.insert(nodes.to_string(), side_by_side(env, report, nodes));
+    }
+    let calls = script_cost::measure();
+    let floor = script_floor::measure();
+    let scenario = "r Redis cost";
+    report.info(
+        scenario,
+        "commandstats µs per occurrence on one idle server, 3 nodes, median of 3 turns: node-cron + redlock's scripts; the least that records an occurrence (a Lua claim with a decision and a counted fence, a read per other node, a Lua release with the history entry), the same without the reads; solocron's calls",
+        floor.describe(),
+    );
+    let (calls_text, calls_raw) = script_cost::table(&calls);
+    let mut text = calls_text;
+    text.push_str(&format!(
+        "\nThe floor under the commandstats figure (one idle server, calls one at a time, `INFO commandstats` around each; µs per occurrence, median of the turns): {}. Turns: {}.\n",
+        floor.describe(),
+        floor
+            .turns
+            .iter()
+            .map(|(system, turns)| format!(
+                "{system} {}",
+                turns.iter().map(|t| format!("{t:.1}")).collect::<Vec<_>>().join(" / ")
+            ))
+            .collect::<Vec<_>>()
+            .join("; ")
+    ));
+    report.extra.push(text);
+    report.raw(
+        "r_redis_cost",
+        json!({"by_nodes": raw, "solocron_calls": calls_raw, "floor": floor.json()}),
+    );
+}
+
+/// Every system at once with `nodes` nodes each: the table, the checks,
+/// and the raw figures.
+fn side_by_side(env: &Env, report: &mut Report, nodes: usize) -> serde_json::Value {
     let scenario = "r Redis cost";
     let load_before = redis_cost::load_average();
     let dir = std::env::var_os("BENCH_PEERS_DIR")
@@ -66,7 +118,7 @@ pub fn run(env: &Env, report: &mut Report) {
         .filter(|s| !s.is_empty());
     // All systems at once, each on its own server, measured over the same
     // windows: they share whatever load the machine has.
-    let from = whole_second_after(SETUP_S, 1);
+    let from = whole_second_after(SETUP_S + nodes as i64, 1);
     let threads: Vec<(&str, Result<Measured, String>)> = std::thread::scope(|scope| {
         let handles: Vec<_> = SYSTEMS
             .iter()
@@ -74,7 +126,7 @@ pub fn run(env: &Env, report: &mut Report) {
                 let (dir, skip) = (&dir, &skip);
                 (
                     system,
-                    scope.spawn(move || one_system(env, system, dir, skip.as_deref(), from)),
+                    scope.spawn(move || one_system(env, system, dir, skip.as_deref(), from, nodes)),
                 )
             })
             .collect();
@@ -102,7 +154,7 @@ pub fn run(env: &Env, report: &mut Report) {
     for (system, result) in &results {
         match result {
             Ok(m) => eprintln!(
-                "  [{scenario}] {system}: Redis CPU {:.1} µs/occurrence (idle incl. {:.1}), commandstats {:.1} µs, {:.1} commands, {:.2} round trips; runs {} dup {} miss {}",
+                "  [{scenario}] {nodes} nodes, {system}: Redis CPU {:.1} µs/occurrence (idle incl. {:.1}), commandstats {:.1} µs, {:.1} commands, {:.2} round trips; runs {} dup {} miss {}",
                 m.cost.cpu_us(),
                 m.cost.cpu_raw_per_occ(),
                 m.cost.commandstats_us(),
@@ -112,11 +164,9 @@ pub fn run(env: &Env, report: &mut Report) {
                 m.duplicates,
                 m.misses
             ),
-            Err(reason) => eprintln!("  [{scenario}] {system}: {reason}"),
+            Err(reason) => eprintln!("  [{scenario}] {nodes} nodes, {system}: {reason}"),
         }
     }
-    let calls = script_cost::measure();
-    let floor = script_floor::measure();
     let load_after = redis_cost::load_average();
     let solo = results["solocron"].clone().expect("solocron always runs");
 
@@ -149,7 +199,7 @@ pub fn run(env: &Env, report: &mut Report) {
     ];
     let window = solo.cost.occurrences / JOBS;
     let mut side = format!(
-        "\nRedis cost per occurrence ({JOBS} every-second probe jobs, 3 nodes, one fresh redis-server per system, all systems at once; {window} s CPU window without MONITOR, then a MONITOR window; load average {load_before:.2} → {load_after:.2}):\n\n| per occurrence | {} |\n|---|{}\n",
+        "\nRedis cost per occurrence ({JOBS} every-second probe jobs, {nodes} nodes, one fresh redis-server per system, all systems at once; {window} s CPU window without MONITOR, then a MONITOR window; load average {load_before:.2} → {load_after:.2}):\n\n| per occurrence | {} |\n|---|{}\n",
         SYSTEMS
             .iter()
             .map(|(_, shown)| *shown)
@@ -180,7 +230,7 @@ pub fn run(env: &Env, report: &mut Report) {
             .map(|((_, shown), cell)| format!("{shown} {cell}"))
             .collect::<Vec<_>>()
             .join("; ");
-        let figure = format!("{name} per occurrence");
+        let figure = format!("{name} per occurrence, {nodes} nodes");
         if *target {
             let peers: Vec<f64> = results
                 .iter()
@@ -222,7 +272,9 @@ pub fn run(env: &Env, report: &mut Report) {
     let history_ok = solo.history == Some(solo.cost.occurrences);
     report.check(
         scenario,
-        "solocron records every occurrence of the window once in the history",
+        &format!(
+            "solocron records every occurrence of the window once in the history, {nodes} nodes"
+        ),
         "one entry per occurrence",
         format!(
             "{} entries for {} occurrences",
@@ -231,41 +283,16 @@ pub fn run(env: &Env, report: &mut Report) {
         ),
         history_ok,
     );
-    report.info(
-        scenario,
-        "commandstats µs per occurrence on one idle server, 3 nodes, median of 3 turns: node-cron + redlock's scripts; the least that records an occurrence (a Lua claim with a decision and a counted fence, a read per other node, a Lua release with the history entry), the same without the reads; solocron's calls",
-        floor.describe(),
-    );
-    let (calls_text, calls_raw) = script_cost::table(&calls);
-    side.push_str(&calls_text);
-    side.push_str(&format!(
-        "\nThe floor under the commandstats figure (one idle server, calls one at a time, `INFO commandstats` around each; µs per occurrence, median of the turns): {}. Turns: {}.\n",
-        floor.describe(),
-        floor
-            .turns
-            .iter()
-            .map(|(system, turns)| format!(
-                "{system} {}",
-                turns.iter().map(|t| format!("{t:.1}")).collect::<Vec<_>>().join(" / ")
-            ))
-            .collect::<Vec<_>>()
-            .join("; ")
-    ));
     side.push_str(&periodic(&solo.cost));
     report.extra.push(side);
-    report.raw(
-        "r_redis_cost",
-        json!({
-            "load_average_before": load_before, "load_average_after": load_after,
-            "systems": results.iter().map(|(s, r)| (s.to_string(), match r {
-                Ok(m) => json!({"cost": m.cost.json(), "runs": m.runs, "duplicates": m.duplicates,
-                                "misses": m.misses, "history_entries": m.history}),
-                Err(e) => json!(e),
-            })).collect::<serde_json::Map<_, _>>(),
-            "solocron_calls": calls_raw,
-            "floor": floor.json(),
-        }),
-    );
+    json!({
+        "load_average_before": load_before, "load_average_after": load_after,
+        "systems": results.iter().map(|(s, r)| (s.to_string(), match r {
+            Ok(m) => json!({"cost": m.cost.json(), "runs": m.runs, "duplicates": m.duplicates,
+                            "misses": m.misses, "history_entries": m.history}),
+            Err(e) => json!(e),
+        })).collect::<serde_json::Map<_, _>>(),
+    })
 }
 
 /// One system's measurement, or why it did not run (a panic of a peer's
@@ -276,6 +303,7 @@ fn one_system(
     dir: &Path,
     skip: Option<&str>,
     from: chrono::DateTime<chrono::Utc>,
+    nodes: usize,
 ) -> Result<Measured, String> {
     let script = (system != "solocron").then(|| dir.join(format!("{system}.js")));
     if let Some(script) = &script {
@@ -285,7 +313,7 @@ fn one_system(
         runnable(script)?;
     }
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        measure(env, script.as_deref(), from)
+        measure(env, script.as_deref(), from, nodes)
     }))
     .map_err(|panic| {
         let text = panic
@@ -313,9 +341,14 @@ fn runnable(script: &Path) -> Result<(), String> {
     }
 }
 
-/// One system on its own Redis: idle cost, 3 nodes, the two windows from
-/// `from` on.
-fn measure(env: &Env, script: Option<&Path>, from: chrono::DateTime<chrono::Utc>) -> Measured {
+/// One system on its own Redis: idle cost, `nodes` nodes, the two windows
+/// from `from` on.
+fn measure(
+    env: &Env,
+    script: Option<&Path>,
+    from: chrono::DateTime<chrono::Utc>,
+    nodes: usize,
+) -> Measured {
     let redis = RedisServer::start();
     let mut conn = redis.conn();
     let idle = redis_cost::idle_rate(&mut conn, Duration::from_secs(env.secs(3, 5)));
@@ -329,7 +362,7 @@ fn measure(env: &Env, script: Option<&Path>, from: chrono::DateTime<chrono::Utc>
     let config = toml_path(&work.path("jobs.toml"));
     let mut solocron_nodes = Vec::new();
     let mut peer_nodes = Vec::new();
-    for i in 1..=3 {
+    for i in 1..=nodes {
         let id = format!("n{i}");
         match script {
             None => solocron_nodes.push(Node::start_with_args(
@@ -349,7 +382,8 @@ fn measure(env: &Env, script: Option<&Path>, from: chrono::DateTime<chrono::Utc>
     let (cpu_s, monitor_s) = (env.secs(10, 20) as i64, env.secs(5, 10) as i64);
     assert!(
         chrono::Utc::now() < from - TimeDelta::seconds(1),
-        "the set-up took longer than {SETUP_S} s"
+        "the set-up took longer than {} s",
+        SETUP_S + nodes as i64
     );
     let to = from + TimeDelta::seconds(cpu_s);
     let cost = redis_cost::measure(redis.port, &mut conn, idle, JOBS, from, cpu_s, monitor_s);

@@ -1,15 +1,19 @@
 //! Scenario n: how the Redis cost of an occurrence grows with the fleet.
 //! 100 every-second probe jobs on 3, 10 and 30 real `solocron run` nodes
 //! (`BENCH_N_NODES=3,10` for others), one fresh `redis-server` each time;
-//! per occurrence the server's CPU (idle subtracted), the commandstats
+//! per occurrence the server's CPU (idle subtracted; and the occurrences'
+//! own, as the difference between the due and the quiet seconds of the
+//! same nodes running the jobs every other second), the commandstats
 //! time of the commands sent, commands executed and round trips
 //! (`redis_cost.rs`), and what the increase per added node is. The round
 //! trips are split: those on a job's keys are the occurrences' own traffic
 //! (guarantee 12: flat in the node count, checked within 15 % of the
 //! smallest fleet), those on the fleet's keys each node's background
 //! (liveness, controls, registry), reported a node and a second. 30 daemons on this 2-core machine are
-//! heavy: short windows (CPU 8 s, `MONITOR` 3 s; `--quick` 5 s and 2 s),
-//! and the load average and the nodes' CPU are printed beside the figures.
+//! heavy: short windows (CPU 15 s, `MONITOR` 3 s; `--quick` 5 s and 2 s),
+//! each after the server's CPU a second settled (the nodes' start-up
+//! done), and the load average and the nodes' CPU are printed beside the
+//! figures.
 //!
 //! Failure model: set-up and Redis errors panic (the scenario could not
 //! run); misses and duplicates are counted from the probe's lines.
@@ -19,7 +23,7 @@ use std::time::Duration;
 use chrono::TimeDelta;
 use serde_json::json;
 
-use crate::common::cluster::whole_second_after;
+use crate::common::cluster::{sleep_until, whole_second_after};
 use crate::fleet::{self, Action, Env, Fleet, analyse, probe_arrivals};
 use crate::procfs::CpuWindow;
 use crate::redis_cost::{self, Cost};
@@ -42,23 +46,45 @@ struct Size {
     load: (f64, f64),
     /// `EVALSHA` calls per occurrence (claims, renewals, releases, periodic).
     scripts: f64,
-    /// The same nodes' Redis CPU with no occurrence due (liveness,
-    /// controls, registry), µs a second, the server's idle subtracted.
-    background_us_per_s: f64,
+    /// The same nodes' Redis CPU in due and quiet seconds, interleaved.
+    interleaved: Interleaved,
 }
 
 impl Size {
-    /// Redis CPU µs per occurrence less the nodes' background.
+    /// Redis CPU µs per occurrence less the nodes' background: the due
+    /// seconds less the quiet ones ([`interleaved_cpu`]).
     fn occurrence_cpu_us(&self) -> f64 {
-        let background = self.background_us_per_s * self.cost.window_s;
-        let net = self.cost.cpu_us() * self.cost.occurrences as f64 - background;
-        net.max(0.0) / self.cost.occurrences.max(1) as f64
+        self.interleaved.occurrence_us
     }
 
     /// The nodes' background Redis CPU, µs a node and a second.
     fn background_cpu_us(&self) -> f64 {
-        self.background_us_per_s / self.nodes.max(1) as f64
+        self.interleaved.background_us_per_s / self.nodes.max(1) as f64
     }
+}
+
+/// The fleet's `jobs.toml`: [`JOBS`] probe jobs on `schedule`, with
+/// `splay` from `BENCH_N_SPLAY` (e.g. `500ms`) if set: each job then fires
+/// at its own offset in the second, so no node's claims of one instant go
+/// out together, whatever the fleet's size (without it, 3 nodes send a
+/// third of the 100 claims each and redis-rs writes them together, 100
+/// nodes one each).
+fn config(env: &Env, schedule: &str) -> String {
+    let text = fleet::config_text(env, &fleet::uniform(JOBS, schedule, &Action::Probe));
+    match splay() {
+        Some(splay) => text.replacen(
+            "[defaults]\n",
+            &format!("[defaults]\nsplay = \"{splay}\"\n"),
+            1,
+        ),
+        None => text,
+    }
+}
+
+fn splay() -> Option<String> {
+    std::env::var("BENCH_N_SPLAY")
+        .ok()
+        .filter(|s| !s.trim().is_empty())
 }
 
 fn sizes() -> Vec<usize> {
@@ -76,7 +102,7 @@ fn sizes() -> Vec<usize> {
 
 pub fn run(env: &Env, report: &mut Report) {
     let scenario = "n fleet size";
-    let (cpu_s, monitor_s) = (env.secs(5, 8) as i64, env.secs(2, 3) as i64);
+    let (cpu_s, monitor_s) = (env.secs(5, 15) as i64, env.secs(2, 3) as i64);
     let mut measured = Vec::new();
     for nodes in sizes() {
         let size = measure(env, nodes, cpu_s, monitor_s);
@@ -97,7 +123,12 @@ pub fn run(env: &Env, report: &mut Report) {
         measured.push(size);
     }
     let mut text = format!(
-        "\nFleet size ({JOBS} every-second probe jobs; {cpu_s} s CPU window, then {monitor_s} s MONITOR; per occurrence, all nodes together):\n\n| nodes | Redis CPU µs (idle subtracted) | the same less the nodes' background | commandstats µs | commands executed | commands on job keys | round trips | round trips on job keys | background: Redis CPU µs / round trips a node a second | script calls | redis CPU (% of a core) | a node's CPU (%) | load average | runs / dup / miss | lag p99 (ms) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "\nFleet size ({JOBS} every-second probe jobs{}; {cpu_s} s CPU window, then {monitor_s} s MONITOR; per occurrence, all nodes together):\n\n| nodes | Redis CPU µs (idle subtracted) | the occurrences' own (due less quiet seconds) | commandstats µs | commands executed | commands on job keys | round trips | round trips on job keys | background: Redis CPU µs / round trips a node a second | script calls | redis CPU (% of a core) | a node's CPU (%) | load average | runs / dup / miss | lag p99 (ms) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        splay()
+            .map(|s| format!(
+                ", splay {s}: the lag counts from the occurrence, not the splayed instant"
+            ))
+            .unwrap_or_default()
     );
     for s in &measured {
         text.push_str(&format!(
@@ -234,6 +265,7 @@ pub fn run(env: &Env, report: &mut Report) {
             "redis_cpu_pct": s.redis_pct, "load_before": s.load.0, "load_after": s.load.1,
             "script_calls_per_occurrence": s.scripts,
             "background_redis_cpu_us_per_node_s": s.background_cpu_us(),
+            "occurrence_redis_cpu_us_per_period": s.interleaved.periods,
             "occurrence_redis_cpu_us": s.occurrence_cpu_us(),
         })).collect::<Vec<_>>()),
     );
@@ -247,32 +279,76 @@ fn background(s: &Size) -> f64 {
     s.cost.fleet_round_trips_per_s() / s.nodes.max(1) as f64
 }
 
-/// The Redis CPU of `nodes` nodes with nothing due (every job yearly), µs
-/// a second over `cpu_s`, the server's idle subtracted.
-fn background_cpu(env: &Env, nodes: usize, cpu_s: i64) -> f64 {
-    let mut fleet = Fleet::new(&fleet::config_text(
-        env,
-        &fleet::uniform(JOBS, "0 0 1 1 *", &Action::Probe),
-    ));
+/// What the same fleet costs Redis in the seconds with occurrences due
+/// and in those without, interleaved.
+#[derive(Debug, Clone, Default)]
+struct Interleaved {
+    /// Redis CPU µs per occurrence: the due seconds less the quiet ones.
+    occurrence_us: f64,
+    /// Redis CPU µs a second in the quiet seconds, the server's idle
+    /// subtracted: the nodes' background.
+    background_us_per_s: f64,
+    /// Each period's due less quiet CPU, µs per occurrence.
+    periods: Vec<f64>,
+}
+
+/// The Redis CPU of `nodes` nodes running [`JOBS`] jobs due every other
+/// second (`*/2`), sampled at each second's edge for `periods` periods of
+/// two seconds: a due second `[T − 0.1 s, T + 0.9 s)` holds every look,
+/// claim and release of the occurrences at T (their lag is far below
+/// 0.9 s); the quiet second after it holds the same background (beats,
+/// controls, registry), so the difference is the occurrences' own cost,
+/// with no background measured elsewhere and subtracted.
+fn interleaved_cpu(env: &Env, nodes: usize, periods: usize) -> Interleaved {
+    let mut fleet = Fleet::new(&config(env, "*/2 * * * * *"));
     let mut conn = fleet.redis.conn();
     let idle = redis_cost::idle_rate(&mut conn, Duration::from_secs(3));
     fleet.start_nodes(nodes);
+    let out = fleet.out();
+    fleet::must(Duration::from_secs(20), "the probe ran", || {
+        !fleet::parse_probe(&out).is_empty()
+    });
     fleet::wait_for_live_set(&mut conn, nodes);
-    let started = std::time::Instant::now();
-    let cpu0 = redis_cost::used_cpu_us(&mut conn);
-    std::thread::sleep(Duration::from_secs(u64::try_from(cpu_s).unwrap_or(1)));
-    let cpu1 = redis_cost::used_cpu_us(&mut conn);
-    let window = started.elapsed().as_secs_f64();
+    redis_cost::settle(&mut conn);
+    let first = whole_second_after(2, 2);
+    let edge = |k: usize| first + TimeDelta::milliseconds(1000 * k as i64 - 100);
+    let mut samples = Vec::with_capacity(2 * periods + 1);
+    for k in 0..=2 * periods {
+        sleep_until(edge(k));
+        samples.push(redis_cost::used_cpu_us(&mut conn));
+    }
     fleet.stop_nodes();
-    ((cpu1 - cpu0) / window.max(1e-9) - idle).max(0.0)
+    let (mut due, mut quiet) = (0.0, 0.0);
+    let mut each = Vec::with_capacity(periods);
+    for p in 0..periods {
+        let d = samples[2 * p + 1] - samples[2 * p];
+        let q = samples[2 * p + 2] - samples[2 * p + 1];
+        due += d;
+        quiet += q;
+        each.push((d - q) / JOBS as f64);
+    }
+    let periods_f = periods.max(1) as f64;
+    Interleaved {
+        occurrence_us: ((due - quiet) / (JOBS as f64 * periods_f)).max(0.0),
+        background_us_per_s: (quiet / periods_f - idle).max(0.0),
+        periods: each,
+    }
 }
 
 fn measure(env: &Env, nodes: usize, cpu_s: i64, monitor_s: i64) -> Size {
-    let background_us_per_s = background_cpu(env, nodes, cpu_s);
-    let mut fleet = Fleet::new(&fleet::config_text(
-        env,
-        &fleet::uniform(JOBS, "* * * * * *", &Action::Probe),
-    ));
+    let interleaved = interleaved_cpu(env, nodes, env.secs(4, 10) as usize);
+    eprintln!(
+        "  [n fleet size] {nodes} nodes, due less quiet seconds: {:.1} µs per occurrence (periods: {}); background {:.0} µs/s",
+        interleaved.occurrence_us,
+        interleaved
+            .periods
+            .iter()
+            .map(|p| format!("{p:.1}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        interleaved.background_us_per_s
+    );
+    let mut fleet = Fleet::new(&config(env, "* * * * * *"));
     let mut conn = fleet.redis.conn();
     let idle = redis_cost::idle_rate(&mut conn, Duration::from_secs(3));
     let load_before = redis_cost::load_average();
@@ -282,6 +358,7 @@ fn measure(env: &Env, nodes: usize, cpu_s: i64, monitor_s: i64) -> Size {
         !fleet::parse_probe(&out).is_empty()
     });
     fleet::wait_for_live_set(&mut conn, nodes);
+    redis_cost::settle(&mut conn);
     let node_procs: Vec<(String, i32)> = fleet
         .nodes
         .iter()
@@ -324,6 +401,6 @@ fn measure(env: &Env, nodes: usize, cpu_s: i64, monitor_s: i64) -> Size {
             / node_cpu.len().max(1) as f64,
         load: (load_before, load_after),
         scripts,
-        background_us_per_s,
+        interleaved,
     }
 }

@@ -33,10 +33,17 @@ use crate::monitor::{self, CmdStat, MonLine, Monitor};
 /// back to back, a few µs apart).
 const PIPELINE_GAP_S: f64 = 2e-3;
 
+/// The longest gap between two jobs' peeks of one batch: they run back to
+/// back from one socket read, a few µs apart; separate requests of the
+/// same client are at least a loopback round trip apart.
+const BATCH_GAP_S: f64 = 100e-6;
+
 /// Whether `line` is a command solocron sends in one pipeline with the
 /// same client's `before`: a peek's `PTTL` after its `HMGET`, and the
 /// controls read `HGET pauses, HGET drains, LRANGE requests, TIME`
-/// (`src/lock/server.rs` `peek`, `src/control/mod.rs` `snapshot`). Only
+/// (`src/lock/server.rs` `peek`, `src/control/mod.rs` `snapshot`), and
+/// the backstop's batched peeks, one job's `HMGET` after another's `PTTL`
+/// within [`BATCH_GAP_S`] (`peek_many`, `src/daemon/sweep.rs`). Only
 /// these: a client library that happens to write several requests at once
 /// still counts one round trip per request, as before.
 fn rides_with(before: &MonLine, line: &MonLine) -> bool {
@@ -47,6 +54,11 @@ fn rides_with(before: &MonLine, line: &MonLine) -> bool {
     };
     let pair = match (before.cmd.as_str(), line.cmd.as_str()) {
         ("HMGET", "PTTL") => key(before).ends_with(":state") && key(line).ends_with(":lock"),
+        ("PTTL", "HMGET") => {
+            return key(before).ends_with(":lock")
+                && key(line).ends_with(":state")
+                && line.ts - before.ts < BATCH_GAP_S;
+        }
         ("HGET", "HGET") => key(before).ends_with(":pauses") && key(line).ends_with(":drains"),
         ("HGET", "LRANGE") => key(before).ends_with(":drains") && key(line).ends_with(":requests"),
         ("LRANGE", "TIME") => key(before).ends_with(":requests"),
@@ -218,6 +230,22 @@ pub fn idle_rate(conn: &mut redis::Connection, length: Duration) -> f64 {
     std::thread::sleep(length);
     let after = used_cpu_us(conn);
     (after - before).max(0.0) / started.elapsed().as_secs_f64()
+}
+
+/// Waits until the server's CPU a second has settled after nodes started
+/// (their start-up reads and registrations done): at least 3 one-second
+/// samples, the last within 25 % of the lowest so far, at most 20 s.
+/// Returns the samples (µs a second), for the log.
+pub fn settle(conn: &mut redis::Connection) -> Vec<f64> {
+    let mut samples: Vec<f64> = Vec::new();
+    while samples.len() < 20 {
+        samples.push(idle_rate(conn, Duration::from_secs(1)));
+        let lowest = samples.iter().copied().fold(f64::INFINITY, f64::min);
+        if samples.len() >= 3 && samples.last().is_some_and(|last| *last <= lowest * 1.25) {
+            break;
+        }
+    }
+    samples
 }
 
 /// Measures the CPU window `[from − ½ s, from + cpu_s − ½ s)`, then the
