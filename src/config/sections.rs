@@ -137,7 +137,8 @@ pub(super) fn warn_history_size(
     let gib = |bytes: u64| bytes as f64 / f64::from(1u32 << 30);
     let message = format!(
         "{jobs} jobs × history_max {} entries can hold about {:.0} GiB of history in Redis \
-         (about {HISTORY_ENTRY_BYTES} bytes an entry); set `history_max = {fits}` or lower \
+         (about {HISTORY_ENTRY_BYTES} bytes an entry, about 5 KiB for a run whose output fills its \
+         4 KiB tail); set `history_max = {fits}` or lower \
          (about {:.1} GiB), or give Redis that memory (docs/operations.md, \"History size\")",
         daemon.history_max,
         gib(bytes),
@@ -193,7 +194,7 @@ mod tests {
             warnings,
             [
                 "/etc/solocron/jobs.toml:1:1: `daemon.history_max`: 5000 jobs × history_max 10000 entries \
-              can hold about 5 GiB of history in Redis (about 100 bytes an entry); set `history_max = 8589` \
+              can hold about 5 GiB of history in Redis (about 100 bytes an entry, about 5 KiB for a run whose output fills its 4 KiB tail); set `history_max = 8589` \
               or lower (about 4.0 GiB), or give Redis that memory (docs/operations.md, \"History size\")"
             ]
         );
