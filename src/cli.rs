@@ -192,6 +192,9 @@ pub struct RunArgs {
     pub file: ConfigArg,
     #[command(flatten)]
     pub node: NodeArg,
+    /// This node's tags, `key=value` pairs separated by commas (`role=db,zone=eu-west`): a job with `run_on` runs only on the nodes whose tags match. Every node also has `node=<its id>`.
+    #[arg(long, value_name = "TAGS", env = "SOLOCRON_TAGS", default_value = "")]
+    pub tags: String,
     #[command(flatten)]
     pub redis: RedisArg,
     #[command(flatten)]
@@ -437,8 +440,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             .context("cannot install the handlers of SIGUSR1, SIGUSR2, SIGQUIT and SIGALRM")?;
             let config = load(&args.file.config, args.redis.redis.as_deref())?;
             crate::memory::release_freed();
+            let node = node_id(args.node.node_id.as_deref())?;
+            let tags = crate::tags::Tags::parse(&args.tags, &node).map_err(|message| {
+                config::StartRefused(format!(
+                    "bad node tags in --tags / SOLOCRON_TAGS: {message}"
+                ))
+            })?;
             let options = crate::daemon::Options {
-                node: node_id(args.node.node_id.as_deref())?,
+                node,
+                tags,
                 redis_override: args.redis.redis.clone(),
             };
             crate::daemon::run(config, options, stops, reloads).await?;

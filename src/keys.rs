@@ -78,6 +78,11 @@ pub fn backstop_key(prefix: &str) -> String {
     format!("{{{prefix}}}:backstop")
 }
 
+/// `{PREFIX}:tags`: node -> the tags it published (`role=db,zone=eu`).
+pub fn tags_key(prefix: &str) -> String {
+    format!("{{{prefix}}}:tags")
+}
+
 /// `{PREFIX}:node:NODE`.
 pub fn node_key(prefix: &str, node: &str) -> String {
     format!("{{{prefix}}}:node:{node}")

@@ -56,4 +56,5 @@ pub mod run;
 pub mod schedule;
 pub mod shutdown;
 pub mod systemd;
+pub mod tags;
 pub mod trigger;

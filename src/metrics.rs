@@ -36,6 +36,7 @@ const CONFIG_DIVERGENCE: &str = "solocron_config_divergent_jobs";
 const JOBS: &str = "solocron_jobs";
 const LOG_LINES_LOST: &str = "solocron_log_lines_lost_total";
 const ABANDONED: &str = "solocron_abandoned_total";
+const NO_ELIGIBLE_NODE: &str = "solocron_no_eligible_node_total";
 const REDIS_UP: &str = "solocron_redis_up";
 const NOTIFICATIONS: &str = "solocron_notifications_total";
 const RETRIES: &str = "solocron_retries_total";
@@ -79,6 +80,7 @@ pub const NAMES: &[&str] = &[
     JOBS,
     LOG_LINES_LOST,
     ABANDONED,
+    NO_ELIGIBLE_NODE,
     REDIS_UP,
     JOB_PERIOD,
     JOB_MAX_SILENCE,
@@ -240,6 +242,10 @@ fn describe() {
     describe_counter!(
         MISSED,
         "Occurrences not claimed before their starting_deadline."
+    );
+    describe_counter!(
+        NO_ELIGIBLE_NODE,
+        "Occurrences recorded missed because no alive node had the tags of the job's run_on."
     );
     describe_counter!(REDIS_ERRORS, "Failed Redis operations by operation.");
     describe_gauge!(
@@ -412,7 +418,13 @@ pub fn job_scheduled(job: &str, max_silence: Option<Duration>) {
     for outcome in OCCURRENCE_OUTCOMES {
         counter!(OCCURRENCES, "job" => job.to_string(), "outcome" => outcome.as_str()).increment(0);
     }
-    for name in [MISSED, ABANDONED, LOCK_LOSSES, LOCK_RENEWALS] {
+    for name in [
+        MISSED,
+        ABANDONED,
+        LOCK_LOSSES,
+        LOCK_RENEWALS,
+        NO_ELIGIBLE_NODE,
+    ] {
         counter!(name, "job" => job.to_string()).increment(0);
     }
     gauge!(LAST_FAILURE, "job" => job.to_string()).increment(0.0);
@@ -466,6 +478,12 @@ pub fn missed(job: &str) {
 /// Counts `count` missed occurrences of `job` (a gap nobody claimed).
 pub fn missed_by(job: &str, count: u64) {
     counter!(MISSED, "job" => job.to_string()).increment(count);
+}
+
+/// Counts an occurrence recorded `missed` because no alive node may run
+/// it (`run_on`): `solocron_no_eligible_node_total{job}`.
+pub fn no_eligible_node(job: &str) {
+    counter!(NO_ELIGIBLE_NODE, "job" => job.to_string()).increment(1);
 }
 
 /// Counts a run recorded abandoned: `solocron_abandoned_total{job}`.

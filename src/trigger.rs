@@ -14,7 +14,8 @@
 //! Ctrl-Z does not suspend this process, which renews the lock
 //! ([`crate::shutdown::refuse_suspend`]). With `--log-format json` every
 //! line on stderr is JSON ([`crate::logging::tell`]). Exit codes: 0
-//! succeeded, 1 failed (or Redis unreachable), 3 the lock is held.
+//! succeeded, 1 failed (or Redis unreachable), 2 this node may not run
+//! the job (its `run_on`), 3 the lock is held.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -39,6 +40,20 @@ use tracing::Level;
 pub const EXIT_BUSY: u8 = 3;
 /// How long to wait for Redis before giving up.
 const CLAIM_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// This node's tags: those its running daemon published, else
+/// `SOLOCRON_TAGS` if set and valid, else only `node=<id>`.
+async fn this_nodes_tags(locker: &Locker, prefix: &str, node: &str) -> crate::tags::Tags {
+    let published =
+        crate::registry::alive::published_tags(&locker.connection(), prefix, node).await;
+    if let Ok(Some(text)) = published {
+        return crate::tags::Tags::from_published(&text, node);
+    }
+    std::env::var("SOLOCRON_TAGS")
+        .ok()
+        .and_then(|text| crate::tags::Tags::parse(&text, node).ok())
+        .unwrap_or_else(|| crate::tags::Tags::node_only(node))
+}
 
 /// Runs `job_name` of `config` as `node`; see the module doc for exit codes.
 pub async fn run(config: Config, node: &str, job_name: &str) -> anyhow::Result<ExitCode> {
@@ -94,6 +109,16 @@ pub async fn run(config: Config, node: &str, job_name: &str) -> anyhow::Result<E
         node,
         config.daemon.history_max,
     );
+    if let Some(run_on) = &job.extras.run_on {
+        let tags = this_nodes_tags(&locker, &config.redis.key_prefix, node).await;
+        if !run_on.matches(&tags) {
+            return Err(crate::inspect::UsageError(format!(
+                "job `{}` runs only on nodes with run_on = [{run_on}], and this node ({node}) has                  {tags}: run it on one of those nodes, or `solocron trigger {} --fleet` asks a                  running daemon that may",
+                job.name, job.name
+            ))
+            .into());
+        }
+    }
     let executor = Executor::new()
         .context("cannot set up job execution")?
         .with_output_echo(true);

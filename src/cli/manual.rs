@@ -240,6 +240,7 @@ pub const KEY_HELP: &[(&str, &str, &str)] = &[
     ("jobs", "on_failure", "A notifier run when a run fails: { command }, { argv } or { http }, and timeout."),
     ("jobs", "on_success", "A notifier run when a run succeeds."),
     ("jobs", "max_silence", "Alert when no run succeeded for this long (a metric)."),
+    ("jobs", "run_on", "Tags a node needs to run the job, all of them: [\"role=db\", \"node=web-*\"] (default: every node)."),
     ("notifier", "command", "Run by /bin/sh -c."),
     ("notifier", "argv", "A program and its arguments, without a shell."),
     ("notifier", "http", "A request, as a job's http."),

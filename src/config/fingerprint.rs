@@ -169,6 +169,9 @@ fn canonical(job: &Job) -> String {
     if let Some(silence) = job.extras.max_silence {
         line("max_silence_ms", silence.as_millis().to_string());
     }
+    if let Some(run_on) = &job.extras.run_on {
+        line("run_on", format!("{:?}", run_on.to_string()));
+    }
     text
 }
 

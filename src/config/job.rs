@@ -65,6 +65,7 @@ pub(super) struct JobFields {
     on_failure: Option<Arc<Notifier>>,
     on_success: Option<Arc<Notifier>>,
     max_silence: Option<Duration>,
+    run_on: Option<Arc<crate::tags::RunOn>>,
     /// Where `retries` and `retry_backoff` are written in this table, for
     /// the warning about retries that cannot happen.
     retries_at: Option<Spot>,
@@ -126,6 +127,9 @@ impl JobFields {
         fields.max_silence = ctx
             .keep(table.duration("max_silence", ONE_SECOND))
             .flatten();
+        if let Some(value) = table.get("run_on") {
+            fields.run_on = ctx.keep(read_run_on(table, value)).map(Arc::new);
+        }
         if let Some(env_table) = ctx.keep(table.table("env")).flatten() {
             fields.env = read_env(&env_table, ctx);
         }
@@ -258,6 +262,7 @@ impl JobFields {
             on_failure: self.on_failure.or_else(|| defaults.on_failure.clone()),
             on_success: self.on_success.or_else(|| defaults.on_success.clone()),
             max_silence: self.max_silence.or(defaults.max_silence),
+            run_on: self.run_on.or_else(|| defaults.run_on.clone()),
         };
         let job = Job {
             name: name.to_string(),
@@ -469,6 +474,32 @@ fn time_zone(name: &str) -> Result<Tz, String> {
         Some(close) => format!("unknown time zone `{name}`; did you mean `{close}`?"),
         None => format!("unknown time zone `{name}`; use an IANA name such as `Europe/Berlin`"),
     })
+}
+
+/// `run_on = ["role=db", "node=web-*"]`: every term `key=value`, a value
+/// may end in `*`.
+fn read_run_on(
+    table: &Table<'_, '_>,
+    value: &super::table::Value<'_>,
+) -> Result<crate::tags::RunOn, ConfigError> {
+    let what = "an array of tags like [\"role=db\", \"zone=eu-*\"]";
+    let DeValue::Array(items) = value.get_ref() else {
+        return Err(table.expected("run_on", value, what));
+    };
+    let mut terms = Vec::with_capacity(items.len());
+    for item in items {
+        let DeValue::String(text) = item.get_ref() else {
+            return Err(table.expected("run_on", item, "a string like \"role=db\""));
+        };
+        let term = crate::tags::Term::parse(text)
+            .map_err(|message| table.error(item.span(), "run_on", message))?;
+        terms.push(term);
+    }
+    if terms.is_empty() {
+        let message = "lists no tag; leave `run_on` out to run the job on every node";
+        return Err(table.error(value.span(), "run_on", message));
+    }
+    Ok(crate::tags::RunOn::new(terms))
 }
 
 pub(super) fn read_argv(

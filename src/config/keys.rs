@@ -53,6 +53,7 @@ pub const JOB: &[&str] = &[
     "on_failure",
     "on_success",
     "max_silence",
+    "run_on",
 ];
 /// A job's `on_failure = { ... }` / `on_success = { ... }`.
 pub const NOTIFIER: &[&str] = &["command", "argv", "http", "timeout"];

@@ -343,6 +343,8 @@ pub struct JobExtras {
     /// rules alert (`solocron_job_max_silence_seconds`); `None`: a multiple
     /// of its schedule's longest interval, set in the rules. At least 1 s.
     pub max_silence: Option<Duration>,
+    /// `run_on`: the tags a node needs to run the job (`None`: every node).
+    pub run_on: Option<Arc<crate::tags::RunOn>>,
 }
 
 impl Default for JobExtras {
@@ -355,6 +357,7 @@ impl Default for JobExtras {
             on_failure: None,
             on_success: None,
             max_silence: None,
+            run_on: None,
         }
     }
 }
@@ -372,7 +375,8 @@ impl JobExtras {
             && self.retry_backoff == defaults.retry_backoff
             && self.on_failure.is_none()
             && self.on_success.is_none()
-            && self.max_silence.is_none();
+            && self.max_silence.is_none()
+            && self.run_on.is_none();
         if is_default {
             Arc::clone(&DEFAULTS)
         } else {
@@ -382,6 +386,14 @@ impl JobExtras {
 }
 
 impl Job {
+    /// Whether a node with `tags` may run this job (its `run_on`).
+    pub fn runs_on(&self, tags: &crate::tags::Tags) -> bool {
+        self.extras
+            .run_on
+            .as_ref()
+            .is_none_or(|run_on| run_on.matches(tags))
+    }
+
     /// When occurrence `at` fires: `at` plus the job's splay offset.
     pub fn fires_at(&self, at: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc> {
         splayed(at, self.splay_offset)

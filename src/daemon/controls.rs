@@ -149,12 +149,14 @@ pub async fn run(shared: Arc<Shared>, config_rx: watch::Receiver<Arc<Config>>) {
     // decides, every node claims at once, and nobody beats).
     let beats = !coordinator.is_quorum();
     let mut fleet = FleetWatch::default();
+    let tags = shared.tags.published();
     loop {
         let beat = Beat {
             prefix: &prefix,
             node: &node,
             instance: &shared.instance,
             hold_backstop: !shared.controls.draining(),
+            tags: &tags,
         };
         let sent = tokio::time::Instant::now();
         let answers = join_all(coordinator.members().iter().enumerate().map(|(i, member)| {
@@ -262,7 +264,9 @@ impl FleetWatch {
                         .filter(|(_, mark)| mark.active)
                         .map(|(node, _)| node)
                         .collect();
-                    if let Some(in_line) = shared.preference.set_view(view.alive, &drained) {
+                    if let Some(in_line) =
+                        shared.preference.set_view(view.alive, &drained, &view.tags)
+                    {
                         info!(node = %node, in_line = %in_line.join(", "), count = in_line.len(),
                             "nodes in line changed: each is first for its share of the occurrences");
                     }
@@ -388,6 +392,11 @@ async fn take_one(
                 "trigger request for a job this node does not have: left to the others");
             continue;
         };
+        if !job.runs_on(&shared.tags) {
+            debug!(node = %node, job = %request.job, request = %request.id,
+                "trigger request for a job this node may not run (run_on): left to the others");
+            continue;
+        }
         let conn = shared.locker.connection();
         match requests::take(&conn, prefix, raw, &request, node).await {
             Ok(Take::Taken) => {

@@ -59,6 +59,8 @@ pub use recording::{GAP_LISTED, gap_entries};
 pub struct Options {
     /// This node's id.
     pub node: String,
+    /// This node's tags (`--tags`), `node=<id>` included.
+    pub tags: crate::tags::Tags,
     /// `--redis`: replaces `[redis] url` of every loaded file, reloads too.
     pub redis_override: Option<String>,
 }
@@ -130,6 +132,9 @@ pub(crate) struct Shared {
     /// The jobs whose definition differs between live nodes, as the last
     /// drift check found them ([`Shared::is_drifting`]).
     pub drifting: RwLock<Arc<std::collections::BTreeSet<String>>>,
+    /// This node's tags (`--tags`), `node=<id>` included: a job's `run_on`
+    /// decides whether this node may run it.
+    pub tags: crate::tags::Tags,
 }
 
 impl Shared {
@@ -373,6 +378,7 @@ pub async fn run(
         sweep: sweep::Sweep::default(),
         renames: rename::Renames::default(),
         drifting: RwLock::new(Arc::default()),
+        tags: options.tags.clone(),
     });
     info!(
         node = %options.node,
@@ -380,6 +386,7 @@ pub async fn run(
         redis = %config.redis.redacted_url(),
         key_prefix = %config.redis.key_prefix,
         config = %config.path.display(),
+        tags = %options.tags,
         version = env!("CARGO_PKG_VERSION"),
         "solocron started"
     );

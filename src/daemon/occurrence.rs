@@ -115,8 +115,14 @@ pub async fn consider(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, cat
         return;
     }
     let node = shared.locker.node();
+    let run_on = job.extras.run_on.as_deref();
     let place = if catch_up {
-        if !shared.preference.catches_up() {
+        if !job.runs_on(&shared.tags) {
+            return;
+        }
+        // A job with `run_on` is caught up by each node that may run it
+        // (the backstop may not): the claim script takes one catch-up.
+        if run_on.is_none() && !shared.preference.catches_up() {
             debug!(job = %job.name, occurrence = %rfc3339(at), node = %node,
                 "no catch-up claim here: the backstop node catches up");
             return;
@@ -124,19 +130,38 @@ pub async fn consider(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, cat
         Place::Alone
     } else {
         let drifting = shared.is_drifting(&job.name);
-        shared
-            .preference
-            .place(&job.name, at.timestamp_millis(), node, drifting)
+        shared.preference.place(
+            &job.name,
+            at.timestamp_millis(),
+            node,
+            drifting,
+            run_on.map(|run_on| (run_on, &shared.tags)),
+        )
     };
-    if let Place::Beyond { first, second } = &place {
+    match &place {
         // Still one line per occurrence on every node (docs/operations.md,
         // "Logs"): who is in line for it, without asking Redis who won.
-        info!(job = %job.name, occurrence = %rfc3339(at), node = %node, first = %first, second = %second,
-            "occurrence left to the nodes in line");
-        return;
+        Place::Beyond { first, second } => {
+            info!(job = %job.name, occurrence = %rfc3339(at), node = %node, first = %first, second = %second,
+                "occurrence left to the nodes in line");
+            return;
+        }
+        Place::Ineligible { first, second } => {
+            info!(job = %job.name, occurrence = %rfc3339(at), node = %node, first = %first, second = %second,
+                run_on = %run_on.map(ToString::to_string).unwrap_or_default(),
+                "occurrence left to the nodes that may run it (run_on)");
+            return;
+        }
+        _ => {}
     }
     match shared.controls.pause_for(&job.name, at.timestamp_millis()) {
         Some((mark, all)) => paused::record_paused(&shared, &job, at, &mark, all).await,
+        None if place == Place::NoEligible => {
+            info!(job = %job.name, occurrence = %rfc3339(at), node = %node,
+                run_on = %run_on.map(ToString::to_string).unwrap_or_default(),
+                "no alive node may run this occurrence (run_on): recorded missed at its deadline unless one comes");
+            recording::record_if_no_eligible(shared, job, at, deadline).await;
+        }
         None => claim_and_run(shared, job, at, catch_up, place).await,
     }
 }
@@ -189,7 +214,7 @@ pub async fn claim_and_run(
         Place::Alone | Place::First => None,
         Place::Second => Some(preference::PEEK_DELAY),
         Place::Backstop => Some(preference::BACKSTOP_DELAY),
-        Place::Beyond { .. } => return,
+        Place::Beyond { .. } | Place::Ineligible { .. } | Place::NoEligible => return,
     };
     if let Some(delay) = look_after {
         let looked = if place == Place::Backstop {

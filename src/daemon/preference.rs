@@ -15,6 +15,13 @@
 //! occurrence. A job whose definition differs between nodes (a rollout in
 //! progress) is looked at by every node that has it, as second.
 //!
+//! A job with `run_on` (guarantee 13) is ranked among the nodes whose tags
+//! match only: the first and second eligible nodes look as above, and the
+//! third eligible one is its backstop (the fleet's backstop may not be
+//! allowed to run it). A node that may not run it sends nothing; if no
+//! alive, undrained node may, the fleet's backstop records the occurrence
+//! `missed` at its deadline, saying so ([`Place::NoEligible`]).
+//!
 //! Failure model: the view is what this node last read (each second when
 //! a node came, went or was drained), so nodes may disagree on it for a
 //! second or two; a node that dies stays in it until [`ALIVE_TTL`] passed
@@ -26,11 +33,13 @@
 //!
 //! [`ALIVE_TTL`]: crate::registry::alive::ALIVE_TTL
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use crate::tags::{RunOn, Tags};
 
 /// How long the second node waits before it looks whether the first one
 /// took the occurrence: above the first node's claim round trip and the
@@ -61,28 +70,43 @@ struct Fleet {
     eligible: Vec<(String, u64)>,
     /// Alive, drained (sorted).
     drained: Vec<(String, u64)>,
+    /// Each alive node's tags (a node that published none: `node=<id>`).
+    tags: BTreeMap<String, Tags>,
 }
 
 impl Preference {
-    /// Replaces the view with `alive`, of which `drained` are drained;
-    /// answers the nodes now in line if they differ from the ones before.
+    /// Replaces the view with `alive`, of which `drained` are drained,
+    /// with the `tags` each published; answers the nodes now in line if
+    /// they (or their tags) differ from the ones before.
     pub fn set_view(
         &self,
         mut alive: Vec<String>,
         drained: &BTreeSet<String>,
+        tags: &BTreeMap<String, String>,
     ) -> Option<Vec<String>> {
         alive.sort();
         alive.dedup();
         let hashed = |id: &String| (id.clone(), fnv1a(&[id.as_bytes()]));
+        let tags = alive
+            .iter()
+            .map(|id| {
+                let text = tags.get(id).map_or("", String::as_str);
+                (id.clone(), Tags::from_published(text, id))
+            })
+            .collect();
         let (drained, eligible): (Vec<String>, Vec<String>) =
             alive.into_iter().partition(|id| drained.contains(id));
         let new = Fleet {
             known: true,
             eligible: eligible.iter().map(hashed).collect(),
             drained: drained.iter().map(hashed).collect(),
+            tags,
         };
         let mut fleet = lock(&self.fleet);
-        let same = fleet.known && fleet.eligible == new.eligible && fleet.drained == new.drained;
+        let same = fleet.known
+            && fleet.eligible == new.eligible
+            && fleet.drained == new.drained
+            && fleet.tags == new.tags;
         *fleet = Arc::new(new);
         (!same).then_some(eligible)
     }
@@ -112,8 +136,86 @@ impl Preference {
     }
 
     /// Where `me` stands for occurrence `at_ms` of `job`; `drifting`: the
-    /// job's definition differs between nodes. See [`Place`].
-    pub fn place(&self, job: &str, at_ms: i64, me: &str, drifting: bool) -> Place {
+    /// job's definition differs between nodes; `run_on`: the tags a node
+    /// needs for it, and `mine` this node's. See [`Place`].
+    pub fn place(
+        &self,
+        job: &str,
+        at_ms: i64,
+        me: &str,
+        drifting: bool,
+        run_on: Option<(&RunOn, &Tags)>,
+    ) -> Place {
+        match run_on {
+            None => self.place_any(job, at_ms, me, drifting),
+            Some((run_on, mine)) => self.place_eligible(job, at_ms, me, drifting, run_on, mine),
+        }
+    }
+
+    fn place_eligible(
+        &self,
+        job: &str,
+        at_ms: i64,
+        me: &str,
+        drifting: bool,
+        run_on: &RunOn,
+        mine: &Tags,
+    ) -> Place {
+        let fleet = self.fleet();
+        let me_eligible = run_on.matches(mine);
+        if !fleet.known {
+            return if me_eligible {
+                Place::Alone
+            } else {
+                Place::Ineligible {
+                    first: String::new(),
+                    second: String::new(),
+                }
+            };
+        }
+        let candidates: Vec<(String, u64)> = fleet
+            .eligible
+            .iter()
+            .filter(|(id, _)| id != me)
+            .filter(|(id, _)| fleet.tags.get(id).is_some_and(|tags| run_on.matches(tags)))
+            .cloned()
+            .collect();
+        if !me_eligible {
+            if candidates.is_empty() {
+                return if self.is_backstop() {
+                    Place::NoEligible
+                } else {
+                    Place::Ineligible {
+                        first: String::new(),
+                        second: String::new(),
+                    }
+                };
+            }
+            let [first, second, _] = top(&candidates, job, at_ms, None);
+            return Place::Ineligible {
+                first: first.unwrap_or_default().to_string(),
+                second: second.unwrap_or_default().to_string(),
+            };
+        }
+        if candidates.is_empty() {
+            return Place::Alone;
+        }
+        let [first, second, third] = top(&candidates, job, at_ms, Some(me));
+        if first == Some(me) {
+            Place::First
+        } else if second == Some(me) || drifting {
+            Place::Second
+        } else if third == Some(me) {
+            Place::Backstop
+        } else {
+            Place::Beyond {
+                first: first.unwrap_or_default().to_string(),
+                second: second.unwrap_or_default().to_string(),
+            }
+        }
+    }
+
+    fn place_any(&self, job: &str, at_ms: i64, me: &str, drifting: bool) -> Place {
         let fleet = self.fleet();
         if !fleet.known || fleet.eligible.iter().all(|(id, _)| id == me) {
             return Place::Alone;
@@ -172,6 +274,12 @@ pub enum Place {
     /// Nothing to do: `first` and `second` in line (and the backstop)
     /// decide the occurrence.
     Beyond { first: String, second: String },
+    /// This node may not run the job (`run_on`): `first` and `second` of
+    /// the eligible nodes decide it (empty: none is known).
+    Ineligible { first: String, second: String },
+    /// No alive, undrained node may run the job, and this node is the
+    /// backstop: it records the occurrence `missed` at its deadline.
+    NoEligible,
 }
 
 /// The two nodes first in line for occurrence `at_ms` of `job` among `live`
@@ -202,6 +310,35 @@ fn top_two<'a>(
         }
     }
     [top[0].map(|(_, id)| id), top[1].map(|(_, id)| id)]
+}
+
+/// The three nodes first in line for occurrence `at_ms` of `job` among
+/// `live` and `me` (if given; it counts whether listed or not), ranked as
+/// [`top_two`] ranks them.
+fn top<'a>(
+    live: &'a [(String, u64)],
+    job: &str,
+    at_ms: i64,
+    me: Option<&'a str>,
+) -> [Option<&'a str>; 3] {
+    let occurrence = fnv1a(&[job.as_bytes(), &[0], &at_ms.to_be_bytes()]);
+    let mine = me.map(|me| (me, fnv1a(&[me.as_bytes()])));
+    let ranked = live
+        .iter()
+        .map(|(id, hash)| (id.as_str(), *hash))
+        .filter(|(id, _)| Some(*id) != me)
+        .chain(mine)
+        .map(|(id, hash)| (mix(occurrence ^ hash), id));
+    let mut best: [Option<(u64, &str)>; 3] = [None, None, None];
+    for entry in ranked {
+        let mut entry = Some(entry);
+        for slot in best.iter_mut() {
+            if entry > *slot {
+                std::mem::swap(slot, &mut entry);
+            }
+        }
+    }
+    best.map(|slot| slot.map(|(_, id)| id))
 }
 
 /// FNV-1a, 64 bits, over `parts` in order: stable in every build and on
@@ -241,24 +378,37 @@ mod tests {
     fn view(alive: &[&str], drained: &[&str]) -> Preference {
         let preference = Preference::default();
         let drained = drained.iter().map(|n| n.to_string()).collect();
-        assert!(preference.set_view(ids(alive), &drained).is_some());
+        assert!(
+            preference
+                .set_view(ids(alive), &drained, &BTreeMap::new())
+                .is_some()
+        );
         preference
     }
 
     #[test]
     fn without_a_view_or_another_node_in_line_every_node_claims_at_once() {
         let preference = Preference::default();
-        assert_eq!(preference.place("job", 1_000, "n1", false), Place::Alone);
+        assert_eq!(
+            preference.place("job", 1_000, "n1", false, None),
+            Place::Alone
+        );
         assert!(preference.catches_up(), "no view: every node catches up");
         let preference = view(&["n1"], &[]);
-        assert_eq!(preference.place("job", 1_000, "n1", false), Place::Alone);
+        assert_eq!(
+            preference.place("job", 1_000, "n1", false, None),
+            Place::Alone
+        );
         assert!(!preference.catches_up(), "a view and no backstop lease");
         let preference = view(&["n1", "n2"], &["n2"]);
-        assert_eq!(preference.place("job", 1_000, "n1", false), Place::Alone);
+        assert_eq!(
+            preference.place("job", 1_000, "n1", false, None),
+            Place::Alone
+        );
         let preference = view(&["n1", "n2"], &[]);
         let places = [
-            preference.place("job", 1_000, "n1", false),
-            preference.place("job", 1_000, "n2", false),
+            preference.place("job", 1_000, "n1", false, None),
+            preference.place("job", 1_000, "n2", false, None),
         ];
         assert!(
             places == [Place::First, Place::Second] || places == [Place::Second, Place::First],
@@ -274,7 +424,9 @@ mod tests {
             .map(|_| {
                 let preference = view(&["n5", "n3", "n1", "n2", "n4", "n1"], &[]);
                 assert!(
-                    preference.set_view(ids(&nodes), &BTreeSet::new()).is_none(),
+                    preference
+                        .set_view(ids(&nodes), &BTreeSet::new(), &BTreeMap::new())
+                        .is_none(),
                     "the same view"
                 );
                 preference
@@ -284,7 +436,7 @@ mod tests {
         for second in 0..5_000i64 {
             let at = 1_700_000_000_000 + second * 1_000;
             let places: Vec<Place> = (0..5)
-                .map(|i| views[i].place("report", at, nodes[i], false))
+                .map(|i| views[i].place("report", at, nodes[i], false, None))
                 .collect();
             let count = |want: fn(&Place) -> bool| places.iter().filter(|p| want(p)).count();
             assert_eq!(
@@ -323,7 +475,7 @@ mod tests {
         let mut beyond = 0;
         for second in 0..200i64 {
             let at = second * 1_000;
-            let place = preference.place("job", at, "n4", false);
+            let place = preference.place("job", at, "n4", false, None);
             assert_ne!(
                 top_two(&hashed(&["n1", "n3", "n4"]), "job", at, "n4")[0],
                 Some("n2"),
@@ -331,7 +483,7 @@ mod tests {
             );
             if matches!(place, Place::Beyond { .. }) {
                 beyond += 1;
-                assert_eq!(preference.place("job", at, "n4", true), Place::Second);
+                assert_eq!(preference.place("job", at, "n4", true, None), Place::Second);
             }
         }
         assert!(beyond > 0, "n4 is third of three for some occurrences");
@@ -342,7 +494,7 @@ mod tests {
         );
         assert!(preference.catches_up());
         for second in 0..200i64 {
-            let place = preference.place("job", second * 1_000, "n4", false);
+            let place = preference.place("job", second * 1_000, "n4", false, None);
             assert!(!matches!(place, Place::Beyond { .. }), "{place:?}");
         }
         assert!(!preference.set_backstop(None));
@@ -391,5 +543,120 @@ mod tests {
             assert_eq!(top_two(&without_n3, "job", at, "n3")[0], before);
         }
         assert!(moved > 200, "n3 was first for only {moved} of 1000");
+    }
+}
+
+#[cfg(test)]
+mod eligible {
+    use super::*;
+    use crate::tags::Term;
+
+    fn db() -> RunOn {
+        RunOn::new(vec![Term::parse("role=db").expect("a term")])
+    }
+
+    /// n1..n5 alive; n1, n2, n3, n4 tagged `role=db`, n5 `role=web`.
+    fn fleet(drained: &[&str]) -> (Preference, BTreeMap<String, Tags>) {
+        let names = ["n1", "n2", "n3", "n4", "n5"];
+        let published: BTreeMap<String, String> = names
+            .iter()
+            .map(|n| {
+                (
+                    n.to_string(),
+                    if *n == "n5" { "role=web" } else { "role=db" }.to_string(),
+                )
+            })
+            .collect();
+        let preference = Preference::default();
+        let drained = drained.iter().map(|n| n.to_string()).collect();
+        let alive = names.iter().map(|n| n.to_string()).collect();
+        assert!(preference.set_view(alive, &drained, &published).is_some());
+        let tags = published
+            .iter()
+            .map(|(n, t)| (n.clone(), Tags::from_published(t, n)))
+            .collect();
+        (preference, tags)
+    }
+
+    #[test]
+    fn only_eligible_nodes_are_in_line_and_the_third_is_the_jobs_backstop() {
+        let (preference, tags) = fleet(&[]);
+        let run_on = db();
+        for second in 0..500i64 {
+            let at = second * 1_000;
+            let places: Vec<Place> = ["n1", "n2", "n3", "n4", "n5"]
+                .iter()
+                .map(|n| preference.place("dump", at, n, false, Some((&run_on, &tags[*n]))))
+                .collect();
+            let count = |want: fn(&Place) -> bool| places.iter().filter(|p| want(p)).count();
+            assert_eq!(
+                (
+                    count(|p| *p == Place::First),
+                    count(|p| *p == Place::Second),
+                    count(|p| *p == Place::Backstop),
+                    count(|p| matches!(p, Place::Beyond { .. })),
+                ),
+                (1, 1, 1, 1),
+                "occurrence {at}: {places:?}"
+            );
+            assert!(matches!(&places[4], Place::Ineligible { first, .. } if first != "n5"));
+        }
+        // The fleet's backstop, not eligible, does not look.
+        preference.set_backstop(Some(Instant::now() + Duration::from_secs(60)));
+        assert!(matches!(
+            preference.place("dump", 0, "n5", false, Some((&run_on, &tags["n5"]))),
+            Place::Ineligible { .. }
+        ));
+    }
+
+    #[test]
+    fn with_no_eligible_node_left_only_the_backstop_records_the_miss() {
+        let (preference, tags) = fleet(&["n1", "n2", "n3", "n4"]);
+        let run_on = db();
+        let web = Some((&run_on, &tags["n5"]));
+        assert!(matches!(
+            preference.place("dump", 0, "n5", false, web),
+            Place::Ineligible { .. }
+        ));
+        preference.set_backstop(Some(Instant::now() + Duration::from_secs(60)));
+        assert_eq!(
+            preference.place("dump", 0, "n5", false, web),
+            Place::NoEligible
+        );
+        // Without a view, an eligible node claims and another sends nothing.
+        let unknown = Preference::default();
+        assert_eq!(
+            unknown.place("dump", 0, "n1", false, Some((&run_on, &tags["n1"]))),
+            Place::Alone
+        );
+        assert!(matches!(
+            unknown.place("dump", 0, "n5", false, web),
+            Place::Ineligible { .. }
+        ));
+    }
+
+    #[test]
+    fn a_change_of_tags_is_a_change_of_view() {
+        let (preference, _) = fleet(&[]);
+        let alive: Vec<String> = ["n1", "n2", "n3", "n4", "n5"]
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        let mut published: BTreeMap<String, String> = alive
+            .iter()
+            .map(|n| (n.clone(), "role=db".to_string()))
+            .collect();
+        published.insert("n5".to_string(), "role=web".to_string());
+        assert!(
+            preference
+                .set_view(alive.clone(), &BTreeSet::new(), &published)
+                .is_none()
+        );
+        published.insert("n5".to_string(), "role=db".to_string());
+        assert!(
+            preference
+                .set_view(alive, &BTreeSet::new(), &published)
+                .is_some()
+        );
     }
 }

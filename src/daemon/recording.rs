@@ -266,6 +266,66 @@ pub async fn record_if_fleet_drained(
     }
 }
 
+/// Records occurrence `at` of `job` `missed` at its deadline if still no
+/// alive, undrained node may run it (`run_on`, guarantee 13) and this node
+/// is still the backstop ([`super::preference::Place::NoEligible`]): one
+/// record, by one node, with the reason, notified like any miss.
+pub async fn record_if_no_eligible(
+    shared: Arc<Shared>,
+    job: Arc<Job>,
+    at: DateTime<Utc>,
+    deadline: DateTime<Utc>,
+) {
+    let wait = (deadline - shared.clock.now())
+        .to_std()
+        .unwrap_or(Duration::ZERO)
+        + DRAINED_LOOK_AFTER;
+    tokio::select! {
+        _ = shared.cancel.cancelled() => return,
+        _ = tokio::time::sleep(wait) => {}
+    }
+    let Some(run_on) = job.extras.run_on.as_deref() else {
+        return;
+    };
+    let node = shared.locker.node();
+    let still = shared.preference.place(
+        &job.name,
+        at.timestamp_millis(),
+        node,
+        false,
+        Some((run_on, &shared.tags)),
+    );
+    if still != super::preference::Place::NoEligible {
+        return;
+    }
+    let name = rfc3339(at);
+    let reason = format!(
+        "no node claimed it: no alive, undrained node has the tags of run_on = [{run_on}]          (start one with `--tags`, or `solocron undrain` one)"
+    );
+    match shared
+        .locker
+        .record_missed(&job.name, at, &reason, "")
+        .await
+    {
+        Ok(Missed {
+            recorded: true,
+            previous_ms,
+        }) => {
+            crate::metrics::missed(&job.name);
+            crate::metrics::no_eligible_node(&job.name);
+            warn!(job = %job.name, occurrence = %name, node = %node, run_on = %run_on,
+                "occurrence missed: no alive node may run it (run_on); start a node with these tags");
+            notify_missed(&shared, &job, at, &reason);
+            record_gap_before(&shared, &job, previous_ms, at).await;
+        }
+        Ok(_) => {}
+        Err(err) => {
+            debug!(job = %job.name, occurrence = %name, node = %node, error = %err,
+                "cannot record the occurrence no eligible node claimed; the next decision records it");
+        }
+    }
+}
+
 /// Whether the registry lists a live node and every one is drained now,
 /// read from every member (Redlock: the union of live nodes, the newest
 /// mark of each).

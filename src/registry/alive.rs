@@ -10,6 +10,9 @@
 //! that version, or the drains' `~version`, changed since its last read: a
 //! steady fleet pays O(1) per node and second, O(N) in all.
 //!
+//! The beat also publishes the node's tags in `{PREFIX}:tags` (a change
+//! bumps the version too), so the view holds every alive node's tags.
+//!
 //! The same script keeps the backstop lease, `{PREFIX}:backstop` (the
 //! holder's daemon instance, [`BACKSTOP_TTL`]): a node that asks for it
 //! (not drained, not stopping) takes it when it is free and renews it
@@ -30,7 +33,7 @@ use std::time::Duration;
 use redis::Script;
 
 use crate::coordinator::Conn;
-use crate::keys::{alive_key, alive_version_key, backstop_key, drains_key};
+use crate::keys::{alive_key, alive_version_key, backstop_key, drains_key, tags_key};
 
 /// A node that has not beaten for this long is no longer alive.
 pub const ALIVE_TTL: Duration = Duration::from_secs(3);
@@ -38,14 +41,18 @@ pub const ALIVE_TTL: Duration = Duration::from_secs(3);
 /// second, renews it).
 pub const BACKSTOP_TTL: Duration = Duration::from_secs(3);
 
-/// KEYS: alive, alive version, backstop. ARGV: node, alive ttl ms,
-/// instance, backstop ttl ms, `1` to hold the backstop else `0`.
+/// KEYS: alive, alive version, backstop, tags. ARGV: node, alive ttl ms,
+/// instance, backstop ttl ms, `1` to hold the backstop else `0`, tags.
 /// Reply: `{alive version, backstop holder or ''}`.
 const BEAT_SRC: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local changed = redis.call('ZADD', KEYS[1], now, ARGV[1])
 changed = changed + redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
+if redis.call('HGET', KEYS[4], ARGV[1]) ~= ARGV[6] then
+  redis.call('HSET', KEYS[4], ARGV[1], ARGV[6])
+  changed = changed + 1
+end
 local version = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if changed > 0 then
   version = version + 1
@@ -66,9 +73,11 @@ end
 return {string.format('%.0f', version), holder or ''}
 "#;
 
-/// KEYS: alive, alive version, backstop. ARGV: node, instance. The node
-/// leaves the view (a clean stop) and gives up the backstop if it holds it.
+/// KEYS: alive, alive version, backstop, tags. ARGV: node, instance. The
+/// node leaves the view (a clean stop), takes its tags back and gives up
+/// the backstop if it holds it.
 const LEAVE_SRC: &str = r#"
+redis.call('HDEL', KEYS[4], ARGV[1])
 if redis.call('ZREM', KEYS[1], ARGV[1]) > 0 then
   local version = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
   redis.call('SET', KEYS[2], string.format('%.0f', version + 1))
@@ -89,6 +98,8 @@ pub struct Beat<'a> {
     pub instance: &'a str,
     /// Whether this node takes (or keeps) the backstop lease.
     pub hold_backstop: bool,
+    /// This node's tags as published ([`crate::tags::Tags::published`]).
+    pub tags: &'a str,
 }
 
 /// What a beat answers.
@@ -110,11 +121,13 @@ impl Beat<'_> {
             .key(alive_key(self.prefix))
             .key(alive_version_key(self.prefix))
             .key(backstop_key(self.prefix))
+            .key(tags_key(self.prefix))
             .arg(self.node)
             .arg(millis(ALIVE_TTL))
             .arg(self.instance)
             .arg(millis(BACKSTOP_TTL))
-            .arg(if self.hold_backstop { "1" } else { "0" });
+            .arg(if self.hold_backstop { "1" } else { "0" })
+            .arg(self.tags);
         pipe.invoke_script(&invocation)
             .hget(drains_key(self.prefix), "~version");
     }
@@ -148,18 +161,54 @@ pub struct View {
     pub alive: Vec<String>,
     /// The drains hash: node -> mark as JSON (`crate::control::parse_marks`).
     pub drains: BTreeMap<String, String>,
+    /// The tags each node published (`crate::tags::Tags::from_published`).
+    pub tags: BTreeMap<String, String>,
 }
 
-/// Reads the alive nodes and the drain marks: one round trip, O(N).
+/// Reads the alive nodes, the drain marks and the tags: one round trip,
+/// O(N).
 pub async fn read_view(conn: &Conn, prefix: &str) -> redis::RedisResult<View> {
     let mut conn = conn.clone();
-    let (mut alive, drains): (Vec<String>, BTreeMap<String, String>) = redis::pipe()
+    let (mut alive, drains, tags): (
+        Vec<String>,
+        BTreeMap<String, String>,
+        BTreeMap<String, String>,
+    ) = redis::pipe()
         .zrange(alive_key(prefix), 0, -1)
         .hgetall(drains_key(prefix))
+        .hgetall(tags_key(prefix))
         .query_async(&mut conn)
         .await?;
     alive.sort();
-    Ok(View { alive, drains })
+    Ok(View {
+        alive,
+        drains,
+        tags,
+    })
+}
+
+/// The tags the alive nodes published, by node (status): alive nodes only.
+pub async fn read_tags(conn: &Conn, prefix: &str) -> redis::RedisResult<BTreeMap<String, String>> {
+    let view = read_view(conn, prefix).await?;
+    Ok(view
+        .tags
+        .into_iter()
+        .filter(|(node, _)| view.alive.binary_search(node).is_ok())
+        .collect())
+}
+
+/// The tags `node` published, if its daemon is running (`trigger` on
+/// this node checks a job's `run_on` against them).
+pub async fn published_tags(
+    conn: &Conn,
+    prefix: &str,
+    node: &str,
+) -> redis::RedisResult<Option<String>> {
+    redis::cmd("HGET")
+        .arg(tags_key(prefix))
+        .arg(node)
+        .query_async(&mut conn.clone())
+        .await
 }
 
 /// Takes `node` out of the view and gives up the backstop if `instance`
@@ -174,6 +223,7 @@ pub async fn leave(
         .key(alive_key(prefix))
         .key(alive_version_key(prefix))
         .key(backstop_key(prefix))
+        .key(tags_key(prefix))
         .arg(node)
         .arg(instance)
         .invoke_async(&mut conn.clone())

@@ -617,3 +617,41 @@ fn the_retry_backoff_doubles_is_capped_and_counts_what_fits() {
     assert_eq!(retries_within(base, 3, Duration::from_secs(30)), 0);
     assert_eq!(retries_within(base, 0, Duration::from_secs(3600)), 0);
 }
+
+#[test]
+fn run_on_is_read_checked_and_part_of_the_definition() {
+    let db = job(
+        "[jobs.a]\nschedule = \"@daily\"\ncommand = \"x\"\nrun_on = [\"role=db\", \"zone=eu-*\"]\n",
+    );
+    let run_on = db.extras.run_on.as_ref().expect("run_on");
+    assert_eq!(run_on.to_string(), "role=db,zone=eu-*");
+    let tags = |text: &str| crate::tags::Tags::parse(text, "n1").expect("tags");
+    assert!(db.runs_on(&tags("role=db,zone=eu-west")));
+    assert!(!db.runs_on(&tags("role=web,zone=eu-west")));
+    let every = job("[jobs.a]\nschedule = \"@daily\"\ncommand = \"x\"\n");
+    assert!(every.runs_on(&tags("")));
+    assert_ne!(
+        db.fingerprint(),
+        every.fingerprint(),
+        "run_on is part of the job's definition"
+    );
+    let from_defaults = config(
+        "[defaults]\nrun_on = [\"role=db\"]\n[jobs.a]\nschedule = \"@daily\"\ncommand = \"x\"\n",
+    );
+    assert!(from_defaults.jobs[0].extras.run_on.is_some());
+    for (value, says) in [
+        ("\"role=db\"", "expected an array of tags"),
+        ("[\"role\"]", "`role` is not `key=value`"),
+        ("[\"role=d b\"]", "a value is"),
+        ("[]", "lists no tag"),
+        ("[1]", "expected a string"),
+    ] {
+        let err = error(&format!(
+            "[jobs.a]\nschedule = \"@daily\"\ncommand = \"x\"\nrun_on = {value}\n"
+        ));
+        assert!(
+            err.contains("jobs.toml:") && err.contains("run_on") && err.contains(says),
+            "{value}: {err}"
+        );
+    }
+}

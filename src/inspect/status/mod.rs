@@ -145,19 +145,25 @@ pub async fn status(source: &Source, json: bool) -> anyhow::Result<()> {
     controls::apply_pauses(&mut jobs, &pauses, now_ms);
     let drains = controls::drains(&drain_marks, &jobs, &nodes);
     let drift = registry::divergences(&nodes);
-    if json {
-        let value = render::to_json(&jobs, &nodes, &drift, &drains, now_ms);
-        return super::print(&format!("{value:#}\n"));
-    }
+    // Tags are shown, never needed: a server that cannot read them (an
+    // old ACL, Redlock, where nobody beats) shows none.
+    let tags = crate::registry::alive::read_tags(&conn, prefix)
+        .await
+        .unwrap_or_default();
     let view = render::View {
         drains: &drains,
         jobs: &jobs,
         listing,
         prefix,
         nodes: &nodes,
+        tags: &tags,
         drift: &drift,
         now_ms,
     };
+    if json {
+        let value = render::to_json(&view);
+        return super::print(&format!("{value:#}\n"));
+    }
     super::print(&render::text(&view))
 }
 

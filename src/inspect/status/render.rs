@@ -5,6 +5,8 @@
 //! node-id collision is shown while it is recent
 //! ([`Collision::is_recent`]).
 
+use std::collections::BTreeMap;
+
 use serde_json::{Value, json};
 
 use super::controls::{self, DrainShown};
@@ -21,25 +23,37 @@ pub struct View<'a> {
     /// The key prefix read (named when nothing was found).
     pub prefix: &'a str,
     pub nodes: &'a [NodeInfo],
+    /// The tags each alive node published (`--tags`).
+    pub tags: &'a BTreeMap<String, String>,
     pub drift: &'a [Divergence],
     /// Redis `TIME`, UTC epoch ms.
     pub now_ms: i64,
 }
 
 /// The `--json` object.
-pub fn to_json(
-    jobs: &[JobStatus],
-    nodes: &[NodeInfo],
-    drift: &[Divergence],
-    drains: &[DrainShown],
-    now_ms: i64,
-) -> Value {
+pub fn to_json(view: &View<'_>) -> Value {
+    let View {
+        jobs,
+        nodes,
+        drift,
+        drains,
+        now_ms,
+        tags,
+        ..
+    } = *view;
     json!({
         "jobs": jobs.iter().map(|job| job_json(job, now_ms)).collect::<Vec<_>>(),
         "nodes": nodes.iter().map(|node| {
             let mut value = node_json(node, now_ms);
             let drain = drains.iter().find(|drain| drain.node == node.node);
             value["drain"] = json!(drain.map(DrainShown::state));
+            let published = tags.get(&node.node).map_or("", String::as_str);
+            let shown = crate::tags::Tags::from_published(published, &node.node);
+            value["tags"] = json!(shown
+                .to_string()
+                .split(',')
+                .filter_map(|pair| pair.split_once('='))
+                .collect::<BTreeMap<&str, &str>>());
             value
         }).collect::<Vec<_>>(),
         "divergences": drift.iter().map(divergence_json).collect::<Vec<_>>(),
@@ -152,7 +166,7 @@ pub fn text(view: &View<'_>) -> String {
         ));
     } else {
         out.push_str(&format!("NODES ({} live)\n", view.nodes.len()));
-        out.push_str(&nodes_table(view.nodes, view.now_ms).render());
+        out.push_str(&nodes_table(view.nodes, view.tags, view.now_ms).render());
     }
     out.push_str(&controls::drains_text(view.drains, view.now_ms));
     out.push_str(&controls::nobody_claims_text(view.nodes, view.drains));
@@ -275,9 +289,10 @@ fn next_utc(status: &JobStatus, at: chrono::DateTime<chrono::Utc>) -> String {
     )
 }
 
-fn nodes_table(nodes: &[NodeInfo], now_ms: i64) -> Table {
+fn nodes_table(nodes: &[NodeInfo], tags: &BTreeMap<String, String>, now_ms: i64) -> Table {
     let mut table = Table::new(&[
         "NODE",
+        "TAGS",
         "VERSION",
         "CONFIG HASH",
         "STARTED",
@@ -287,8 +302,10 @@ fn nodes_table(nodes: &[NodeInfo], now_ms: i64) -> Table {
     ]);
     let ago = |ms: i64| format!("{} ago", format::duration_ms(now_ms - ms));
     for node in nodes {
+        let published = tags.get(&node.node).filter(|text| !text.is_empty());
         table.row(vec![
             node.node.clone(),
+            published.cloned().unwrap_or_else(|| NONE.to_string()),
             node.version.clone(),
             node.config_hash.clone(),
             ago(node.started_at),

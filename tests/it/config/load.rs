@@ -534,6 +534,16 @@ fn the_ha_example_configs_load_in_their_modes() {
     let redlock = load("redlock.toml");
     assert!(matches!(&redlock.redis.mode, RedisMode::Redlock { urls } if urls.len() == 5));
     assert_eq!(redlock.redis.wait_replicas, 0);
+    let tags = load("tags.toml");
+    let run_on = |name: &str| {
+        tags.jobs
+            .iter()
+            .find(|job| job.name == name)
+            .and_then(|job| job.extras.run_on.as_ref().map(ToString::to_string))
+    };
+    assert_eq!(run_on("nightly-dump").as_deref(), Some("role=db"));
+    assert_eq!(run_on("warm-cache").as_deref(), Some("role=web,node=web-*"));
+    assert_eq!(run_on("rotate"), None);
 }
 
 /// The example of README's "When a job fails" loads: notifiers of every

@@ -12,5 +12,6 @@ mod lock;
 mod lock_cost;
 mod memory;
 mod redis_data_lost;
+mod tags;
 mod trigger;
 mod watchdog;
