@@ -691,10 +691,16 @@ fn occurrence_listing(jobs: &[std::sync::Arc<config::Job>], now: chrono::DateTim
                 humantime::format_duration(job.splay_offset)
             )
         };
+        let run_on = job
+            .extras
+            .run_on
+            .as_ref()
+            .map(|run_on| format!("  runs on nodes with {run_on}"))
+            .unwrap_or_default();
         // Writing to a String cannot fail.
         let _ = writeln!(
             out,
-            "\n{}  `{}` in {}  ({}){splay}",
+            "\n{}  `{}` in {}  ({}){splay}{run_on}",
             job.name,
             job.schedule.expression(),
             zone,

@@ -199,10 +199,34 @@ async fn not_taken(
         .iter()
         .filter(|node| node.jobs.contains_key(job))
         .count();
+    let run_on = source
+        .config
+        .as_ref()
+        .and_then(|config| config.jobs.iter().find(|defined| defined.name == job))
+        .and_then(|defined| defined.extras.run_on.clone());
+    let eligible = match &run_on {
+        Some(run_on) => {
+            let tags = crate::registry::alive::read_tags(&coordinator.first(), prefix)
+                .await
+                .unwrap_or_default();
+            nodes
+                .iter()
+                .filter(|node| {
+                    let published = tags.get(&node.node).map_or("", String::as_str);
+                    run_on.matches(&crate::tags::Tags::from_published(published, &node.node))
+                })
+                .count()
+        }
+        None => nodes.len(),
+    };
     let why = match (nodes.len(), drained, with_job) {
         (0, _, _) => format!("no daemon is live under key prefix `{prefix}`"),
         (live, drained, _) if drained == live => format!("all {live} live node(s) are drained"),
         (_, _, 0) => format!("no live node has job `{job}` in its config"),
+        (live, _, _) if eligible == 0 => format!(
+            "none of the {live} live node(s) may run it: its run_on = [{}] matches no node's              tags (`solocron status` shows them)",
+            run_on.map(|run_on| run_on.to_string()).unwrap_or_default()
+        ),
         (live, drained, _) => {
             format!("{live} live node(s), {drained} drained: none answered in time")
         }

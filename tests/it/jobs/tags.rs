@@ -4,8 +4,10 @@
 //! The `run_on` job runs once per occurrence and only on the db nodes, the
 //! other on any; `status` shows each node's tags and no config drift
 //! (tags differ, the file does not); `trigger` on the web node refuses the
-//! job and names its `run_on`. With both db nodes killed, the web node
-//! records the job's occurrences `missed`, saying no node may run them.
+//! job and names its `run_on`, and `trigger --fleet` is taken by a db node.
+//! With both db nodes killed, the web node records the job's occurrences
+//! `missed`, saying no node may run them, and `trigger --fleet` says no
+//! live node may run it.
 //!
 //! What breaks it: a node that ignores `run_on` (a run on `web1`),
 //! eligible nodes left out of line (misses in the window), tags counted as
@@ -128,6 +130,17 @@ fn a_job_runs_only_where_its_run_on_matches_and_is_missed_without_such_a_node() 
         "{stderr}"
     );
 
+    // `trigger --fleet` is taken by a node that may run the job (the job
+    // may be busy with an occurrence: exit 3 names the node that tried).
+    let fleet = solocron(&cluster, &["trigger", "dump", "--fleet"]);
+    let stderr = String::from_utf8_lossy(&fleet.stderr).to_string();
+    assert!(
+        matches!(fleet.status.code(), Some(0 | 3))
+            && (stderr.contains("node `db1`") || stderr.contains("node `db2`")),
+        "{:?}: {stderr}",
+        fleet.status.code()
+    );
+
     // Both db nodes gone: the web node records the occurrences missed.
     cluster.node_mut("db1").kill9();
     cluster.node_mut("db2").kill9();
@@ -147,4 +160,12 @@ fn a_job_runs_only_where_its_run_on_matches_and_is_missed_without_such_a_node() 
     cluster
         .node("web1")
         .wait_for_log(Duration::from_secs(5), "no alive node may run it");
+    // And `trigger --fleet` says why nobody took it.
+    let fleet = solocron(&cluster, &["trigger", "dump", "--fleet"]);
+    let stderr = String::from_utf8_lossy(&fleet.stderr);
+    assert_eq!(fleet.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains("may run it") && stderr.contains("run_on = [role=db]"),
+        "{stderr}"
+    );
 }
