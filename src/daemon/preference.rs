@@ -67,7 +67,7 @@ pub struct Preference {
 struct Fleet {
     known: bool,
     /// Alive, not drained (sorted).
-    eligible: Vec<(String, u64)>,
+    undrained: Vec<(String, u64)>,
     /// Alive, drained (sorted).
     drained: Vec<(String, u64)>,
     /// Each alive node's tags (a node that published none: `node=<id>`).
@@ -94,21 +94,21 @@ impl Preference {
                 (id.clone(), Tags::from_published(text, id))
             })
             .collect();
-        let (drained, eligible): (Vec<String>, Vec<String>) =
+        let (drained, undrained): (Vec<String>, Vec<String>) =
             alive.into_iter().partition(|id| drained.contains(id));
         let new = Fleet {
             known: true,
-            eligible: eligible.iter().map(hashed).collect(),
+            undrained: undrained.iter().map(hashed).collect(),
             drained: drained.iter().map(hashed).collect(),
             tags,
         };
         let mut fleet = lock(&self.fleet);
         let same = fleet.known
-            && fleet.eligible == new.eligible
+            && fleet.undrained == new.undrained
             && fleet.drained == new.drained
             && fleet.tags == new.tags;
         *fleet = Arc::new(new);
-        (!same).then_some(eligible)
+        (!same).then_some(undrained)
     }
 
     /// Notes that this node holds the backstop lease until `until` (None:
@@ -174,7 +174,7 @@ impl Preference {
             };
         }
         let candidates: Vec<(String, u64)> = fleet
-            .eligible
+            .undrained
             .iter()
             .filter(|(id, _)| id != me)
             .filter(|(id, _)| fleet.tags.get(id).is_some_and(|tags| run_on.matches(tags)))
@@ -217,10 +217,10 @@ impl Preference {
 
     fn place_any(&self, job: &str, at_ms: i64, me: &str, drifting: bool) -> Place {
         let fleet = self.fleet();
-        if !fleet.known || fleet.eligible.iter().all(|(id, _)| id == me) {
+        if !fleet.known || fleet.undrained.iter().all(|(id, _)| id == me) {
             return Place::Alone;
         }
-        let [first, second] = top_two(&fleet.eligible, job, at_ms, me);
+        let [first, second] = top_two(&fleet.undrained, job, at_ms, me);
         if first == Some(me) {
             Place::First
         } else if second == Some(me) || drifting {
@@ -244,7 +244,7 @@ impl Preference {
         if !fleet.known {
             return None;
         }
-        if !fleet.eligible.is_empty() {
+        if !fleet.undrained.is_empty() {
             return Some(false);
         }
         Some(top_two(&fleet.drained, job, at_ms, me)[0] == Some(me))
