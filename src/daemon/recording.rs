@@ -212,13 +212,8 @@ pub async fn record_if_fleet_drained(
     at: DateTime<Utc>,
     deadline: DateTime<Utc>,
 ) {
-    let wait = (deadline - shared.clock.now())
-        .to_std()
-        .unwrap_or(Duration::ZERO)
-        + DRAINED_LOOK_AFTER;
-    tokio::select! {
-        _ = shared.cancel.cancelled() => return,
-        _ = tokio::time::sleep(wait) => {}
+    if !past_deadline(shared, deadline).await {
+        return;
     }
     if !shared.controls.draining() {
         return;
@@ -266,6 +261,19 @@ pub async fn record_if_fleet_drained(
     }
 }
 
+/// Waits until [`DRAINED_LOOK_AFTER`] past `deadline` (by the fleet
+/// clock); `false` if the daemon stops first.
+async fn past_deadline(shared: &Shared, deadline: DateTime<Utc>) -> bool {
+    let wait = (deadline - shared.clock.now())
+        .to_std()
+        .unwrap_or(Duration::ZERO)
+        + DRAINED_LOOK_AFTER;
+    tokio::select! {
+        _ = shared.cancel.cancelled() => false,
+        _ = tokio::time::sleep(wait) => true,
+    }
+}
+
 /// Records occurrence `at` of `job` `missed` at its deadline if still no
 /// alive, undrained node may run it (`run_on`, guarantee 13) and this node
 /// is still the backstop ([`super::preference::Place::NoEligible`]): one
@@ -276,13 +284,8 @@ pub async fn record_if_no_eligible(
     at: DateTime<Utc>,
     deadline: DateTime<Utc>,
 ) {
-    let wait = (deadline - shared.clock.now())
-        .to_std()
-        .unwrap_or(Duration::ZERO)
-        + DRAINED_LOOK_AFTER;
-    tokio::select! {
-        _ = shared.cancel.cancelled() => return,
-        _ = tokio::time::sleep(wait) => {}
+    if !past_deadline(&shared, deadline).await {
+        return;
     }
     let Some(run_on) = job.extras.run_on.as_deref() else {
         return;

@@ -41,16 +41,7 @@ use crate::{script_cost, script_floor};
 const SETUP_S: i64 = 40;
 
 fn sizes() -> Vec<usize> {
-    std::env::var("BENCH_R_NODES")
-        .ok()
-        .map(|list| {
-            list.split(',')
-                .filter_map(|s| s.trim().parse().ok())
-                .filter(|n| *n > 0)
-                .collect::<Vec<usize>>()
-        })
-        .filter(|list| !list.is_empty())
-        .unwrap_or_else(|| vec![3, 30])
+    fleet::node_counts("BENCH_R_NODES", &[3, 30])
 }
 
 const SYSTEMS: &[(&str, &str)] = &[

@@ -70,6 +70,21 @@ pub fn config_text_with(
     text
 }
 
+/// The fleet sizes in environment variable `var` (`3,10,30`), or
+/// `default` if it is unset or lists none.
+pub fn node_counts(var: &str, default: &[usize]) -> Vec<usize> {
+    std::env::var(var)
+        .ok()
+        .map(|list| {
+            list.split(',')
+                .filter_map(|s| s.trim().parse().ok())
+                .filter(|n| *n > 0)
+                .collect::<Vec<usize>>()
+        })
+        .filter(|list| !list.is_empty())
+        .unwrap_or_else(|| default.to_vec())
+}
+
 /// `count` jobs `j0..` on one schedule with one action.
 pub fn uniform(count: usize, schedule: &str, action: &Action) -> Vec<(String, String, Action)> {
     (0..count)

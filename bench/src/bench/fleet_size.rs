@@ -88,16 +88,7 @@ fn splay() -> Option<String> {
 }
 
 fn sizes() -> Vec<usize> {
-    std::env::var("BENCH_N_NODES")
-        .ok()
-        .map(|list| {
-            list.split(',')
-                .filter_map(|s| s.trim().parse().ok())
-                .filter(|n| *n > 0)
-                .collect::<Vec<usize>>()
-        })
-        .filter(|list| !list.is_empty())
-        .unwrap_or_else(|| vec![3, 10, 30])
+    fleet::node_counts("BENCH_N_NODES", &[3, 10, 30])
 }
 
 pub fn run(env: &Env, report: &mut Report) {

@@ -95,6 +95,27 @@ fn backstop(cluster: &Cluster) -> Option<String> {
         .map(|id| id.to_string())
 }
 
+/// The history of `names` once it holds each occurrence of `windows`
+/// exactly once, or as it is after 10 s (to report what is wrong): a gap's
+/// `missed` entries are written by the job's next decision, retried while
+/// Redis is slow to answer.
+fn whole_history(
+    cluster: &Cluster,
+    names: &[&str],
+    windows: &[common::audit::Window],
+) -> Vec<common::audit::Decision> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let decisions = cluster.decisions(names);
+        if history_exactly_once(&decisions, windows).is_exact()
+            || std::time::Instant::now() >= deadline
+        {
+            return decisions;
+        }
+        std::thread::sleep(common::POLL);
+    }
+}
+
 fn holds_a_lock(cluster: &Cluster, id: &str) -> bool {
     let mut conn = cluster.redis.conn();
     (0..10).any(|i| {
@@ -233,19 +254,7 @@ fn two_nodes_in_line_killed_and_the_backstop_stopped_lose_only_the_documented_oc
             window
         })
         .collect();
-    // A gap's `missed` entries are written by the job's next decision,
-    // retried while Redis is slow to answer: read the history once it is
-    // whole (or after the deadline, to report what is wrong).
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let decisions = loop {
-        let decisions = cluster.decisions(&names);
-        if history_exactly_once(&decisions, &windows).is_exact()
-            || std::time::Instant::now() >= deadline
-        {
-            break decisions;
-        }
-        std::thread::sleep(common::POLL);
-    };
+    let decisions = whole_history(&cluster, &names, &windows);
     let report = common::audit::audit(&runs, &decisions, &windows);
     println!("in line: {report}");
     assert!(
@@ -419,16 +428,7 @@ fn a_node_cut_off_from_redis_leaves_the_line_and_nothing_is_missed() {
     // the window ran, once, and is in the history once.
     let names: Vec<&str> = jobs[..4].iter().map(|job| job.name.as_str()).collect();
     let windows: Vec<_> = jobs[..4].iter().map(|job| job.window(from, to)).collect();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let decisions = loop {
-        let decisions = cluster.decisions(&names);
-        if history_exactly_once(&decisions, &windows).is_exact()
-            || std::time::Instant::now() >= deadline
-        {
-            break decisions;
-        }
-        std::thread::sleep(common::POLL);
-    };
+    let decisions = whole_history(&cluster, &names, &windows);
     let runs = cluster.runs();
     let report = common::audit::audit(&runs, &decisions, &windows);
     println!("cut off: {report}");
