@@ -303,7 +303,7 @@ pub async fn record_if_no_eligible(
     }
     let name = rfc3339(at);
     let reason = format!(
-        "no node claimed it: no alive, undrained node has the tags of run_on = [{run_on}]          (start one with `--tags`, or `solocron undrain` one)"
+        "no node claimed it: no alive, undrained node has the tags of run_on = [{run_on}] (start one with `--tags`, or `solocron undrain` one)"
     );
     match shared
         .locker
