@@ -113,7 +113,7 @@ pub async fn run(config: Config, node: &str, job_name: &str) -> anyhow::Result<E
         let tags = this_nodes_tags(&locker, &config.redis.key_prefix, node).await;
         if !run_on.matches(&tags) {
             return Err(crate::inspect::UsageError(format!(
-                "job `{}` runs only on nodes with run_on = [{run_on}], and this node ({node}) has                  {tags}: run it on one of those nodes, or `solocron trigger {} --fleet` asks a                  running daemon that may",
+                "job `{}` runs only on nodes with run_on = [{run_on}], and this node ({node}) has {tags}: run it on one of those nodes, or `solocron trigger {} --fleet` asks a running daemon that may",
                 job.name, job.name
             ))
             .into());

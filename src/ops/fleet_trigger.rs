@@ -224,7 +224,7 @@ async fn not_taken(
         (live, drained, _) if drained == live => format!("all {live} live node(s) are drained"),
         (_, _, 0) => format!("no live node has job `{job}` in its config"),
         (live, _, _) if eligible == 0 => format!(
-            "none of the {live} live node(s) may run it: its run_on = [{}] matches no node's              tags (`solocron status` shows them)",
+            "none of the {live} live node(s) may run it: its run_on = [{}] matches no node's tags (`solocron status` shows them)",
             run_on.map(|run_on| run_on.to_string()).unwrap_or_default()
         ),
         (live, drained, _) => {

@@ -126,7 +126,8 @@ fn a_job_runs_only_where_its_run_on_matches_and_is_missed_without_such_a_node() 
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("run_on = [role=db]") && stderr.contains("--fleet"),
+        stderr.contains("runs only on nodes with run_on = [role=db], and this node (web1) has node=web1,role=web: run it")
+            && stderr.contains("`solocron trigger dump --fleet` asks a running daemon that may"),
         "{stderr}"
     );
 
