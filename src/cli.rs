@@ -246,7 +246,7 @@ pub struct HistoryArgs {
     /// Only entries of this node (repeat, or separate with commas, for several).
     #[arg(long = "node", value_name = "ID", value_delimiter = ',')]
     pub nodes: Vec<String>,
-    /// Only entries with this outcome (repeat, or separate with commas, for several): succeeded, failed, timed_out, lock_lost, interrupted, skipped, paused, missed, abandoned, or `bad` for every outcome but succeeded, skipped and paused.
+    /// Only entries with this outcome (repeat, or separate with commas, for several): succeeded, failed, timed_out, lock_lost, interrupted, skipped, paused, missed, abandoned, throttled, or `bad` for every outcome but succeeded, skipped and paused.
     #[arg(
         long = "outcome",
         value_name = "OUTCOME",

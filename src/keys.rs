@@ -53,6 +53,12 @@ pub fn requests_key(prefix: &str) -> String {
     format!("{{{prefix}}}:requests")
 }
 
+/// `{PREFIX}:overflow`: occurrences declined at `max_running`, for a node
+/// with room.
+pub fn overflow_key(prefix: &str) -> String {
+    format!("{{{prefix}}}:overflow")
+}
+
 /// `{PREFIX}:request:ID`: the state and result of one taken request.
 pub fn request_key(prefix: &str, id: &str) -> String {
     format!("{{{prefix}}}:request:{id}")

@@ -13,7 +13,7 @@
 //!   (SIGTSTP, SIGTTIN, SIGTTOU) refused while locks are renewed.
 //! - [`logging`]: log lines that never block or panic (a queue to one writer thread),
 //!   or native journal entries under systemd.
-//! - [`outcome`]: the nine ways an occurrence ends, and their words.
+//! - [`outcome`]: the ten ways an occurrence ends, and their words.
 //! - [`exec`]: runs a job's action and classifies its [`Outcome`](outcome::Outcome).
 //! - [`open_files`]: the open files limit raised for the process and given
 //!   back to its jobs.

@@ -51,7 +51,7 @@ const REDIS_DATA_LOST: &str = "solocron_redis_data_lost_total";
 /// The final outcomes `solocron_occurrences_total` is served with from a
 /// job's start: every one but `skipped` and `paused`, which are not
 /// counted as an occurrence's outcome.
-const OCCURRENCE_OUTCOMES: [Outcome; 7] = [
+const OCCURRENCE_OUTCOMES: [Outcome; 8] = [
     Outcome::Succeeded,
     Outcome::Failed,
     Outcome::TimedOut,
@@ -59,6 +59,7 @@ const OCCURRENCE_OUTCOMES: [Outcome; 7] = [
     Outcome::Interrupted,
     Outcome::Missed,
     Outcome::Abandoned,
+    Outcome::Throttled,
 ];
 
 /// Every metric name this module serves, histograms by their base name

@@ -1,10 +1,11 @@
-//! How an occurrence ends: the nine outcomes and the words they are
+//! How an occurrence ends: the ten outcomes and the words they are
 //! written as.
 //!
 //! A run ends `succeeded`, `failed`, `timed_out`, `lock_lost` or
 //! `interrupted` (`exec` classifies it); an occurrence that runs nothing is
-//! `skipped` (overlap), `paused`, `missed` (nobody claimed it) or
-//! `abandoned` (its runner stopped renewing the lock). [`Outcome::as_str`]
+//! `skipped` (overlap), `paused`, `missed` (nobody claimed it),
+//! `abandoned` (its runner stopped renewing the lock) or `throttled` (every
+//! node that looked at it was at its `max_running`). [`Outcome::as_str`]
 //! is the one spelling of each word that Redis, the logs, `history`, the
 //! metrics' labels and notifiers (`SOLOCRON_OUTCOME`) see; the Lua scripts
 //! write the same words (a test in `lock::scripts` checks them).
@@ -37,11 +38,14 @@ pub enum Outcome {
     Missed,
     /// The run's lock expired without a release: its node died or lost Redis.
     Abandoned,
+    /// Not run: every node that looked at it was at its `max_running`
+    /// until its `starting_deadline`.
+    Throttled,
 }
 
 impl Outcome {
     /// Every outcome, in the order `history --outcome` lists them.
-    pub const ALL: [Outcome; 9] = [
+    pub const ALL: [Outcome; 10] = [
         Outcome::Succeeded,
         Outcome::Failed,
         Outcome::TimedOut,
@@ -51,11 +55,12 @@ impl Outcome {
         Outcome::Paused,
         Outcome::Missed,
         Outcome::Abandoned,
+        Outcome::Throttled,
     ];
 
     /// The word written to Redis, logs, JSON and metrics: `succeeded`,
     /// `failed`, `timed_out`, `lock_lost`, `interrupted`, `skipped`,
-    /// `paused`, `missed`, `abandoned`.
+    /// `paused`, `missed`, `abandoned`, `throttled`.
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Succeeded => "succeeded",
@@ -67,6 +72,7 @@ impl Outcome {
             Outcome::Paused => "paused",
             Outcome::Missed => "missed",
             Outcome::Abandoned => "abandoned",
+            Outcome::Throttled => "throttled",
         }
     }
 
@@ -93,9 +99,12 @@ impl Outcome {
     }
 
     /// Whether the occurrence was decided without running anything:
-    /// `skipped`, `paused`, `missed`.
+    /// `skipped`, `paused`, `missed`, `throttled`.
     pub fn ran_nothing(self) -> bool {
-        matches!(self, Outcome::Skipped | Outcome::Paused | Outcome::Missed)
+        matches!(
+            self,
+            Outcome::Skipped | Outcome::Paused | Outcome::Missed | Outcome::Throttled
+        )
     }
 
     /// Whether it needs a look (`history --outcome bad`): every outcome but
@@ -139,6 +148,7 @@ mod tests {
                 Outcome::Paused => 6,
                 Outcome::Missed => 7,
                 Outcome::Abandoned => 8,
+                Outcome::Throttled => 9,
             };
             assert_eq!(index, position, "{outcome:?}");
         }
@@ -158,22 +168,15 @@ mod tests {
                 "skipped",
                 "paused",
                 "missed",
-                "abandoned"
+                "abandoned",
+                "throttled"
             ]
         );
         for outcome in Outcome::ALL {
             assert_eq!(Outcome::parse(outcome.as_str()), Some(outcome));
             assert_eq!(outcome.to_string(), outcome.as_str());
         }
-        for word in [
-            "",
-            "Failed",
-            "failed ",
-            "throttled",
-            "excluded",
-            "running",
-            "bad",
-        ] {
+        for word in ["", "Failed", "failed ", "excluded", "running", "bad"] {
             assert_eq!(Outcome::parse(word), None, "{word:?}");
         }
     }
@@ -197,7 +200,10 @@ mod tests {
                 "interrupted"
             ]
         );
-        assert_eq!(which(Outcome::ran_nothing), ["skipped", "paused", "missed"]);
+        assert_eq!(
+            which(Outcome::ran_nothing),
+            ["skipped", "paused", "missed", "throttled"]
+        );
         assert_eq!(
             which(Outcome::is_bad),
             [
@@ -206,12 +212,20 @@ mod tests {
                 "lock_lost",
                 "interrupted",
                 "missed",
-                "abandoned"
+                "abandoned",
+                "throttled"
             ]
         );
         assert_eq!(
             which(Outcome::is_failure),
-            ["failed", "timed_out", "lock_lost", "missed", "abandoned"]
+            [
+                "failed",
+                "timed_out",
+                "lock_lost",
+                "missed",
+                "abandoned",
+                "throttled"
+            ]
         );
     }
 }

@@ -221,6 +221,7 @@ pub const KEY_HELP: &[(&str, &str, &str)] = &[
     ("daemon", "metrics_listen", "ADDRESS:PORT of the Prometheus /metrics endpoint (off by default)."),
     ("daemon", "env_file", "NAME=value lines for ${NAME}, read at start and at every reload (owner root, group solocron, mode 0640)."),
     ("daemon", "clock", "redis (default: occurrences fire by Redis TIME) or local."),
+    ("daemon", "max_running", "At most this many runs at once on this node; at the cap it claims nothing and the next node in line takes the occurrence (default: no cap)."),
     ("jobs", "schedule", "Required: 5 fields, 6 (seconds first), or @hourly @daily @weekly @monthly @yearly."),
     ("jobs", "timezone", "IANA zone of the schedule (default UTC)."),
     ("jobs", "command", "Run by /bin/sh -c; exactly one of command, argv, http."),

@@ -31,6 +31,7 @@ pub const DAEMON: &[&str] = &[
     "metrics_listen",
     "env_file",
     "clock",
+    "max_running",
 ];
 /// `[jobs.NAME]` and `[defaults]`.
 pub const JOB: &[&str] = &[

@@ -262,6 +262,9 @@ pub struct DaemonConfig {
     pub env_file: Option<PathBuf>,
     /// Which clock fires occurrences (default [`ClockSource::Redis`]).
     pub clock: ClockSource,
+    /// `max_running`: at most this many runs at once on this node; at the
+    /// cap it claims nothing (`None`: no cap).
+    pub max_running: Option<u32>,
 }
 
 /// `[daemon] clock`: by whose clock a node fires occurrences.

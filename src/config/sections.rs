@@ -28,6 +28,7 @@ pub(super) fn daemon(
         metrics_listen: None,
         env_file: None,
         clock: ClockSource::Redis,
+        max_running: None,
     };
     let Some(table) = table else {
         return (daemon, BTreeMap::new());
@@ -45,6 +46,19 @@ pub(super) fn daemon(
             None => {
                 let message = format!("must be at least 1, found {}", max.get_ref());
                 ctx.error(table.error(max.span(), "history_max", message));
+            }
+        }
+    }
+    if let Some(max) = ctx.keep(table.integer("max_running")).flatten() {
+        match u32::try_from(*max.get_ref()).ok().filter(|max| *max >= 1) {
+            Some(value) => daemon.max_running = Some(value),
+            None => {
+                let message = format!(
+                    "must be a whole number from 1 to {}, found {}; leave it out for no cap",
+                    u32::MAX,
+                    max.get_ref()
+                );
+                ctx.error(table.error(max.span(), "max_running", message));
             }
         }
     }

@@ -26,6 +26,7 @@
 //! Redis holds: a field that does not parse is ignored (and shows in no
 //! listing), never an error that stops a node.
 
+pub mod overflow;
 pub mod requests;
 mod scripts;
 
@@ -35,7 +36,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::coordinator::Conn;
-use crate::keys::{drains_key, pauses_key, requests_key};
+use crate::keys::{drains_key, overflow_key, pauses_key, requests_key};
 use crate::registry::alive::{Beat, Beaten};
 
 /// The field of `pause --all`: no job is called that (names are `A-Z a-z 0-9 _ . -`).
@@ -251,6 +252,9 @@ pub struct Snapshot {
     pub pending: Vec<String>,
     /// What the node's liveness beat answered, if one was sent.
     pub beaten: Option<Beaten>,
+    /// The oldest occurrences declined at `max_running`, newest first, raw
+    /// (see [`overflow`]); read with the requests.
+    pub overflowed: Vec<String>,
 }
 
 /// Reads the controls for `node` from one member: the pauses if their
@@ -281,7 +285,9 @@ pub async fn snapshot(
         .hget(drains_key(prefix), node);
     if pending_max > 0 {
         let from = -i64::try_from(pending_max).unwrap_or(i64::MAX);
-        pipe.lrange(&requests_key, from as isize, -1).cmd("TIME");
+        pipe.lrange(&requests_key, from as isize, -1)
+            .cmd("TIME")
+            .lrange(overflow_key(prefix), -overflow::LOOKED_AT, -1);
     }
     if let Some(beat) = beat {
         beat.add_to(&mut pipe);
@@ -298,15 +304,17 @@ pub async fn snapshot(
     let mut next = || values.next().unwrap_or(redis::Value::Nil);
     let version: Option<String> = redis::from_redis_value(next())?;
     let drain: Option<String> = redis::from_redis_value(next())?;
-    let (listed, now_ms): (Vec<String>, i64) = if pending_max > 0 {
+    let (listed, now_ms, overflowed): (Vec<String>, i64, Vec<String>) = if pending_max > 0 {
         let listed: Vec<String> = redis::from_redis_value(next())?;
         let (secs, micros): (i64, i64) = redis::from_redis_value(next())?;
+        let overflowed: Vec<String> = redis::from_redis_value(next())?;
         (
             listed,
             secs.saturating_mul(1000).saturating_add(micros / 1000),
+            overflowed,
         )
     } else {
-        (Vec::new(), 0)
+        (Vec::new(), 0, Vec::new())
     };
     let beaten = match beat {
         Some(_) => Some(Beat::read(&mut next)?),
@@ -341,12 +349,25 @@ pub async fn snapshot(
             .query_async(&mut conn)
             .await?;
     }
+    // A declined occurrence past its deadline is nobody's to take.
+    let (late, overflowed): (Vec<String>, Vec<String>) = overflowed.into_iter().partition(|raw| {
+        overflow::Overflowed::from_raw(raw).is_none_or(|entry| entry.deadline_ms < now_ms)
+    });
+    for raw in &late {
+        let _: i64 = redis::cmd("LREM")
+            .arg(overflow_key(prefix))
+            .arg(1)
+            .arg(raw)
+            .query_async(&mut conn)
+            .await?;
+    }
     Ok(Snapshot {
         version,
         pauses,
         drain: drain.as_deref().and_then(parse_mark),
         pending: pending.into_iter().rev().collect(),
         beaten,
+        overflowed,
     })
 }
 

@@ -34,6 +34,7 @@ use tracing::{debug, info, warn};
 
 use super::{Shared, fleet_run};
 use crate::config::Config;
+use crate::control::overflow::{self, Overflowed};
 use crate::control::requests::{self, PENDING_LOOKED_AT, Request, Take};
 use crate::control::{self, ALL, Mark, Pauses, Snapshot};
 use crate::registry::alive::{self, Beat, Beaten};
@@ -180,7 +181,7 @@ pub async fn run(shared: Arc<Shared>, config_rx: watch::Receiver<Arc<Config>>) {
             fleet.absorb(&shared, &config_rx, beaten, sent, first).await;
         }
         match absorb(&mut views, answers, coordinator.majority()) {
-            Ok((pauses, drain, pending)) => {
+            Ok((pauses, drain, pending, overflowed)) => {
                 let old = shared.controls.replace(State { pauses, drain });
                 let now_ms = shared.clock.now().timestamp_millis();
                 log_changes(
@@ -194,6 +195,7 @@ pub async fn run(shared: Arc<Shared>, config_rx: watch::Receiver<Arc<Config>>) {
                 first = false;
                 if !shared.controls.draining() && !shared.cancel.is_cancelled() {
                     take_one(&shared, &config_rx, &prefix, &pending).await;
+                    take_offered(&shared, &config_rx, &prefix, &overflowed).await;
                 }
             }
             Err(error) => {
@@ -332,7 +334,7 @@ fn absorb(
     views: &mut [MemberView],
     answers: Vec<Result<Snapshot, String>>,
     majority: usize,
-) -> Result<(Pauses, Option<Mark>, Vec<String>), String> {
+) -> Result<(Pauses, Option<Mark>, Vec<String>, Vec<String>), String> {
     let answered = answers.iter().filter(|answer| answer.is_ok()).count();
     if answered < majority {
         return Err(answers
@@ -342,6 +344,7 @@ fn absorb(
     }
     let mut drains = Vec::new();
     let mut pending = Vec::new();
+    let mut overflowed = Vec::new();
     for (i, answer) in answers.into_iter().enumerate() {
         let Ok(snapshot) = answer else { continue };
         let Some(view) = views.get_mut(i) else {
@@ -356,6 +359,7 @@ fn absorb(
         }
         if i == 0 {
             pending = snapshot.pending;
+            overflowed = snapshot.overflowed;
         }
     }
     let pauses = Pauses::from_marks(control::merge(
@@ -365,7 +369,57 @@ fn absorb(
         .into_values()
         .next()
         .filter(|mark| mark.active);
-    Ok((pauses, drain, pending))
+    Ok((pauses, drain, pending, overflowed))
+}
+
+/// Takes the oldest occurrence a node at its `max_running` declined, of a
+/// job this node has and may run, if this node has room, and claims it
+/// (one per snapshot, so they spread over the nodes with room).
+async fn take_offered(
+    shared: &Arc<Shared>,
+    config_rx: &watch::Receiver<Arc<Config>>,
+    prefix: &str,
+    overflowed: &[String],
+) {
+    let node = shared.locker.node();
+    for raw in overflowed.iter().rev() {
+        let Some(entry) = Overflowed::from_raw(raw) else {
+            continue;
+        };
+        let job = config_rx
+            .borrow()
+            .jobs
+            .iter()
+            .find(|job| job.name == entry.job)
+            .cloned();
+        let Some(job) = job.filter(|job| job.runs_on(&shared.tags)) else {
+            continue;
+        };
+        let Some(at) = chrono::DateTime::from_timestamp_millis(entry.at_ms) else {
+            continue;
+        };
+        let Some(slot) = shared.slots.take() else {
+            return;
+        };
+        let conn = shared.locker.connection();
+        match overflow::take(&conn, prefix, raw).await {
+            Ok(true) => {
+                shared.tracker.spawn(super::occurrence::claim_offered(
+                    Arc::clone(shared),
+                    job,
+                    at,
+                    slot,
+                ));
+                return;
+            }
+            Ok(false) => {}
+            Err(err) => {
+                crate::metrics::redis_error("controls");
+                debug!(node = %node, job = %entry.job, error = %err, "cannot take a declined occurrence");
+                return;
+            }
+        }
+    }
 }
 
 /// Takes the oldest waiting request for a job this node runs, if any, and
@@ -397,10 +451,15 @@ async fn take_one(
                 "trigger request for a job this node may not run (run_on): left to the others");
             continue;
         }
+        let Some(slot) = shared.slots.take() else {
+            debug!(node = %node, job = %request.job, request = %request.id,
+                "trigger request left to the others: this node is at its max_running");
+            continue;
+        };
         let conn = shared.locker.connection();
         match requests::take(&conn, prefix, raw, &request, node).await {
             Ok(Take::Taken) => {
-                fleet_run::spawn(shared, job, request);
+                fleet_run::spawn(shared, job, request, slot);
                 return;
             }
             Ok(Take::Draining) => return,
@@ -506,6 +565,7 @@ mod tests {
             drain,
             pending: vec!["r".into()],
             beaten: None,
+            overflowed: vec!["o".into()],
         };
         let short = absorb(
             &mut views,
@@ -513,7 +573,7 @@ mod tests {
             2,
         );
         assert_eq!(short, Err("down".to_string()));
-        let (pauses, drain, pending) = absorb(
+        let (pauses, drain, pending, overflowed) = absorb(
             &mut views,
             vec![
                 Ok(snapshot(Some(mark(10, true)))),
@@ -526,5 +586,6 @@ mod tests {
         assert!(pauses.jobs.contains_key("x"));
         assert_eq!(drain, None, "the undrain is newer");
         assert_eq!(pending, vec!["r".to_string()]);
+        assert_eq!(overflowed, vec!["o".to_string()], "the first member's");
     }
 }

@@ -35,15 +35,16 @@ const CLAIM_FOR: Duration = Duration::from_secs(5);
 const REPORT_FOR: Duration = Duration::from_secs(30);
 const RETRY: Duration = Duration::from_millis(200);
 
-/// Runs `request` of `job` in the background (tracked: shutdown waits for it).
-pub fn spawn(shared: &Arc<Shared>, job: Arc<Job>, request: Request) {
+/// Runs `request` of `job` in the background (tracked: shutdown waits for
+/// it), holding `slot` of `[daemon] max_running` until it is over.
+pub fn spawn(shared: &Arc<Shared>, job: Arc<Job>, request: Request, slot: super::slots::Slot) {
     shared
         .tracker
         .clone()
-        .spawn(run(Arc::clone(shared), job, request));
+        .spawn(run(Arc::clone(shared), job, request, slot));
 }
 
-async fn run(shared: Arc<Shared>, job: Arc<Job>, request: Request) {
+async fn run(shared: Arc<Shared>, job: Arc<Job>, request: Request, _slot: super::slots::Slot) {
     let node = shared.locker.node().to_string();
     let occurrence = Occurrence::Manual(Utc::now());
     info!(job = %job.name, occurrence = %occurrence, node = %node, request = %request.id, requested_by = %request.by,

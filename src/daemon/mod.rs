@@ -31,6 +31,7 @@ mod registry_loop;
 mod reload;
 mod rename;
 mod retry;
+mod slots;
 mod sweep;
 mod timetable;
 
@@ -135,6 +136,8 @@ pub(crate) struct Shared {
     /// This node's tags (`--tags`), `node=<id>` included: a job's `run_on`
     /// decides whether this node may run it.
     pub tags: crate::tags::Tags,
+    /// The runs in progress here against `[daemon] max_running`.
+    pub slots: slots::Slots,
 }
 
 impl Shared {
@@ -379,7 +382,9 @@ pub async fn run(
         renames: rename::Renames::default(),
         drifting: RwLock::new(Arc::default()),
         tags: options.tags.clone(),
+        slots: slots::Slots::default(),
     });
+    shared.slots.set_cap(config.daemon.max_running);
     info!(
         node = %options.node,
         jobs = config.jobs.len(),

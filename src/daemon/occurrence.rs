@@ -31,10 +31,12 @@ use tracing::{debug, error, info, warn};
 use super::notifiers::{self, Subject};
 use super::preference::{self, Place};
 use super::recording::{self, log_abandoned, spawn_record_missed, watch_lock};
+use super::slots::Slot;
 use super::sweep::Looked;
 use super::{Shared, paused};
 use super::{rename, retry};
 use crate::config::Job;
+use crate::control::overflow::{self, Overflowed};
 use crate::exec::Report;
 use crate::lock::{Claim, ClaimReply, Lease, Target, new_token};
 use crate::metrics::{self, ClaimResult};
@@ -162,18 +164,28 @@ pub async fn consider(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, cat
                 "no alive node may run this occurrence (run_on): recorded missed at its deadline unless one comes");
             recording::record_if_no_eligible(shared, job, at, deadline).await;
         }
-        None => claim_and_run(shared, job, at, catch_up, place).await,
+        None => claim_and_run(shared, job, at, catch_up, place, None).await,
     }
 }
 
+/// Claims occurrence `at` of `job` that a node at its `max_running`
+/// declined and this node took from the overflow list, with `slot` taken.
+pub async fn claim_offered(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, slot: Slot) {
+    info!(job = %job.name, occurrence = %rfc3339(at), node = %shared.locker.node(),
+        "claiming an occurrence a node at its max_running declined");
+    claim_and_run(shared, job, at, false, Place::Alone, Some(slot)).await;
+}
+
 /// Claims and, if won, runs the occurrence of `job` at `at`, from `place`
-/// in line: at once, or after a look whether a node before it took it.
+/// in line: at once, or after a look whether a node before it took it;
+/// with `slot` (of `[daemon] max_running`) already taken, or taking one.
 pub async fn claim_and_run(
     shared: Arc<Shared>,
     job: Arc<Job>,
     at: DateTime<Utc>,
     catch_up: bool,
     place: Place,
+    slot: Option<Slot>,
 ) {
     let occurrence = Occurrence::Scheduled(at);
     let node = shared.locker.node().to_string();
@@ -242,6 +254,28 @@ pub async fn claim_and_run(
             Peeked::Undecided => {}
         }
     }
+    // A slot of `[daemon] max_running`, held through the run and its
+    // release: at the cap this node claims nothing, and offers the
+    // occurrence to any node with room (`control::overflow`).
+    let Some(_slot) = slot.or_else(|| shared.slots.take()) else {
+        drop(_turn);
+        info!(job = %job.name, occurrence = %occurrence, node = %node,
+            running = shared.slots.taken(), max_running = shared.slots.cap().unwrap_or(0),
+            "claim declined: this node is at its max_running; offered to the nodes with room");
+        let offer = Overflowed {
+            job: job.name.clone(),
+            at_ms: at.timestamp_millis(),
+            deadline_ms: deadline_at.timestamp_millis(),
+            by: node.clone(),
+        };
+        let conn = shared.locker.connection();
+        if let Err(err) = overflow::push(&conn, shared.locker.prefix(), &offer).await {
+            debug!(job = %job.name, occurrence = %occurrence, node = %node, error = %err,
+                "cannot offer the declined occurrence; the next node in line may still take it");
+        }
+        recording::record_if_throttled(shared, job, at, deadline_at).await;
+        return;
+    };
     loop {
         // Never closed, so always a permit; held until the reply is in.
         let permit = shared.claims_in_flight.acquire().await.ok();

@@ -687,7 +687,19 @@ pub fn log_abandoned(shared: &Shared, job: &Arc<Job>, abandoned: &Abandoned) {
 /// Counts `at` of `job`, which this node just recorded `missed`, as its
 /// final outcome, and sends `on_failure`.
 fn notify_missed(shared: &Shared, job: &Arc<Job>, at: DateTime<Utc>, reason: &str) {
-    crate::metrics::occurrence_decided(&job.name, Outcome::Missed, unix_secs(shared.clock.now()));
+    notify_unclaimed(shared, job, at, Outcome::Missed, reason);
+}
+
+/// Counts and notifies occurrence `at` of `job`, recorded `outcome`
+/// (`missed`, `throttled`) with `reason` by this node.
+fn notify_unclaimed(
+    shared: &Shared,
+    job: &Arc<Job>,
+    at: DateTime<Utc>,
+    outcome: Outcome,
+    reason: &str,
+) {
+    crate::metrics::occurrence_decided(&job.name, outcome, unix_secs(shared.clock.now()));
     let name = rfc3339(at);
     let subject = Subject {
         occurrence: &name,
@@ -698,8 +710,46 @@ fn notify_missed(shared: &Shared, job: &Arc<Job>, at: DateTime<Utc>, reason: &st
         shared,
         job,
         subject,
-        notifiers::decided(Outcome::Missed, reason.to_string()),
+        notifiers::decided(outcome, reason.to_string()),
     );
+}
+
+/// Records occurrence `at` of `job` `throttled` at its deadline if nobody
+/// decided it by then: this node declined it at its `max_running`
+/// ([`super::slots`]), and so did every node after it in line. Each node
+/// that declined tries; the script records it once.
+pub async fn record_if_throttled(
+    shared: Arc<Shared>,
+    job: Arc<Job>,
+    at: DateTime<Utc>,
+    deadline: DateTime<Utc>,
+) {
+    if !past_deadline(&shared, deadline).await {
+        return;
+    }
+    let node = shared.locker.node();
+    let name = rfc3339(at);
+    let reason = format!(
+        "no node took it before its starting_deadline: the nodes in line for it were at their \
+         [daemon] max_running ({node} at {})",
+        shared.slots.cap().unwrap_or(0)
+    );
+    match shared.locker.record_throttled(&job.name, at, &reason).await {
+        Ok(Missed {
+            recorded: true,
+            previous_ms,
+        }) => {
+            warn!(job = %job.name, occurrence = %name, node = %node,
+                "occurrence throttled: every node in line was at its max_running until the deadline");
+            notify_unclaimed(&shared, &job, at, Outcome::Throttled, &reason);
+            record_gap_before(&shared, &job, previous_ms, at).await;
+        }
+        Ok(_) => {}
+        Err(err) => {
+            debug!(job = %job.name, occurrence = %name, node = %node, error = %err,
+                "cannot record the throttled occurrence; the next decision records it missed");
+        }
+    }
 }
 
 /// `at` as Unix seconds, for the metrics' timestamps.

@@ -58,6 +58,7 @@ pub fn reload(
             keep_restart_only_settings(&current, &mut new, &options.node);
             super::log_warnings(&new, &options.node);
             shared.set_env_file(&new);
+            shared.slots.set_cap(new.daemon.max_running);
             shared.set_retry_jobs(&new.jobs);
             shared.clock.set_source(new.daemon.clock);
             // The occurrences of an added job, or of a new schedule, before

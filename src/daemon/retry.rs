@@ -283,8 +283,9 @@ enum Step {
     Dropped(&'static str, Arc<Job>),
     /// The daemon is stopping: another node will claim the retry.
     Stopping,
-    /// This node is drained: another node may claim the retry; this one
-    /// only watches until it is taken or the next occurrence is due.
+    /// This node is drained, or at its `max_running`: another node may
+    /// claim the retry; this one watches (and claims it once it is neither)
+    /// until it is taken or the next occurrence is due.
     Drained,
 }
 
@@ -337,6 +338,11 @@ async fn claim_and_run(
             at,
             attempt,
             deadline_ms: until.timestamp_millis(),
+        };
+        // A slot of `[daemon] max_running` through the attempt's run: at
+        // the cap this node leaves the attempt to the others watching.
+        let Some(_slot) = shared.slots.take() else {
+            return Step::Drained;
         };
         let sent = Instant::now();
         match shared

@@ -35,7 +35,7 @@ pub struct Entry {
     pub node: String,
     pub fence: u64,
     /// How it ended, as written: the word of an [`Outcome`] (any of the
-    /// nine), or of an outcome a newer version wrote, kept and shown as it
+    /// ten), or of an outcome a newer version wrote, kept and shown as it
     /// is ([`Entry::known_outcome`] is `None` for it).
     pub outcome: String,
     pub exit_code: Option<i32>,
@@ -248,8 +248,8 @@ mod tests {
                     .collect();
             Entry::from_fields(&fields, 0).expect("an entry")
         };
-        let newer = read("throttled");
-        assert_eq!(newer.outcome, "throttled");
+        let newer = read("aborted");
+        assert_eq!(newer.outcome, "aborted");
         assert_eq!(newer.known_outcome(), None);
         assert!(newer.is_bad());
         assert!(!read("excluded").is_bad());

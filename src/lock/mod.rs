@@ -545,16 +545,51 @@ impl Locker {
         reason: &str,
         token: &str,
     ) -> Result<Missed, LockError> {
+        self.record_unclaimed(job, at, reason, token, Outcome::Missed)
+            .await
+    }
+
+    /// Records the scheduled occurrence `at` of `job` as `throttled` (every
+    /// node that looked was at its `max_running`), as
+    /// [`Locker::record_missed`] records a miss.
+    pub async fn record_throttled(
+        &self,
+        job: &str,
+        at: DateTime<Utc>,
+        reason: &str,
+    ) -> Result<Missed, LockError> {
+        self.record_unclaimed(job, at, reason, "", Outcome::Throttled)
+            .await
+    }
+
+    async fn record_unclaimed(
+        &self,
+        job: &str,
+        at: DateTime<Utc>,
+        reason: &str,
+        token: &str,
+        outcome: Outcome,
+    ) -> Result<Missed, LockError> {
         let keys = self.keys(job);
         let (at_ms, name) = (at.timestamp_millis(), rfc3339(at));
         match self.single() {
             Some(server) => {
                 server
-                    .record_missed(&keys, job, at_ms, &name, reason, token)
+                    .record_missed(&keys, job, at_ms, &name, reason, token, outcome)
                     .await
             }
             None => {
-                quorum::record_missed(&self.servers, &keys, job, at_ms, &name, reason, token).await
+                quorum::record_missed(
+                    &self.servers,
+                    &keys,
+                    job,
+                    at_ms,
+                    &name,
+                    reason,
+                    token,
+                    outcome,
+                )
+                .await
             }
         }
     }

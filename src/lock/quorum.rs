@@ -30,6 +30,7 @@
 
 mod claim;
 
+use crate::outcome::Outcome;
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -200,9 +201,10 @@ pub(super) async fn record_missed(
     name: &str,
     reason: &str,
     token: &str,
+    outcome: Outcome,
 ) -> Result<Missed, LockError> {
     let answers = on_all(servers, job, "record missed", |server| {
-        server.record_missed(keys, job, at_ms, name, reason, token)
+        server.record_missed(keys, job, at_ms, name, reason, token, outcome)
     })
     .await;
     let done: Vec<&Missed> = answers

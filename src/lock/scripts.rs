@@ -346,7 +346,8 @@ return {released, replaced}
 "#;
 
 /// KEYS: state, history, lock. ARGV: occurrence ms, occurrence string, node,
-/// history max, reason, token (of this node's claims of it, or empty).
+/// history max, reason, token (of this node's claims of it, or empty),
+/// outcome (`missed`, or `throttled`; absent: `missed`).
 /// Records a scheduled occurrence as missed (past its starting deadline) once:
 /// if it is newer than the last decided occurrence, or if the last decision
 /// is this node's own claim of it with `token`, which then won only after the
@@ -373,10 +374,12 @@ if last and occ == last then
   prev = st[3] or ''
 end
 local now_s = ms_str(now_ms())
+local outcome = 'missed'
+if ARGV[7] == 'throttled' then outcome = 'throttled' end
 redis.call('HSET', KEYS[1], 'last_occ', ARGV[1], 'last_node', ARGV[3], 'last_fence', '0', 'last_token', '',
-  'last_decision', 'missed', 'last_outcome', 'missed', 'last_outcome_occ', ARGV[2], 'last_prev', prev)
+  'last_decision', outcome, 'last_outcome', outcome, 'last_outcome_occ', ARGV[2], 'last_prev', prev)
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'occurrence', ARGV[2], 'node', ARGV[3],
-  'fence', '0', 'outcome', 'missed', 'started_at', now_s, 'finished_at', now_s, 'error', ARGV[5])
+  'fence', '0', 'outcome', outcome, 'started_at', now_s, 'finished_at', now_s, 'error', ARGV[5])
 return {'1', prev}
 "#;
 

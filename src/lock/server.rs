@@ -438,6 +438,7 @@ impl Server {
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn record_missed(
         &self,
         keys: &super::JobKeys,
@@ -446,6 +447,7 @@ impl Server {
         name: &str,
         reason: &str,
         token: &str,
+        outcome: Outcome,
     ) -> Result<Missed, LockError> {
         let reply: Vec<String> = self
             .scripts
@@ -459,6 +461,7 @@ impl Server {
             .arg(self.history_max)
             .arg(reason)
             .arg(token)
+            .arg(outcome.as_str())
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|source| redis_error("record missed", job, source))?;

@@ -62,6 +62,12 @@ fn rides_with(before: &MonLine, line: &MonLine) -> bool {
         ("HGET", "HGET") => key(before).ends_with(":pauses") && key(line).ends_with(":drains"),
         ("HGET", "LRANGE") => key(before).ends_with(":drains") && key(line).ends_with(":requests"),
         ("LRANGE", "TIME") => key(before).ends_with(":requests"),
+        // The declined occurrences after the requests' `TIME`
+        // (`src/control/overflow.rs`), then the beat.
+        ("TIME", "LRANGE") => key(line).ends_with(":overflow"),
+        ("LRANGE", "EVALSHA") => {
+            key(before).ends_with(":overflow") && key(line).ends_with(":alive")
+        }
         // The node's beat (`src/registry/alive.rs`) at the end of the
         // controls read, and the drains' version after it.
         ("TIME" | "HGET", "EVALSHA") => key(line).ends_with(":alive"),

@@ -11,6 +11,7 @@ mod life;
 mod lock;
 mod lock_cost;
 mod memory;
+mod node_cap;
 mod redis_data_lost;
 mod tags;
 mod trigger;

@@ -1152,6 +1152,7 @@ fn outcome_bad_keeps_every_bad_outcome_and_a_typo_gets_the_closest() {
     assert_eq!(
         outcomes_of(&["--outcome", "bad"]),
         [
+            "throttled",
             "abandoned",
             "missed",
             "interrupted",
@@ -1163,6 +1164,7 @@ fn outcome_bad_keeps_every_bad_outcome_and_a_typo_gets_the_closest() {
     assert_eq!(
         outcomes_of(&["--outcome", "bad,skipped"]),
         [
+            "throttled",
             "abandoned",
             "missed",
             "skipped",
