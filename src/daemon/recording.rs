@@ -716,8 +716,8 @@ fn notify_unclaimed(
 
 /// Records occurrence `at` of `job` `throttled` at its deadline if nobody
 /// decided it by then: this node declined it at its `max_running`
-/// ([`super::slots`]), and so did every node after it in line. Each node
-/// that declined tries; the script records it once.
+/// ([`super::slots`]) and offered it, and no node with room took it. Each
+/// node that declined tries; the script records it once.
 pub async fn record_if_throttled(
     shared: Arc<Shared>,
     job: Arc<Job>,
