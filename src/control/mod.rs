@@ -341,25 +341,21 @@ pub async fn snapshot(
             .and_then(|request| request.get("deadline_ms")?.as_f64())
             .is_none_or(|deadline| deadline + (stale_after as f64) < (now_ms as f64))
     });
-    for raw in &stale {
-        let _: i64 = redis::cmd("LREM")
-            .arg(&requests_key)
-            .arg(1)
-            .arg(raw)
-            .query_async(&mut conn)
-            .await?;
-    }
     // A declined occurrence past its deadline is nobody's to take.
     let (late, overflowed): (Vec<String>, Vec<String>) = overflowed.into_iter().partition(|raw| {
         overflow::Overflowed::from_raw(raw).is_none_or(|entry| entry.deadline_ms < now_ms)
     });
-    for raw in &late {
-        let _: i64 = redis::cmd("LREM")
-            .arg(overflow_key(prefix))
-            .arg(1)
-            .arg(raw)
-            .query_async(&mut conn)
-            .await?;
+    // Both kinds of leftovers dropped in one round trip.
+    if !stale.is_empty() || !late.is_empty() {
+        let overflow_key = overflow_key(prefix);
+        let mut drop = redis::pipe();
+        for raw in &stale {
+            drop.lrem(&requests_key, 1, raw).ignore();
+        }
+        for raw in &late {
+            drop.lrem(&overflow_key, 1, raw).ignore();
+        }
+        let () = drop.query_async(&mut conn).await?;
     }
     Ok(Snapshot {
         version,
