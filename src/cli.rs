@@ -269,6 +269,9 @@ pub struct TriggerArgs {
     /// Ask the running daemons instead: one that runs JOB and is not drained takes it and runs it (under the unit's sandbox); prints its node, outcome and output tail; exit 4 if none took it within 10 s.
     #[arg(long)]
     pub fleet: bool,
+    /// Take no room in the job's group (`max_running`, `max_starts`): for an operator who means to run it beside the group's other runs.
+    #[arg(long)]
+    pub ignore_limits: bool,
     #[command(flatten)]
     pub file: ConfigArg,
     #[command(flatten)]
@@ -477,12 +480,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 args.redis.redis.as_deref(),
                 None,
             )?;
-            crate::ops::fleet_trigger::run(&source, &args.job).await
+            crate::ops::fleet_trigger::run(&source, &args.job, args.ignore_limits).await
         }
         Command::Trigger(args) => {
             let config = load(&args.file.config, args.redis.redis.as_deref())?;
             let node = node_id(args.node.node_id.as_deref())?;
-            crate::trigger::run(config, &node, &args.job).await
+            crate::trigger::run(config, &node, &args.job, args.ignore_limits).await
         }
         Command::GenerateDocs(args) => {
             let mut out = std::io::stdout().lock();
@@ -697,10 +700,16 @@ fn occurrence_listing(jobs: &[std::sync::Arc<config::Job>], now: chrono::DateTim
             .as_ref()
             .map(|run_on| format!("  runs on nodes with {run_on}"))
             .unwrap_or_default();
+        let group = job
+            .extras
+            .group
+            .as_ref()
+            .map(|group| format!("  in group {}", group_limits(group)))
+            .unwrap_or_default();
         // Writing to a String cannot fail.
         let _ = writeln!(
             out,
-            "\n{}  `{}` in {}  ({}){splay}{run_on}",
+            "\n{}  `{}` in {}  ({}){splay}{run_on}{group}",
             job.name,
             job.schedule.expression(),
             zone,
@@ -721,6 +730,19 @@ fn occurrence_listing(jobs: &[std::sync::Arc<config::Job>], now: chrono::DateTim
         }
     }
     out
+}
+
+/// `NAME (max_running 2, max_starts 30/1m, when_full wait)`.
+fn group_limits(group: &config::Group) -> String {
+    let mut limits = Vec::new();
+    if let Some(max) = group.max_running {
+        limits.push(format!("max_running {max}"));
+    }
+    if let Some(rate) = group.max_starts {
+        limits.push(format!("max_starts {rate}"));
+    }
+    limits.push(format!("when_full {}", group.when_full.as_str()));
+    format!("{} ({})", group.name, limits.join(", "))
 }
 
 fn action_kind(action: &Action) -> &'static str {

@@ -38,6 +38,33 @@ impl JobKeys {
     }
 }
 
+/// The Redis keys of one group's limits (`lock::group`); fleet keys,
+/// tagged `{PREFIX}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupKeys {
+    /// `{PREFIX}:group:NAME:slots`: runs in progress, scored by expiry.
+    pub slots: String,
+    /// `{PREFIX}:group:NAME:starts`: starts, scored by start + window.
+    pub starts: String,
+    /// `{PREFIX}:group:NAME:waiting`: waiting occurrences, by occurrence.
+    pub waiting: String,
+    /// `{PREFIX}:group:NAME:waiting_until`: the same, by expiry.
+    pub waiting_until: String,
+}
+
+impl GroupKeys {
+    /// The keys of group `name` under `prefix`.
+    pub fn new(prefix: &str, name: &str) -> GroupKeys {
+        let base = format!("{{{prefix}}}:group:{name}");
+        GroupKeys {
+            slots: format!("{base}:slots"),
+            starts: format!("{base}:starts"),
+            waiting: format!("{base}:waiting"),
+            waiting_until: format!("{base}:waiting_until"),
+        }
+    }
+}
+
 /// `{PREFIX}:pauses`.
 pub fn pauses_key(prefix: &str) -> String {
     format!("{{{prefix}}}:pauses")

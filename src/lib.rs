@@ -44,6 +44,7 @@ pub mod exec;
 pub mod history;
 pub mod inspect;
 pub mod keys;
+pub mod limits;
 pub mod lock;
 pub mod logging;
 pub mod memory;

@@ -37,6 +37,7 @@ const JOBS: &str = "solocron_jobs";
 const LOG_LINES_LOST: &str = "solocron_log_lines_lost_total";
 const ABANDONED: &str = "solocron_abandoned_total";
 const NO_ELIGIBLE_NODE: &str = "solocron_no_eligible_node_total";
+const GROUP_FULL: &str = "solocron_group_full_total";
 const REDIS_UP: &str = "solocron_redis_up";
 const NOTIFICATIONS: &str = "solocron_notifications_total";
 const RETRIES: &str = "solocron_retries_total";
@@ -82,6 +83,7 @@ pub const NAMES: &[&str] = &[
     LOG_LINES_LOST,
     ABANDONED,
     NO_ELIGIBLE_NODE,
+    GROUP_FULL,
     REDIS_UP,
     JOB_PERIOD,
     JOB_MAX_SILENCE,
@@ -247,6 +249,10 @@ fn describe() {
     describe_counter!(
         NO_ELIGIBLE_NODE,
         "Occurrences recorded missed because no alive node had the tags of the job's run_on."
+    );
+    describe_counter!(
+        GROUP_FULL,
+        "Occurrences that found their group without room, by group and limit (max_running or max_starts)."
     );
     describe_counter!(REDIS_ERRORS, "Failed Redis operations by operation.");
     describe_gauge!(
@@ -485,6 +491,23 @@ pub fn missed_by(job: &str, count: u64) {
 /// it (`run_on`): `solocron_no_eligible_node_total{job}`.
 pub fn no_eligible_node(job: &str) {
     counter!(NO_ELIGIBLE_NODE, "job" => job.to_string()).increment(1);
+}
+
+/// Counts an occurrence that found `group` without room under `limit`
+/// (`max_running` or `max_starts`): `solocron_group_full_total`.
+pub fn group_full(group: &str, limit: &str) {
+    counter!(GROUP_FULL, "group" => group.to_string(), "limit" => limit.to_string()).increment(1);
+}
+
+/// Serves `solocron_group_full_total` of `group` at 0 for each limit it
+/// has, so that a rule sees the series before the group is ever full.
+pub fn group_defined(group: &crate::config::Group) {
+    if group.max_running.is_some() {
+        counter!(GROUP_FULL, "group" => group.name.clone(), "limit" => "max_running").increment(0);
+    }
+    if group.max_starts.is_some() {
+        counter!(GROUP_FULL, "group" => group.name.clone(), "limit" => "max_starts").increment(0);
+    }
 }
 
 /// Counts a run recorded abandoned: `solocron_abandoned_total{job}`.

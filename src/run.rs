@@ -30,6 +30,7 @@ use tracing::{debug, error, info, warn};
 use crate::config::{Job, OnLockLost};
 use crate::exec::{Executor, Outcome, OutputMask, Report, RunContext, StopReason};
 use crate::history::Entry;
+use crate::limits::{self, NoRoom};
 use crate::lock::{Lease, LockError, Locker};
 use crate::metrics;
 use crate::schedule::{Occurrence, rfc3339};
@@ -56,7 +57,11 @@ pub struct RunEnv<'a> {
 /// Runs `occurrence` of `job` under `lease` until the last process of the
 /// run is gone, renewing the lease beside it; `attempt` is 1, then 2… for
 /// retries (`SOLOCRON_ATTEMPT`), and `claim_sent` when the winning claim
-/// was sent. The lease is still held when this answers: see [`release`].
+/// was sent. Before the action starts the run takes room in the job's
+/// group ([`limits::admit`]), waiting until `room_until` at most (`None`:
+/// the group's limits are ignored, `trigger --ignore-limits`); without
+/// room it answers a `throttled` report. The lease is still held when
+/// this answers: see [`release`].
 pub async fn under_lease(
     env: &RunEnv<'_>,
     job: &Arc<Job>,
@@ -64,6 +69,7 @@ pub async fn under_lease(
     occurrence: Occurrence,
     claim_sent: Instant,
     attempt: u32,
+    room_until: Option<Instant>,
 ) -> Report {
     let ctx = RunContext {
         job: Arc::clone(job),
@@ -81,11 +87,51 @@ pub async fn under_lease(
     // while a stopped job takes its grace to die, and only the end of the
     // run (its whole group gone) ends it.
     let lost = ctx.lease_lost.clone();
-    let stop = stop_when(&lost, env.interrupt);
     let keep = keep_lease(env.locker, job, lease, occurrence, claim_sent, &lost);
+    let run = async {
+        let name = occurrence.to_string();
+        let room = match room_until {
+            Some(until) => {
+                match limits::admit(env.locker, job, lease, &name, until, env.interrupt).await {
+                    Ok(room) => room,
+                    Err(NoRoom::Throttled(why)) => return not_run(Outcome::Throttled, why),
+                    Err(NoRoom::Stopped) => {
+                        let why = "stopped while waiting for room in its group".to_string();
+                        return not_run(Outcome::Interrupted, why);
+                    }
+                }
+            }
+            None => None,
+        };
+        let stop = stop_when(&lost, env.interrupt);
+        let Some(room) = room else {
+            return env.executor.execute(&ctx, stop).await;
+        };
+        let report = tokio::select! {
+            report = env.executor.execute(&ctx, stop) => report,
+            never = limits::keep(env.locker, job, &room, lease.ttl, &lost) => match never {},
+        };
+        limits::give_back(env.locker, job, room).await;
+        report
+    };
     tokio::select! {
-        report = env.executor.execute(&ctx, stop) => report,
+        report = run => report,
         never = keep => match never {},
+    }
+}
+
+/// The report of a run whose action never started (`why`: its error).
+fn not_run(outcome: Outcome, why: String) -> Report {
+    let now = Utc::now();
+    Report {
+        outcome,
+        exit_code: None,
+        http_status: None,
+        error: Some(why),
+        started_at: now,
+        finished_at: now,
+        duration: Duration::ZERO,
+        output_tail: None,
     }
 }
 

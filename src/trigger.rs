@@ -56,7 +56,12 @@ async fn this_nodes_tags(locker: &Locker, prefix: &str, node: &str) -> crate::ta
 }
 
 /// Runs `job_name` of `config` as `node`; see the module doc for exit codes.
-pub async fn run(config: Config, node: &str, job_name: &str) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    config: Config,
+    node: &str,
+    job_name: &str,
+    ignore_limits: bool,
+) -> anyhow::Result<ExitCode> {
     let Some(job) = config
         .jobs
         .iter()
@@ -218,7 +223,10 @@ pub async fn run(config: Config, node: &str, job_name: &str) -> anyhow::Result<E
         env_file,
         mask,
     };
-    let report = run::under_lease(&env, &job, &lease, occurrence, sent, 1).await;
+    // Room in the job's group is waited for (`when_full = "wait"`) as
+    // long as a scheduled occurrence would be.
+    let room_until = (!ignore_limits).then(|| tokio::time::Instant::now() + job.starting_deadline);
+    let report = run::under_lease(&env, &job, &lease, occurrence, sent, 1, room_until).await;
     run::log_finished(&job, occurrence, node, lease.fence, 1, None, &report);
     let entry = run::entry(occurrence, node, &lease, 1, None, &report);
     // A terminal does not wait for Redis as a daemon does: the record is
@@ -262,6 +270,9 @@ pub async fn run(config: Config, node: &str, job_name: &str) -> anyhow::Result<E
     );
     Ok(if succeeded {
         ExitCode::SUCCESS
+    } else if report.outcome == Outcome::Throttled {
+        // Like a busy lock: the job's group had no room.
+        ExitCode::from(EXIT_BUSY)
     } else {
         ExitCode::from(1)
     })

@@ -242,6 +242,10 @@ pub const KEY_HELP: &[(&str, &str, &str)] = &[
     ("jobs", "on_success", "A notifier run when a run succeeds."),
     ("jobs", "max_silence", "Alert when no run succeeded for this long (a metric)."),
     ("jobs", "run_on", "Tags a node needs to run the job, all of them: [\"role=db\", \"node=web-*\"] (default: every node)."),
+    ("jobs", "group", "The [groups.NAME] whose fleet-wide limits the job shares (one per job)."),
+    ("groups", "max_running", "At most this many runs of the group's jobs at once, fleet-wide."),
+    ("groups", "max_starts", "At most N starts in any window of DURATION, fleet-wide: \"30/1m\"."),
+    ("groups", "when_full", "\"skip\" (record throttled at once, the default) or \"wait\" (oldest first, until starting_deadline)."),
     ("notifier", "command", "Run by /bin/sh -c."),
     ("notifier", "argv", "A program and its arguments, without a shell."),
     ("notifier", "http", "A request, as a job's http."),
@@ -255,13 +259,14 @@ pub const KEY_HELP: &[(&str, &str, &str)] = &[
 
 /// The tables of `jobs.toml` as the CONFIGURATION section shows them: a
 /// heading, the [`KEY_HELP`] table name and the keys the loader knows.
-fn key_tables() -> [(&'static str, &'static str, &'static [&'static str]); 6] {
+fn key_tables() -> [(&'static str, &'static str, &'static [&'static str]); 7] {
     use crate::config::keys;
     [
         ("[redis]", "redis", keys::REDIS),
         ("[redis] sentinel = { ... }", "sentinel", keys::SENTINEL),
         ("[daemon]", "daemon", keys::DAEMON),
         ("[jobs.NAME] and [defaults]", "jobs", keys::JOB),
+        ("[groups.NAME]", "groups", keys::GROUP),
         (
             "on_failure / on_success = { ... }",
             "notifier",

@@ -46,6 +46,8 @@ pub(super) struct Context<'a> {
     intervals: RefCell<HashMap<(String, Tz), Option<Duration>>>,
     /// When the load started: where interval searches begin.
     now: DateTime<Utc>,
+    /// `[groups.NAME]`, read before any job names one.
+    groups: RefCell<super::groups::Groups>,
 }
 
 impl<'a> Context<'a> {
@@ -61,7 +63,26 @@ impl<'a> Context<'a> {
             programs: RefCell::default(),
             intervals: RefCell::default(),
             now: Utc::now(),
+            groups: RefCell::default(),
         }
+    }
+
+    /// The groups jobs may name.
+    pub fn set_groups(&self, groups: super::groups::Groups) {
+        *self.groups.borrow_mut() = groups;
+    }
+
+    /// The groups, once every job was read.
+    pub fn take_groups(&self) -> super::groups::Groups {
+        self.groups.take()
+    }
+
+    /// The group `table`'s `group` key names (see `Groups::of`).
+    pub fn group_of(
+        &self,
+        table: &super::table::Table<'_, '_>,
+    ) -> Result<Option<std::sync::Arc<super::model::Group>>, ()> {
+        self.groups.borrow().of(table, self)
     }
 
     /// Makes the env file's pairs the first source of `${VAR}`.

@@ -172,6 +172,18 @@ fn canonical(job: &Job) -> String {
     if let Some(run_on) = &job.extras.run_on {
         line("run_on", format!("{:?}", run_on.to_string()));
     }
+    // The group's limits are part of each of its jobs: a reload that
+    // changes `max_running` on half the fleet is drift, not two limits.
+    if let Some(group) = &job.extras.group {
+        line("group", format!("{:?}", group.name));
+        if let Some(max) = group.max_running {
+            line("group.max_running", max.to_string());
+        }
+        if let Some(rate) = group.max_starts {
+            line("group.max_starts", rate.to_string());
+        }
+        line("group.when_full", group.when_full.as_str().to_string());
+    }
     text
 }
 

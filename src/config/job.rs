@@ -66,6 +66,7 @@ pub(super) struct JobFields {
     on_success: Option<Arc<Notifier>>,
     max_silence: Option<Duration>,
     run_on: Option<Arc<crate::tags::RunOn>>,
+    group: Option<Arc<super::model::Group>>,
     /// Where `retries` and `retry_backoff` are written in this table, for
     /// the warning about retries that cannot happen.
     retries_at: Option<Spot>,
@@ -129,6 +130,9 @@ impl JobFields {
             .flatten();
         if let Some(value) = table.get("run_on") {
             fields.run_on = ctx.keep(read_run_on(table, value)).map(Arc::new);
+        }
+        if let Ok(group) = ctx.group_of(table) {
+            fields.group = group;
         }
         if let Some(env_table) = ctx.keep(table.table("env")).flatten() {
             fields.env = read_env(&env_table, ctx);
@@ -263,6 +267,7 @@ impl JobFields {
             on_success: self.on_success.or_else(|| defaults.on_success.clone()),
             max_silence: self.max_silence.or(defaults.max_silence),
             run_on: self.run_on.or_else(|| defaults.run_on.clone()),
+            group: self.group.or_else(|| defaults.group.clone()),
         };
         let job = Job {
             name: name.to_string(),

@@ -3,7 +3,7 @@
 //! property tests generate documents from them, so both stay in step.
 
 /// Top-level tables.
-pub const TOP: &[&str] = &["redis", "daemon", "defaults", "jobs"];
+pub const TOP: &[&str] = &["redis", "daemon", "defaults", "groups", "jobs"];
 /// The `[redis]` keys that name the server (the coordinator mode); a
 /// `[redis]` needs exactly one.
 pub const REDIS_SERVER: &[&str] = &["url", "sentinel", "cluster", "redlock"];
@@ -55,7 +55,10 @@ pub const JOB: &[&str] = &[
     "on_success",
     "max_silence",
     "run_on",
+    "group",
 ];
+/// `[groups.NAME]`.
+pub const GROUP: &[&str] = &["max_running", "max_starts", "when_full"];
 /// A job's `on_failure = { ... }` / `on_success = { ... }`.
 pub const NOTIFIER: &[&str] = &["command", "argv", "http", "timeout"];
 /// A job's `http = { ... }`.

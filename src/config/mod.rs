@@ -26,6 +26,7 @@ mod context;
 mod envfile;
 mod error;
 mod fingerprint;
+mod groups;
 mod http;
 mod interpolate;
 mod job;
@@ -164,11 +165,13 @@ fn parse_with(text: &str, path: &Path, ctx: &Context<'_>) -> Result<Config, Conf
     let redis = redis_table
         .as_ref()
         .map(|table| redis::read(table, path, ctx));
+    ctx.set_groups(groups::read(&root, ctx));
     let defaults = match ctx.keep(section(&root, "defaults")).flatten() {
         Some(defaults) => JobFields::read(&defaults, ctx),
         None => JobFields::default(),
     };
     let jobs = jobs(&root, &defaults, ctx);
+    let groups = ctx.take_groups().finish(&jobs, ctx);
     sections::warn_history_size(daemon_table.as_ref(), &root, &daemon, jobs.len(), ctx);
     require_redis_and_a_job(&root, ctx);
     if let Some(err) = ConfigError::combine(path, ctx.take_errors()) {
@@ -184,6 +187,7 @@ fn parse_with(text: &str, path: &Path, ctx: &Context<'_>) -> Result<Config, Conf
         redis,
         daemon,
         jobs,
+        groups,
         env: ctx.take_file_env(),
         filled: ctx.take_filled(),
         warnings: ctx.take_warnings(),

@@ -22,6 +22,8 @@ pub struct Config {
     pub daemon: DaemonConfig,
     /// Jobs in file order.
     pub jobs: Vec<Arc<Job>>,
+    /// `[groups.NAME]`, in file order.
+    pub groups: Vec<Arc<Group>>,
     /// `NAME=value` pairs read from `[daemon] env_file` (empty without
     /// one). They fill `${VAR}` before the process environment does, and
     /// jobs get them in their environment. Values may be secrets.
@@ -46,6 +48,7 @@ impl fmt::Debug for Config {
             .field("redis", &self.redis)
             .field("daemon", &self.daemon)
             .field("jobs", &self.jobs)
+            .field("groups", &self.groups)
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .field("warnings", &self.warnings)
             .finish()
@@ -248,6 +251,55 @@ impl fmt::Debug for RedisConfig {
     }
 }
 
+/// `[groups.NAME]`: limits the group's jobs share, fleet-wide (counted
+/// in Redis by Redis's clock, guarantee 11 of docs/guarantees.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    pub name: String,
+    /// `max_running`: at most this many runs of the group's jobs at once.
+    pub max_running: Option<u32>,
+    /// `max_starts`: at most this many starts in any window this long.
+    pub max_starts: Option<MaxStarts>,
+    pub when_full: WhenFull,
+}
+
+/// `max_starts = "N/DURATION"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaxStarts {
+    pub count: u32,
+    pub window: Duration,
+}
+
+impl fmt::Display for MaxStarts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}/{}",
+            self.count,
+            humantime::format_duration(self.window)
+        )
+    }
+}
+
+/// `when_full`: what an occurrence does when its group has no room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhenFull {
+    /// Recorded `throttled` at once.
+    Skip,
+    /// Waits for room, oldest occurrence first, until its
+    /// `starting_deadline`; then `throttled`.
+    Wait,
+}
+
+impl WhenFull {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WhenFull::Skip => "skip",
+            WhenFull::Wait => "wait",
+        }
+    }
+}
+
 /// `[daemon]`.
 #[derive(Debug, Clone)]
 pub struct DaemonConfig {
@@ -348,6 +400,8 @@ pub struct JobExtras {
     pub max_silence: Option<Duration>,
     /// `run_on`: the tags a node needs to run the job (`None`: every node).
     pub run_on: Option<Arc<crate::tags::RunOn>>,
+    /// `group`: the fleet-wide limits the job shares with its group.
+    pub group: Option<Arc<Group>>,
 }
 
 impl Default for JobExtras {
@@ -361,6 +415,7 @@ impl Default for JobExtras {
             on_success: None,
             max_silence: None,
             run_on: None,
+            group: None,
         }
     }
 }
@@ -379,7 +434,8 @@ impl JobExtras {
             && self.on_failure.is_none()
             && self.on_success.is_none()
             && self.max_silence.is_none()
-            && self.run_on.is_none();
+            && self.run_on.is_none()
+            && self.group.is_none();
         if is_default {
             Arc::clone(&DEFAULTS)
         } else {

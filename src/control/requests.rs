@@ -54,6 +54,10 @@ pub struct Request {
     pub by: String,
     /// Redis time (ms) after which no daemon takes it.
     pub deadline_ms: i64,
+    /// `trigger --fleet --ignore-limits`: the run takes no room in its
+    /// group.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ignore_limits: bool,
 }
 
 impl Request {
@@ -197,6 +201,7 @@ mod tests {
             job: "report".into(),
             by: "ops@laptop".into(),
             deadline_ms: 1_796_072_400_000,
+            ignore_limits: false,
         };
         assert_eq!(request.id.len(), 16);
         assert_eq!(Request::from_raw(&request.to_raw()), Some(request));

@@ -59,6 +59,12 @@ impl FleetClock {
         Utc::now()
     }
 
+    /// The monotonic instant at which this clock will read `at` (now,
+    /// if `at` is past).
+    pub fn instant_of(&self, at: DateTime<Utc>) -> tokio::time::Instant {
+        tokio::time::Instant::now() + (at - self.now()).to_std().unwrap_or_default()
+    }
+
     /// Whether occurrences fire by Redis's clock (`[daemon] clock`).
     pub fn fires_by_redis(&self) -> bool {
         self.from_redis.load(Ordering::Relaxed)

@@ -125,7 +125,8 @@ async fn run_taken(
         ("fence", lease.fence.to_string()),
     ];
     report(shared, request, LIVE_TTL, &running).await;
-    let run = run_won(shared, job, lease, occurrence, sent, 1);
+    let room_until = (!request.ignore_limits).then(|| Instant::now() + job.starting_deadline);
+    let run = run_won(shared, job, lease, occurrence, sent, 1, room_until);
     let renew = keep_alive(shared, request);
     let report = tokio::select! {
         (report, _) = run => report,

@@ -72,6 +72,9 @@ impl JobGauges {
             return;
         }
         metrics::job_scheduled(&job.name, job.extras.max_silence);
+        if let Some(group) = &job.extras.group {
+            metrics::group_defined(group);
+        }
         // Fails only once the worker has stopped (shutdown).
         let _ = self.changes.send(Change::Scheduled(Arc::clone(job)));
     }

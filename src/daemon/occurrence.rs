@@ -449,7 +449,9 @@ async fn decided(
             info!(job = %job.name, occurrence = %occurrence, node = %node, fence = lease.fence,
                 catch_up = catch_up.then_some(true), "claim won");
             let gap = recording::record_gap_before(shared, job, reply.previous_ms, at);
-            let run = run_won(shared, job, &lease, occurrence, sent, 1);
+            // Room in its group is waited for until the claim's deadline.
+            let until = shared.clock.instant_of(claim_deadline(job, at));
+            let run = run_won(shared, job, &lease, occurrence, sent, 1, Some(until));
             let ((), (report, retry_at)) = tokio::join!(gap, run);
             let lag = (report.started_at - job.fires_at(at))
                 .to_std()
@@ -538,13 +540,17 @@ pub(super) async fn run_won(
     occurrence: Occurrence,
     claim_sent: Instant,
     attempt: u32,
+    room_until: Option<Instant>,
 ) -> (Report, Option<DateTime<Utc>>) {
     let node = shared.locker.node();
     // Counted while the lease is held: a reload that renames the job
     // keeps the new name's lock until then (`rename.rs`).
     let _running = shared.renames.run_started(&job.name);
     let env = shared.run_env();
-    let mut report = run::under_lease(&env, job, lease, occurrence, claim_sent, attempt).await;
+    let mut report = run::under_lease(
+        &env, job, lease, occurrence, claim_sent, attempt, room_until,
+    )
+    .await;
     shared.clock.shift_report(&mut report);
     metrics::run_finished(
         &job.name,

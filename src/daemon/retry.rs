@@ -355,8 +355,14 @@ async fn claim_and_run(
                 crate::metrics::retried(&job.name);
                 info!(job = %job.name, occurrence = %occurrence, node = %node, fence = lease.fence, attempt,
                     "retry claim won");
+                // Room in its group is waited for as long as a scheduled
+                // occurrence would be, never past the next occurrence.
+                let until = shared
+                    .clock
+                    .instant_of(until)
+                    .min(Instant::now() + job.starting_deadline);
                 let (report, retry_at) =
-                    run_won(shared, &job, &lease, occurrence, sent, attempt).await;
+                    run_won(shared, &job, &lease, occurrence, sent, attempt, Some(until)).await;
                 if retry_at.is_some() {
                     return Step::Ran(Some(Ran::new(attempt, lease.fence, &report)));
                 }

@@ -32,6 +32,7 @@
 //! by majority (`quorum.rs`). The rest of the daemon only sees [`Locker`].
 
 pub mod access;
+pub mod group;
 mod quorum;
 mod scripts;
 mod server;
@@ -712,6 +713,60 @@ impl Locker {
                 .map(|server| server.undo(&lease.keys, &lease.job, &lease.token)),
         )
         .await;
+    }
+
+    /// Takes room in `group` for `ask` (see [`group`]). `Err`: Redis
+    /// failed or the Redlock masters disagree; retry until the deadline.
+    pub async fn group_take(
+        &self,
+        group: &str,
+        ask: &group::Ask,
+        job: &str,
+    ) -> Result<group::Taken, LockError> {
+        let keys = crate::keys::GroupKeys::new(&self.prefix, group);
+        match self.single() {
+            Some(server) => server.group_take(&keys, ask, (-1, -1), job).await,
+            None => group::quorum_take(&self.servers, &keys, ask, job).await,
+        }
+    }
+
+    /// Renews the slot `member` of `group` for `ttl`; `Ok(false)`: it is
+    /// gone (expired).
+    pub async fn group_renew(
+        &self,
+        group: &str,
+        member: &str,
+        ttl: Duration,
+        job: &str,
+    ) -> Result<bool, LockError> {
+        let keys = crate::keys::GroupKeys::new(&self.prefix, group);
+        match self.single() {
+            Some(server) => server.group_renew(&keys, member, ttl, job).await,
+            None => group::quorum_renew(&self.servers, &keys, member, ttl, job).await,
+        }
+    }
+
+    /// Gives back `holder`'s slot in `group` and takes it out of the
+    /// queue, on every member; `Err` if a majority failed (the slot then
+    /// expires by itself).
+    pub async fn group_give_back(
+        &self,
+        group: &str,
+        holder: &str,
+        job: &str,
+    ) -> Result<(), LockError> {
+        let keys = crate::keys::GroupKeys::new(&self.prefix, group);
+        let answers = join_all(
+            self.servers
+                .iter()
+                .map(|server| server.group_give_back(&keys, holder, job)),
+        )
+        .await;
+        let done = answers.iter().filter(|answer| answer.is_ok()).count();
+        match answers.into_iter().find_map(Result::err) {
+            Some(err) if done < self.coordinator.majority() => Err(err),
+            _ => Ok(()),
+        }
     }
 
     /// Whether the last run of `job` was abandoned (its lock expired without

@@ -47,7 +47,7 @@ pub(super) use claim::{Order, claim};
 
 /// Runs `op` on every master at once, each bounded by [`ANSWER_TIMEOUT`];
 /// a master that does not answer in time counts as failed.
-async fn on_all<'a, T, F, Fut>(
+pub(super) async fn on_all<'a, T, F, Fut>(
     servers: &'a [Server],
     job: &str,
     step: &'static str,

@@ -141,6 +141,7 @@ pub(super) struct Server {
     node: String,
     history_max: u64,
     scripts: Arc<Scripts>,
+    pub(super) group_scripts: Arc<super::group::GroupScripts>,
     replicas: Arc<std::sync::Mutex<Replicas>>,
     /// The undo records an occurrence it leaves behind (not on one of the
     /// Redlock masters: there a majority decides, not this one).
@@ -162,6 +163,7 @@ impl Server {
             node: node.to_string(),
             history_max,
             scripts: Arc::clone(scripts),
+            group_scripts: Arc::new(super::group::GroupScripts::new()),
             replicas: Arc::default(),
             records_undone,
         }
@@ -170,7 +172,7 @@ impl Server {
     /// With `wait_replicas` on one master (Sentinel, or a `url`), the claim
     /// pipeline lists the master's replicas too (see the module doc). A
     /// Cluster connection has many masters behind it: not there.
-    fn watches_replicas(&self) -> bool {
+    pub(super) fn watches_replicas(&self) -> bool {
         self.wait.replicas > 0 && !matches!(self.conn, Conn::Cluster(_))
     }
 
@@ -178,7 +180,7 @@ impl Server {
     /// and answering how many replicas acknowledged, and with `role` which
     /// master it ran on and how many replicas its `ROLE` lists, from the
     /// same pipeline.
-    async fn invoke_with<T: FromRedisValue>(
+    pub(super) async fn invoke_with<T: FromRedisValue>(
         &self,
         invocation: &ScriptInvocation<'_>,
         step: &'static str,
@@ -259,7 +261,7 @@ impl Server {
     }
 
     /// `Err(Unacknowledged)` when `acked` falls short of `wait_replicas`.
-    fn check_acked(
+    pub(super) fn check_acked(
         &self,
         acked: Option<u32>,
         step: &'static str,
@@ -281,7 +283,7 @@ impl Server {
 
     /// `Err(ReplicaLost)` when the master lists fewer replicas than lately.
     /// `listed`: the master the pipeline ran on, and what its `ROLE` listed.
-    fn check_replicas(
+    pub(super) fn check_replicas(
         &self,
         listed: Option<(String, u32)>,
         step: &'static str,
@@ -738,10 +740,15 @@ impl Server {
         // All at once on the multiplexed connection: one round trip, not
         // one per script, so a slow link to Redis stays within the time the
         // start-up check allows.
-        let loads = self.scripts.all().into_iter().map(|script| {
-            let mut conn = self.conn.clone();
-            async move { script.prepare_invoke().load_async(&mut conn).await }
-        });
+        let loads = self
+            .scripts
+            .all()
+            .into_iter()
+            .chain(self.group_scripts.all())
+            .map(|script| {
+                let mut conn = self.conn.clone();
+                async move { script.prepare_invoke().load_async(&mut conn).await }
+            });
         for loaded in futures_util::future::join_all(loads).await {
             loaded?;
         }

@@ -40,7 +40,7 @@ const POLL: Duration = Duration::from_millis(100);
 const MARGIN: Duration = Duration::from_secs(40);
 
 /// Asks the fleet to run `job`; see the module doc for exit codes.
-pub async fn run(source: &Source, job: &str) -> anyhow::Result<ExitCode> {
+pub async fn run(source: &Source, job: &str, ignore_limits: bool) -> anyhow::Result<ExitCode> {
     let redis = &source.redis;
     let (coordinator, now_ms) = crate::inspect::open(redis).await?;
     let known = known_jobs(&coordinator, source).await?;
@@ -68,6 +68,7 @@ pub async fn run(source: &Source, job: &str) -> anyhow::Result<ExitCode> {
         job: job.to_string(),
         by: who(),
         deadline_ms: now_ms + i64::try_from(TAKE_WITHIN.as_millis()).unwrap_or(i64::MAX),
+        ignore_limits,
     };
     let failed =
         |what: &str, err: &redis::RedisError| crate::inspect::redis_failed(what, redis, err);
@@ -280,6 +281,9 @@ fn finished(job: &str, report: &Report) -> ExitCode {
             ));
             if Outcome::parse(outcome) == Some(Outcome::Succeeded) {
                 ExitCode::SUCCESS
+            } else if Outcome::parse(outcome) == Some(Outcome::Throttled) {
+                // Like a busy lock: the job's group had no room.
+                ExitCode::from(crate::trigger::EXIT_BUSY)
             } else {
                 ExitCode::from(1)
             }

@@ -655,3 +655,46 @@ fn run_on_is_read_checked_and_part_of_the_definition() {
         );
     }
 }
+
+#[test]
+fn groups_are_read_shared_by_their_jobs_and_part_of_the_definition() {
+    let text = |max: u32| {
+        format!(
+            "[groups.db]\nmax_running = {max}\nmax_starts = \"30/1m\"\nwhen_full = \"wait\"\n\
+             [groups.idle]\nmax_running = 1\n\
+             [defaults]\ngroup = \"db\"\n\
+             [jobs.a]\nschedule = \"@daily\"\ncommand = \"x\"\n\
+             [jobs.b]\nschedule = \"@daily\"\ncommand = \"x\"\n"
+        )
+    };
+    let loaded = config(&text(2));
+    let group = loaded.jobs[0]
+        .extras
+        .group
+        .as_ref()
+        .expect("group from [defaults]");
+    assert_eq!(group.name, "db");
+    assert_eq!(group.max_running, Some(2));
+    assert_eq!(
+        group.max_starts,
+        Some(MaxStarts {
+            count: 30,
+            window: Duration::from_secs(60)
+        })
+    );
+    assert_eq!(group.when_full, WhenFull::Wait);
+    assert_eq!(loaded.groups.len(), 2);
+    assert!(
+        loaded
+            .warnings
+            .iter()
+            .any(|warning| warning.message.contains("no job has `group = \"idle\"`")),
+        "{:?}",
+        loaded.warnings
+    );
+    assert_ne!(
+        loaded.jobs[0].fingerprint(),
+        config(&text(3)).jobs[0].fingerprint(),
+        "a group's limit is part of each of its jobs' definition"
+    );
+}

@@ -109,6 +109,12 @@ impl Cluster {
         cluster
     }
 
+    /// Replaces the `[daemon]` lines (and any tables after them, like
+    /// `[groups.NAME]`) for the next [`Cluster::write_jobs`].
+    pub fn set_daemon(&mut self, daemon: &str) {
+        self.daemon = daemon.to_string();
+    }
+
     /// The `jobs.toml` text for `jobs` (the daemon section stays).
     pub fn config_text(&self, jobs: &[JobSpec]) -> String {
         let script = toml_path(&self.work.path("job.sh"));

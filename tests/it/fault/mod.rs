@@ -5,6 +5,7 @@
 mod audit;
 mod clock;
 mod crash;
+mod groups;
 mod history;
 mod in_line;
 mod logging;

@@ -7,6 +7,7 @@ mod bad_jobs;
 mod cluster;
 mod daemon;
 mod first_in_line;
+mod groups;
 mod life;
 mod lock;
 mod lock_cost;
