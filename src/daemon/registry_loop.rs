@@ -64,6 +64,7 @@ pub async fn run(shared: Arc<Shared>, mut config_rx: watch::Receiver<Arc<Config>
                         node,
                         instance,
                         config: &config_hash,
+                        running: shared.slots.taken(),
                     };
                     async move { registry::heartbeat(&conn, prefix, beat, offset, warning).await }
                 })
@@ -222,6 +223,7 @@ fn node_info(
         jobs,
         instance: shared.instance.clone(),
         collision: None,
+        running: Some(u64::try_from(shared.slots.taken()).unwrap_or(u64::MAX)),
     };
     (info, schedules)
 }

@@ -62,7 +62,7 @@ pub const TTL: Duration = Duration::from_secs(30);
 
 /// The fields [`live_nodes`] reads (not `schedules`: only `status` without
 /// a config needs them, through [`schedules`]).
-const NODE_FIELDS: [&str; 13] = [
+const NODE_FIELDS: [&str; 14] = [
     "node",
     "version",
     "started_at",
@@ -76,6 +76,7 @@ const NODE_FIELDS: [&str; 13] = [
     "collision_by",
     "collision_with",
     "redis_warning",
+    "running",
 ];
 
 /// What one node publishes about itself.
@@ -105,6 +106,9 @@ pub struct NodeInfo {
     /// What is wrong with Redis as this node sees it right now (e.g. claims
     /// not acknowledged by enough replicas), if anything.
     pub redis_warning: Option<String>,
+    /// Runs in progress on it (and claims in flight) at its last publish;
+    /// `None` from a daemon too old to say.
+    pub running: Option<u64>,
 }
 
 /// A job's schedule as a node published it; stored as `[expression, zone]`
@@ -215,6 +219,9 @@ pub async fn publish(
     invocation
         .arg("redis_warning")
         .arg(info.redis_warning.as_deref().unwrap_or_default());
+    if let Some(running) = info.running {
+        invocation.arg("running").arg(running);
+    }
     let reply: Vec<String> = invocation.invoke_async(&mut conn.clone()).await?;
     Ok(refresh(reply))
 }
@@ -226,6 +233,8 @@ pub struct Beat<'a> {
     pub node: &'a str,
     pub instance: &'a str,
     pub config: &'a str,
+    /// Runs in progress (and claims in flight) now.
+    pub running: usize,
 }
 
 /// Refreshes this node's entry and its config's without rewriting them:
@@ -255,7 +264,9 @@ pub async fn heartbeat(
     }
     invocation
         .arg("redis_warning")
-        .arg(redis_warning.unwrap_or_default());
+        .arg(redis_warning.unwrap_or_default())
+        .arg("running")
+        .arg(beat.running);
     let reply: Vec<String> = invocation.invoke_async(&mut conn.clone()).await?;
     Ok(refresh(reply))
 }
@@ -456,6 +467,7 @@ fn parse_node(fields: &BTreeMap<&str, String>) -> Option<NodeInfo> {
             .get("redis_warning")
             .filter(|warning| !warning.is_empty())
             .cloned(),
+        running: number("running").and_then(|running| u64::try_from(running).ok()),
     })
 }
 
@@ -529,6 +541,7 @@ mod tests {
             config_hash: String::new(),
             clock_offset_ms: None,
             redis_warning: None,
+            running: None,
             jobs: jobs
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -1,6 +1,7 @@
 //! `solocron status`: per job, who holds the lock, the last decided
-//! occurrence and the next one; then the live nodes, config drift and
-//! node-id collisions; paused jobs and drained nodes ([`controls`]).
+//! occurrence and the next one; then the live nodes (with their tags and
+//! runs in progress), config drift and node-id collisions; paused jobs
+//! and drained nodes ([`controls`]); the config's groups ([`groups`]).
 //!
 //! The jobs are the config's; without a config, every job some live node
 //! runs, with the schedule most of them published (so NEXT is known
@@ -12,6 +13,7 @@
 //! the lock names the same node.
 
 mod controls;
+mod groups;
 mod render;
 
 use std::collections::{BTreeMap, HashMap};
@@ -150,7 +152,14 @@ pub async fn status(source: &Source, json: bool) -> anyhow::Result<()> {
     let tags = crate::registry::alive::read_tags(&conn, prefix)
         .await
         .unwrap_or_default();
+    let groups = match &source.config {
+        Some(config) => groups::read(&conn, prefix, &config.groups, now_ms)
+            .await
+            .map_err(failed)?,
+        None => Vec::new(),
+    };
     let view = render::View {
+        groups: &groups,
         drains: &drains,
         jobs: &jobs,
         listing,

@@ -1,6 +1,6 @@
-//! The two faces of `status`: the text tables (JOBS, PAUSED, NODES,
+//! The two faces of `status`: the text tables (JOBS, PAUSED, GROUPS, NODES,
 //! DRAINED NODES, CONFIG DRIFT, NODE ID COLLISIONS) and the `--json`
-//! object (`jobs`, `nodes`, `divergences`, `drains`; RFC 3339 UTC times,
+//! object (`jobs`, `nodes`, `divergences`, `drains`, `groups`; RFC 3339 UTC times,
 //! `null` where unknown). Durations are relative to Redis `TIME`; a
 //! node-id collision is shown while it is recent
 //! ([`Collision::is_recent`]).
@@ -17,6 +17,8 @@ use crate::registry::{self, Collision, Divergence, NodeInfo};
 /// Everything the text form shows.
 pub struct View<'a> {
     pub jobs: &'a [JobStatus],
+    /// The config's groups (none without a config).
+    pub groups: &'a [super::groups::GroupStatus],
     /// Drained nodes (live or not).
     pub drains: &'a [DrainShown],
     pub listing: Listing,
@@ -39,6 +41,7 @@ pub fn to_json(view: &View<'_>) -> Value {
         drains,
         now_ms,
         tags,
+        groups,
         ..
     } = *view;
     json!({
@@ -58,6 +61,7 @@ pub fn to_json(view: &View<'_>) -> Value {
         }).collect::<Vec<_>>(),
         "divergences": drift.iter().map(divergence_json).collect::<Vec<_>>(),
         "drains": controls::drains_json(drains),
+        "groups": super::groups::to_json(groups),
     })
 }
 
@@ -100,6 +104,7 @@ fn node_json(node: &NodeInfo, now_ms: i64) -> Value {
     });
     json!({
         "node": node.node,
+        "running": node.running,
         "version": node.version,
         "config_path": node.config_path,
         "config_hash": node.config_hash,
@@ -158,6 +163,7 @@ pub fn text(view: &View<'_>) -> String {
         (Listing::Config, false) => out.push_str(&jobs_table(view.jobs, view.now_ms).render()),
     }
     out.push_str(&controls::paused_text(view.jobs));
+    out.push_str(&super::groups::text(view.groups));
     out.push('\n');
     if view.nodes.is_empty() {
         out.push_str(&format!(
@@ -293,6 +299,7 @@ fn nodes_table(nodes: &[NodeInfo], tags: &BTreeMap<String, String>, now_ms: i64)
     let mut table = Table::new(&[
         "NODE",
         "TAGS",
+        "RUNNING",
         "VERSION",
         "CONFIG HASH",
         "STARTED",
@@ -306,6 +313,8 @@ fn nodes_table(nodes: &[NodeInfo], tags: &BTreeMap<String, String>, now_ms: i64)
         table.row(vec![
             node.node.clone(),
             published.cloned().unwrap_or_else(|| NONE.to_string()),
+            node.running
+                .map_or_else(|| NONE.to_string(), |running| running.to_string()),
             node.version.clone(),
             node.config_hash.clone(),
             ago(node.started_at),

@@ -42,6 +42,10 @@ fn hold_and_tick(lead: i64) -> (Vec<JobSpec>, DateTime<Utc>) {
             .with("group = \"g\"")
             .with("lock_ttl = \"2s\"")
             .with("starting_deadline = \"900ms\""),
+        // Run by hand only (its schedule is yearly).
+        JobSpec::new("manual", "0 0 1 1 *", 0.1)
+            .with("group = \"g\"")
+            .with("starting_deadline = \"1s\""),
     ];
     (jobs, at)
 }
@@ -54,10 +58,22 @@ fn start_three(jobs: &[JobSpec], daemon: &str) -> Cluster {
     cluster
 }
 
-/// The ticks that started after `from` (ns).
+/// `solocron ARGS` against the cluster's config and Redis.
+fn cli(cluster: &Cluster, args: &[&str]) -> std::process::Output {
+    let config = common::toml_path(&cluster.work.path("jobs.toml"));
+    std::process::Command::new(common::solocron_bin())
+        .args(args)
+        .args(["--config", &config, "--redis", &cluster.redis.url()])
+        .env_remove("SOLOCRON_CONFIG")
+        .env_remove("SOLOCRON_REDIS_URL")
+        .output()
+        .expect("run solocron")
+}
+
+/// The scheduled ticks that started after `from` (ns).
 fn ticks_after(runs: &[Run], from: i128) -> Vec<Run> {
     runs.iter()
-        .filter(|run| run.job == "tick" && run.start_ns >= from)
+        .filter(|run| run.job == "tick" && run.at().is_some() && run.start_ns >= from)
         .cloned()
         .collect()
 }
@@ -72,12 +88,45 @@ fn a_killed_holders_slot_ends_with_its_lease_and_the_group_goes_on() {
     // A tick or two may end after hold's start was taken; let them.
     std::thread::sleep(Duration::from_millis(300));
     let holder = hold.node.clone();
+    // While it holds the slot: status names it, and a manual run waits
+    // for room (its starting_deadline), then is throttled (exit 3),
+    // unless the operator ignores the limits.
+    let status = cli(&cluster, &["status", "--json"]);
+    let status: serde_json::Value =
+        serde_json::from_slice(&status.stdout).expect("status --json is JSON");
+    let group = &status["groups"][0];
+    assert_eq!(group["group"], "g", "{status:#}");
+    assert_eq!(group["running"], 1, "{status:#}");
+    assert_eq!(group["holders"][0]["job"], "hold", "{status:#}");
+    assert_eq!(group["holders"][0]["node"], holder.as_str(), "{status:#}");
+    let running = status["nodes"]
+        .as_array()
+        .and_then(|nodes| nodes.iter().find(|node| node["node"] == holder.as_str()))
+        .map(|node| node["running"].clone());
+    assert!(running.is_some(), "{status:#}");
+    let refused = cli(&cluster, &["trigger", "manual", "--node-id", "ops"]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(3), "{said}");
+    assert!(
+        said.contains("throttled") && said.contains("group `g` at max_running = 1"),
+        "{said}"
+    );
+    let forced = cli(
+        &cluster,
+        &["trigger", "manual", "--node-id", "ops", "--ignore-limits"],
+    );
+    assert_eq!(
+        forced.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&forced.stderr)
+    );
     cluster.node_mut(&holder).kill9();
     let died = wait_gone(hold.pid, Duration::from_secs(5));
     let after = cluster.wait_for_run(
         Duration::from_secs(10),
         "a tick once the killed holder's slot expired",
-        |run| run.job == "tick" && run.start_ns > died,
+        |run| run.job == "tick" && run.at().is_some() && run.start_ns > died,
     );
     let waited_ms = (after.start_ns - died) / 1_000_000;
     println!("the group ran again {waited_ms} ms after the holder died");

@@ -142,6 +142,7 @@ fn test_nodes(path: &Path) -> Vec<NodeInfo> {
         instance: format!("test-host:1:{id}"),
         collision: None,
         redis_warning: None,
+        running: None,
     };
     vec![node("t-a", jobs, 12), node("t-b", drifted, -340)]
 }

@@ -371,8 +371,10 @@ fn scrape_a_real_daemon() -> String {
     let port = free_port();
     work.write_config(&format!(
         "[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\n\
+         [groups.nightlies]\nmax_running = 1\n\
          [jobs.tick]\nschedule = \"* * * * * *\"\ncommand = \"true\"\n\
-         [jobs.nightly]\nschedule = \"0 3 * * *\"\ncommand = \"true\"\nmax_silence = \"2d\"\n"
+         [jobs.nightly]\nschedule = \"0 3 * * *\"\ncommand = \"true\"\nmax_silence = \"2d\"\n\
+         group = \"nightlies\"\n"
     ));
     let _node = Node::start(&work, &redis, "n1", &[]);
     let mut body = String::new();
