@@ -77,7 +77,7 @@ pub async fn admit(
                     info!(job = %job.name, occurrence = %occurrence, node = %locker.node(), group = %group.name,
                         "group has room now: starting");
                 }
-                let member = slot.map(|slot| group::slot_member(slot, &holder));
+                let member = slot.map(|slot| group::slot_member(&slot, &holder));
                 return Ok(Some(Room {
                     group,
                     holder,

@@ -35,6 +35,8 @@ mod fleet_size;
 mod footprint;
 #[path = "bench/latency.rs"]
 mod latency;
+#[path = "bench/limits.rs"]
+mod limits;
 #[path = "bench/machine.rs"]
 mod machine;
 #[path = "bench/modes.rs"]
@@ -75,7 +77,7 @@ use fleet::Env;
 use report::Report;
 
 const ALL: &[&str] = &[
-    "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "n", "r", "s", "t",
+    "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "l", "n", "r", "s", "t",
 ];
 
 struct Options {
@@ -205,6 +207,9 @@ fn main() {
     }
     if wants("j") {
         timed(&mut report, "j", |r| modes::run(&env, r, &startup));
+    }
+    if wants("l") {
+        timed(&mut report, "l", |r| limits::run(&env, r));
     }
     if wants("n") {
         timed(&mut report, "n", |r| fleet_size::run(&env, r));

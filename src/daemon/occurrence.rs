@@ -453,10 +453,12 @@ async fn decided(
             let until = shared.clock.instant_of(claim_deadline(job, at));
             let run = run_won(shared, job, &lease, occurrence, sent, 1, Some(until));
             let ((), (report, retry_at)) = tokio::join!(gap, run);
-            let lag = (report.started_at - job.fires_at(at))
-                .to_std()
-                .unwrap_or(Duration::ZERO);
-            metrics::fire_to_start(&job.name, lag);
+            if !report.outcome.ran_nothing() {
+                let lag = (report.started_at - job.fires_at(at))
+                    .to_std()
+                    .unwrap_or(Duration::ZERO);
+                metrics::fire_to_start(&job.name, lag);
+            }
             // Without a retry to follow, `run_won` sent the notifier.
             if retry_at.is_some() {
                 let ran = retry::Ran::new(1, lease.fence, &report);

@@ -15,10 +15,13 @@
 //!   oldest first; a waiter that stops asking leaves the queue after
 //!   [`WAITER_TTL`].
 //!
-//! Indexes make the limits hold under Redlock too: a holder needs the
-//! same slot index (and start index) on a majority of the masters, and two
-//! majorities share a master, which grants an index once. On one server,
-//! Sentinel and Cluster a take is one script, pipelined with `WAIT` like a
+//! On one server, Sentinel and Cluster a member is `n|HOLDER` and a take
+//! counts (`ZCARD`) and looks itself up (`ZSCORE`): its cost does not grow
+//! with the limits. Under Redlock a member carries an index below the
+//! limit, and a holder needs the same index on a majority of the masters:
+//! two majorities share a master, which grants an index once (a count
+//! alone would not bound the holders across masters); a take there reads
+//! the group's members. A take is one script, pipelined with `WAIT` like a
 //! claim (an unacknowledged take is given back and counts as a failure).
 //!
 //! Failure model: every script is safe to retry with the same holder (a
@@ -40,9 +43,11 @@ pub const WAITER_TTL: Duration = Duration::from_secs(3);
 /// KEYS: slots, starts, waiting, waiting_until. ARGV: holder, max_running
 /// (0: none), slot ttl ms, max_starts count (0: none), window ms, wait
 /// (`1`: queue), occurrence ms (the queue's order), waiter ttl ms, wanted
-/// slot index (-1: any), wanted start index (-1: any). Answers `{1, slot
-/// index, start index}` (-1 where the group has no such limit), or `{0,
-/// limit, ms until a start ends (0 if unknown), holder, holder, …}`.
+/// slot index (-1: any; -2: none, the members are `n|HOLDER`: one server,
+/// where counting is enough and nothing is scanned), wanted start index
+/// (the same). Answers `{1, slot index, start index}` (`n` without
+/// indexes, -1 where the group has no such limit), or `{0, limit, ms until
+/// a start ends (0 if unknown), holder, holder, …}`.
 const TAKE: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -54,6 +59,42 @@ for _, m in ipairs(gone) do redis.call('ZREM', KEYS[3], m) end
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. fmt(now))
 local holder = ARGV[1]
 local suffix = '|' .. holder
+local k, n = tonumber(ARGV[2]), tonumber(ARGV[4])
+local function refused(limit, after)
+  local reply = {0, limit, after}
+  for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+    local bar = string.find(m, '|', 1, true)
+    reply[#reply + 1] = bar and string.sub(m, bar + 1) or m
+  end
+  return reply
+end
+local function wait_rank()
+  if ARGV[6] ~= '1' then return 0 end
+  redis.call('ZADD', KEYS[3], ARGV[7], holder)
+  redis.call('ZADD', KEYS[4], fmt(now + tonumber(ARGV[8])), holder)
+  return redis.call('ZRANK', KEYS[3], holder)
+end
+local function start_after()
+  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  if first[2] then return tonumber(first[2]) - now + 1 end
+  return 0
+end
+if tonumber(ARGV[9]) == -2 then
+  local member = 'n' .. suffix
+  local got_slot = k > 0 and redis.call('ZSCORE', KEYS[1], member)
+  local got_start = n > 0 and redis.call('ZSCORE', KEYS[2], member)
+  if (k == 0 or got_slot) and (n == 0 or got_start) then
+    return {1, k > 0 and 'n' or -1, n > 0 and 'n' or -1}
+  end
+  local rank = wait_rank()
+  if k > 0 and redis.call('ZCARD', KEYS[1]) + rank >= k then return refused('max_running', 0) end
+  if n > 0 and redis.call('ZCARD', KEYS[2]) + rank >= n then return refused('max_starts', start_after()) end
+  if k > 0 then redis.call('ZADD', KEYS[1], fmt(now + tonumber(ARGV[3])), member) end
+  if n > 0 then redis.call('ZADD', KEYS[2], fmt(now + tonumber(ARGV[5])), member) end
+  redis.call('ZREM', KEYS[3], holder)
+  redis.call('ZREM', KEYS[4], holder)
+  return {1, k > 0 and 'n' or -1, n > 0 and 'n' or -1}
+end
 local function index_of(member)
   if string.sub(member, -#suffix) == suffix then
     return tonumber(string.sub(member, 1, #member - #suffix))
@@ -66,16 +107,10 @@ local slots = redis.call('ZRANGE', KEYS[1], 0, -1)
 local starts = redis.call('ZRANGE', KEYS[2], 0, -1)
 for _, m in ipairs(slots) do local i = index_of(m); if i then mine_slot = i end end
 for _, m in ipairs(starts) do local i = index_of(m); if i then mine_start = i end end
-local k, n = tonumber(ARGV[2]), tonumber(ARGV[4])
 if (k == 0 or mine_slot >= 0) and (n == 0 or mine_start >= 0) and (mine_slot >= 0 or mine_start >= 0) then
   return {1, mine_slot, mine_start}
 end
-local rank = 0
-if ARGV[6] == '1' then
-  redis.call('ZADD', KEYS[3], ARGV[7], holder)
-  redis.call('ZADD', KEYS[4], fmt(now + tonumber(ARGV[8])), holder)
-  rank = redis.call('ZRANK', KEYS[3], holder)
-end
+local rank = wait_rank()
 local function free_index(members, limit, wanted)
   local used = {}
   for _, m in ipairs(members) do
@@ -91,14 +126,6 @@ local function free_index(members, limit, wanted)
   end
   return nil
 end
-local function refused(limit, after)
-  local reply = {0, limit, after}
-  for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-    local bar = string.find(m, '|', 1, true)
-    reply[#reply + 1] = bar and string.sub(m, bar + 1) or m
-  end
-  return reply
-end
 local slot, start = -1, -1
 if k > 0 then
   if #slots + rank >= k then return refused('max_running', 0) end
@@ -106,12 +133,9 @@ if k > 0 then
   if not slot then return refused('max_running', 0) end
 end
 if n > 0 then
-  local after = 0
-  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-  if first[2] then after = tonumber(first[2]) - now + 1 end
-  if #starts + rank >= n then return refused('max_starts', after) end
+  if #starts + rank >= n then return refused('max_starts', start_after()) end
   start = free_index(starts, n, tonumber(ARGV[10]))
-  if not start then return refused('max_starts', after) end
+  if not start then return refused('max_starts', start_after()) end
 end
 if slot >= 0 then redis.call('ZADD', KEYS[1], fmt(now + tonumber(ARGV[3])), slot .. suffix) end
 if start >= 0 then redis.call('ZADD', KEYS[2], fmt(now + tonumber(ARGV[5])), start .. suffix) end
@@ -137,8 +161,10 @@ return 0
 /// holder's slot and leaves the queue; its start stays counted.
 const GIVE_BACK: &str = r#"
 local suffix = '|' .. ARGV[1]
-for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-  if string.sub(m, -#suffix) == suffix then redis.call('ZREM', KEYS[1], m) end
+if redis.call('ZREM', KEYS[1], 'n' .. suffix) == 0 then
+  for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+    if string.sub(m, -#suffix) == suffix then redis.call('ZREM', KEYS[1], m) end
+  end
 end
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
@@ -183,10 +209,10 @@ pub struct Ask {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Taken {
     /// Room: the slot and start indexes held (`None` where the group has
-    /// no such limit).
+    /// no such limit; `n` on one server, where members have no index).
     Granted {
-        slot: Option<u32>,
-        start: Option<u32>,
+        slot: Option<String>,
+        start: Option<String>,
     },
     /// No room.
     Full(Refusal),
@@ -317,7 +343,12 @@ fn parse_take(reply: &[redis::Value]) -> Option<Taken> {
     use redis::FromRedisValue;
     let int = |value: &redis::Value| i64::from_redis_value(value.clone()).ok();
     let text = |value: &redis::Value| String::from_redis_value(value.clone()).ok();
-    let index = |value: &redis::Value| int(value).and_then(|i| u32::try_from(i).ok());
+    // An index (a number, -1 for none) or `n` (no index).
+    let index = |value: &redis::Value| match int(value) {
+        Some(i) if i < 0 => None,
+        Some(i) => Some(i.to_string()),
+        None => text(value),
+    };
     match int(reply.first()?)? {
         1 => Some(Taken::Granted {
             slot: index(reply.get(1)?),
@@ -346,12 +377,12 @@ fn parse_take(reply: &[redis::Value]) -> Option<Taken> {
 }
 
 /// The slot member a grant holds, for its renewals.
-pub fn slot_member(slot: u32, holder: &str) -> String {
+pub fn slot_member(slot: &str, holder: &str) -> String {
     format!("{slot}|{holder}")
 }
 
 /// The slot and start indexes of one grant.
-type Indexes = (Option<u32>, Option<u32>);
+type Indexes = (Option<String>, Option<String>);
 
 /// Redlock: a take wins when a majority of the masters grant the same
 /// indexes. Tried as asked first; when the masters disagree (their sets
@@ -375,9 +406,10 @@ pub(super) async fn quorum_take(
         for answer in &answers {
             match answer {
                 Ok(Taken::Granted { slot, start }) => {
-                    match grants.iter_mut().find(|(got, _)| *got == (*slot, *start)) {
+                    let got = (slot.clone(), start.clone());
+                    match grants.iter_mut().find(|(held, _)| *held == got) {
                         Some((_, count)) => *count += 1,
-                        None => grants.push(((*slot, *start), 1)),
+                        None => grants.push((got, 1)),
                     }
                 }
                 Ok(Taken::Full(refusal)) => full.push(refusal),
@@ -385,12 +417,12 @@ pub(super) async fn quorum_take(
             }
         }
         grants.sort_by_key(|(_, count)| std::cmp::Reverse(*count));
-        if let Some(((slot, start), count)) = grants.first().copied()
+        if let Some(((slot, start), count)) = grants.first().cloned()
             && count >= needed
         {
             // The masters that granted other indexes give them back.
             for (server, answer) in servers.iter().zip(&answers) {
-                if matches!(answer, Ok(Taken::Granted { slot: s, start: t }) if (*s, *t) != (slot, start))
+                if matches!(answer, Ok(Taken::Granted { slot: s, start: t }) if (s, t) != (&slot, &start))
                 {
                     server.group_give_back(keys, &ask.holder, job).await.ok();
                 }
@@ -410,7 +442,13 @@ pub(super) async fn quorum_take(
         }
         match grants.first() {
             Some(((slot, start), _)) if attempt == 0 => {
-                wanted = (slot.map_or(-1, i64::from), start.map_or(-1, i64::from));
+                let wanted_index = |index: &Option<String>| {
+                    index
+                        .as_deref()
+                        .and_then(|index| index.parse::<i64>().ok())
+                        .unwrap_or(-1)
+                };
+                wanted = (wanted_index(slot), wanted_index(start));
             }
             _ => {
                 let answered = answers.iter().filter(|answer| answer.is_ok()).count();

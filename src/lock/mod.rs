@@ -725,7 +725,8 @@ impl Locker {
     ) -> Result<group::Taken, LockError> {
         let keys = crate::keys::GroupKeys::new(&self.prefix, group);
         match self.single() {
-            Some(server) => server.group_take(&keys, ask, (-1, -1), job).await,
+            // One server counts; indexes are for a majority of masters.
+            Some(server) => server.group_take(&keys, ask, (-2, -2), job).await,
             None => group::quorum_take(&self.servers, &keys, ask, job).await,
         }
     }

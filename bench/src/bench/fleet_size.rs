@@ -32,28 +32,28 @@ use crate::report::Report;
 const JOBS: usize = 100;
 
 /// One fleet size's figures.
-struct Size {
-    nodes: usize,
-    cost: Cost,
-    runs: usize,
-    duplicates: usize,
-    misses: usize,
-    lag_p99: f64,
+pub(crate) struct Size {
+    pub(crate) nodes: usize,
+    pub(crate) cost: Cost,
+    pub(crate) runs: usize,
+    pub(crate) duplicates: usize,
+    pub(crate) misses: usize,
+    pub(crate) lag_p99: f64,
     /// Mean CPU of a node, % of a core.
-    node_cpu_pct: f64,
+    pub(crate) node_cpu_pct: f64,
     /// The server's CPU over the window, % of a core.
-    redis_pct: f64,
-    load: (f64, f64),
+    pub(crate) redis_pct: f64,
+    pub(crate) load: (f64, f64),
     /// `EVALSHA` calls per occurrence (claims, renewals, releases, periodic).
-    scripts: f64,
+    pub(crate) scripts: f64,
     /// The same nodes' Redis CPU in due and quiet seconds, interleaved.
-    interleaved: Interleaved,
+    pub(crate) interleaved: Interleaved,
 }
 
 impl Size {
     /// Redis CPU µs per occurrence less the nodes' background: the due
     /// seconds less the quiet ones ([`interleaved_cpu`]).
-    fn occurrence_cpu_us(&self) -> f64 {
+    pub(crate) fn occurrence_cpu_us(&self) -> f64 {
         self.interleaved.occurrence_us
     }
 
@@ -69,8 +69,14 @@ impl Size {
 /// out together, whatever the fleet's size (without it, 3 nodes send a
 /// third of the 100 claims each and redis-rs writes them together, 100
 /// nodes one each).
-fn config(env: &Env, schedule: &str) -> String {
-    let text = fleet::config_text(env, &fleet::uniform(JOBS, schedule, &Action::Probe));
+/// With `group` (the lines of a `[groups.bench]` table), every job is in
+/// that group (scenario l).
+fn config(env: &Env, schedule: &str, group: Option<&str>) -> String {
+    let mut text = fleet::config_text(env, &fleet::uniform(JOBS, schedule, &Action::Probe));
+    if let Some(lines) = group {
+        text = text.replacen("[defaults]\n", "[defaults]\ngroup = \"bench\"\n", 1);
+        text.push_str(&format!("\n[groups.bench]\n{lines}\n"));
+    }
     match splay() {
         Some(splay) => text.replacen(
             "[defaults]\n",
@@ -273,7 +279,7 @@ fn background(s: &Size) -> f64 {
 /// What the same fleet costs Redis in the seconds with occurrences due
 /// and in those without, interleaved.
 #[derive(Debug, Clone, Default)]
-struct Interleaved {
+pub(crate) struct Interleaved {
     /// Redis CPU µs per occurrence: the due seconds less the quiet ones.
     occurrence_us: f64,
     /// Redis CPU µs a second in the quiet seconds, the server's idle
@@ -290,8 +296,8 @@ struct Interleaved {
 /// 0.9 s); the quiet second after it holds the same background (beats,
 /// controls, registry), so the difference is the occurrences' own cost,
 /// with no background measured elsewhere and subtracted.
-fn interleaved_cpu(env: &Env, nodes: usize, periods: usize) -> Interleaved {
-    let mut fleet = Fleet::new(&config(env, "*/2 * * * * *"));
+fn interleaved_cpu(env: &Env, nodes: usize, periods: usize, group: Option<&str>) -> Interleaved {
+    let mut fleet = Fleet::new(&config(env, "*/2 * * * * *", group));
     let mut conn = fleet.redis.conn();
     let idle = redis_cost::idle_rate(&mut conn, Duration::from_secs(3));
     fleet.start_nodes(nodes);
@@ -327,7 +333,18 @@ fn interleaved_cpu(env: &Env, nodes: usize, periods: usize) -> Interleaved {
 }
 
 fn measure(env: &Env, nodes: usize, cpu_s: i64, monitor_s: i64) -> Size {
-    let interleaved = interleaved_cpu(env, nodes, env.secs(4, 10) as usize);
+    measure_with(env, nodes, cpu_s, monitor_s, None)
+}
+
+/// [`measure`] with every job in a group with `group`'s limits.
+pub(crate) fn measure_with(
+    env: &Env,
+    nodes: usize,
+    cpu_s: i64,
+    monitor_s: i64,
+    group: Option<&str>,
+) -> Size {
+    let interleaved = interleaved_cpu(env, nodes, env.secs(4, 10) as usize, group);
     eprintln!(
         "  [n fleet size] {nodes} nodes, due less quiet seconds: {:.1} µs per occurrence (periods: {}); background {:.0} µs/s",
         interleaved.occurrence_us,
@@ -339,7 +356,7 @@ fn measure(env: &Env, nodes: usize, cpu_s: i64, monitor_s: i64) -> Size {
             .join(", "),
         interleaved.background_us_per_s
     );
-    let mut fleet = Fleet::new(&config(env, "* * * * * *"));
+    let mut fleet = Fleet::new(&config(env, "* * * * * *", group));
     let mut conn = fleet.redis.conn();
     let idle = redis_cost::idle_rate(&mut conn, Duration::from_secs(3));
     let load_before = redis_cost::load_average();

@@ -18,8 +18,9 @@
 //!   after it) wait; when the slot frees, `old` starts first, every
 //!   period.
 //!
-//! On one Redis, on a Redis Cluster (the group's keys live on another
-//! shard than the jobs') and on Redlock over 3 masters.
+//! On one Redis (with one node's clock 1.5 s ahead: the limits are
+//! counted by Redis's clock), on a Redis Cluster (the group's keys live on
+//! another shard than the jobs') and on Redlock over 3 masters.
 //!
 //! What breaks it: a take that does not count the runs in progress (more
 //! than 2 at once), a slot never given back (`pairs` stops running), a
@@ -144,8 +145,10 @@ fn names(jobs: &[JobSpec]) -> Vec<&str> {
 }
 
 /// Runs the fleet on `redis` (a `[redis]` body) with the groups above
-/// for `periods` periods of 6 s and checks them.
-fn limits_hold(redis: &str, with_fair: bool, periods: i64) {
+/// for `periods` periods of 6 s and checks them. With `skewed`, the third
+/// node's clock is 1.5 s ahead (libfaketime): the limits are counted by
+/// Redis's clock, so nothing changes.
+fn limits_hold(redis: &str, with_fair: bool, periods: i64, skewed: bool) {
     let (pairs, ones, rated) = (pairs(), ones(), rated());
     let fair = if with_fair { fair() } else { Vec::new() };
     let all: Vec<JobSpec> = [&pairs, &ones, &rated, &fair]
@@ -154,9 +157,12 @@ fn limits_hold(redis: &str, with_fair: bool, periods: i64) {
         .cloned()
         .collect();
     let mut fleet = Fleet::new(redis, GROUPS, &all);
-    for id in ["n1", "n2", "n3"] {
-        fleet.start_node(id);
+    fleet.start_node("n1");
+    fleet.start_node("n2");
+    if skewed {
+        fleet = fleet.with_env(&common::faketime_env("+1.5"));
     }
+    fleet.start_node("n3");
     wait_until(Duration::from_secs(30), "a first run", || {
         !fleet.runs().is_empty()
     });
@@ -311,7 +317,7 @@ fn limits_hold(redis: &str, with_fair: bool, periods: i64) {
 #[test]
 fn group_limits_hold_on_one_redis_and_the_oldest_waiter_goes_first() {
     let redis = RedisServer::start();
-    limits_hold(&format!("url = \"{}\"", redis.url()), true, 4);
+    limits_hold(&format!("url = \"{}\"", redis.url()), true, 4, true);
 }
 
 #[test]
@@ -323,7 +329,7 @@ fn group_limits_hold_on_a_redis_cluster() {
         .map(|url| format!("\"{url}\""))
         .collect();
     let redis = format!("cluster = [{}]\nwait_replicas = 0", seeds.join(", "));
-    limits_hold(&redis, false, 2);
+    limits_hold(&redis, false, 2, false);
 }
 
 #[test]
@@ -334,5 +340,5 @@ fn group_limits_hold_on_redlock() {
         .iter()
         .map(|url| format!("\"{url}\""))
         .collect();
-    limits_hold(&format!("redlock = [{}]", urls.join(", ")), false, 2);
+    limits_hold(&format!("redlock = [{}]", urls.join(", ")), false, 2, false);
 }
