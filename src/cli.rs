@@ -127,6 +127,8 @@ pub enum Command {
     Drain(DrainArgs),
     /// End a drain: the node claims occurrences again. A node that is not live and was never drained is refused (exit 2).
     Undrain(UndrainArgs),
+    /// Stop JOB's run in progress wherever it runs (SIGTERM to its process group, SIGKILL 10 s later), recorded `aborted` with who and why, not retried; with no run in progress, cancel its pending retry. Exit 0 stopped, 3 nothing running, 1 Redis unreachable or not stopped in time.
+    Abort(AbortArgs),
 }
 
 /// `--config` of the commands that need the file.
@@ -313,6 +315,18 @@ pub struct PauseArgs {
     pub source: InspectArgs,
 }
 
+/// `solocron abort`.
+#[derive(Debug, Clone, Args)]
+pub struct AbortArgs {
+    /// The job whose run to stop.
+    pub job: String,
+    /// Why, recorded in the run's history entry.
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+    #[command(flatten)]
+    pub source: InspectArgs,
+}
+
 /// `solocron resume`.
 #[derive(Debug, Clone, Args)]
 pub struct ResumeArgs {
@@ -405,7 +419,8 @@ impl Command {
             | Command::Pause(_)
             | Command::Resume(_)
             | Command::Drain(_)
-            | Command::Undrain(_) => Some(LogFormat::Text),
+            | Command::Undrain(_)
+            | Command::Abort(_) => Some(LogFormat::Text),
         }
     }
 }
@@ -503,6 +518,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             crate::ops::pause::pause(&source(&args.source)?, &request).await?;
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Abort(args) => {
+            crate::ops::abort::abort(&source(&args.source)?, &args.job, args.reason.as_deref())
+                .await
         }
         Command::Resume(args) => {
             let request = crate::ops::pause::ResumeRequest {

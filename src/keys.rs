@@ -65,6 +65,12 @@ impl GroupKeys {
     }
 }
 
+/// `{PREFIX}:aborts`: hash, job -> the operator's `abort` of its run in
+/// progress (or of its pending retry), until the run ends.
+pub fn aborts_key(prefix: &str) -> String {
+    format!("{{{prefix}}}:aborts")
+}
+
 /// `{PREFIX}:pauses`.
 pub fn pauses_key(prefix: &str) -> String {
     format!("{{{prefix}}}:pauses")

@@ -52,7 +52,7 @@ const REDIS_DATA_LOST: &str = "solocron_redis_data_lost_total";
 /// The final outcomes `solocron_occurrences_total` is served with from a
 /// job's start: every one but `skipped` and `paused`, which are not
 /// counted as an occurrence's outcome.
-const OCCURRENCE_OUTCOMES: [Outcome; 8] = [
+const OCCURRENCE_OUTCOMES: [Outcome; 9] = [
     Outcome::Succeeded,
     Outcome::Failed,
     Outcome::TimedOut,
@@ -61,6 +61,7 @@ const OCCURRENCE_OUTCOMES: [Outcome; 8] = [
     Outcome::Missed,
     Outcome::Abandoned,
     Outcome::Throttled,
+    Outcome::Aborted,
 ];
 
 /// Every metric name this module serves, histograms by their base name

@@ -1,8 +1,8 @@
-//! How an occurrence ends: the ten outcomes and the words they are
+//! How an occurrence ends: the eleven outcomes and the words they are
 //! written as.
 //!
-//! A run ends `succeeded`, `failed`, `timed_out`, `lock_lost` or
-//! `interrupted` (`exec` classifies it); an occurrence that runs nothing is
+//! A run ends `succeeded`, `failed`, `timed_out`, `lock_lost`,
+//! `interrupted` or `aborted` (`exec` classifies it); an occurrence that runs nothing is
 //! `skipped` (overlap), `paused`, `missed` (nobody claimed it),
 //! `abandoned` (its runner stopped renewing the lock) or `throttled` (every
 //! node that looked at it was at its `max_running`). [`Outcome::as_str`]
@@ -39,13 +39,16 @@ pub enum Outcome {
     /// The run's lock expired without a release: its node died or lost Redis.
     Abandoned,
     /// Not run: every node that looked at it was at its `max_running`
-    /// until its `starting_deadline`.
+    /// until its `starting_deadline`, or its group had no room.
     Throttled,
+    /// Stopped by an operator (`solocron abort`), or a pending retry
+    /// cancelled so.
+    Aborted,
 }
 
 impl Outcome {
     /// Every outcome, in the order `history --outcome` lists them.
-    pub const ALL: [Outcome; 10] = [
+    pub const ALL: [Outcome; 11] = [
         Outcome::Succeeded,
         Outcome::Failed,
         Outcome::TimedOut,
@@ -56,11 +59,12 @@ impl Outcome {
         Outcome::Missed,
         Outcome::Abandoned,
         Outcome::Throttled,
+        Outcome::Aborted,
     ];
 
     /// The word written to Redis, logs, JSON and metrics: `succeeded`,
     /// `failed`, `timed_out`, `lock_lost`, `interrupted`, `skipped`,
-    /// `paused`, `missed`, `abandoned`, `throttled`.
+    /// `paused`, `missed`, `abandoned`, `throttled`, `aborted`.
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Succeeded => "succeeded",
@@ -73,6 +77,7 @@ impl Outcome {
             Outcome::Missed => "missed",
             Outcome::Abandoned => "abandoned",
             Outcome::Throttled => "throttled",
+            Outcome::Aborted => "aborted",
         }
     }
 
@@ -85,7 +90,7 @@ impl Outcome {
             .find(|outcome| outcome.as_str() == word)
     }
 
-    /// Whether a run ended so: the action was started (the five `exec`
+    /// Whether a run ended so: the action was started (the six `exec`
     /// classifies).
     pub fn is_run(self) -> bool {
         matches!(
@@ -95,6 +100,7 @@ impl Outcome {
                 | Outcome::TimedOut
                 | Outcome::LockLost
                 | Outcome::Interrupted
+                | Outcome::Aborted
         )
     }
 
@@ -118,9 +124,10 @@ impl Outcome {
 
     /// Whether it is a failure of the job: `on_failure` is sent for it and
     /// it sets `solocron_last_failure_timestamp_seconds`. Every bad outcome
-    /// but `interrupted` (the daemon was stopped, not the job).
+    /// but `interrupted` (the daemon was stopped, not the job) and
+    /// `aborted` (an operator stopped it, and knows).
     pub fn is_failure(self) -> bool {
-        self.is_bad() && self != Outcome::Interrupted
+        self.is_bad() && !matches!(self, Outcome::Interrupted | Outcome::Aborted)
     }
 }
 
@@ -149,6 +156,7 @@ mod tests {
                 Outcome::Missed => 7,
                 Outcome::Abandoned => 8,
                 Outcome::Throttled => 9,
+                Outcome::Aborted => 10,
             };
             assert_eq!(index, position, "{outcome:?}");
         }
@@ -169,7 +177,8 @@ mod tests {
                 "paused",
                 "missed",
                 "abandoned",
-                "throttled"
+                "throttled",
+                "aborted"
             ]
         );
         for outcome in Outcome::ALL {
@@ -197,7 +206,8 @@ mod tests {
                 "failed",
                 "timed_out",
                 "lock_lost",
-                "interrupted"
+                "interrupted",
+                "aborted"
             ]
         );
         assert_eq!(
@@ -213,7 +223,8 @@ mod tests {
                 "interrupted",
                 "missed",
                 "abandoned",
-                "throttled"
+                "throttled",
+                "aborted"
             ]
         );
         assert_eq!(

@@ -41,6 +41,42 @@ pub const STOP_WAIT: Duration = Duration::from_secs(10);
 const RETRY_FIRST: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_secs(1);
 
+/// An operator's abort of one run: fired at most once, with why.
+#[derive(Clone, Default)]
+pub struct Abort {
+    token: CancellationToken,
+    why: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl Abort {
+    /// Stops the run, saying `why` (its history entry's error); `false`
+    /// if it was fired already.
+    pub fn fire(&self, why: String) -> bool {
+        let mut slot = match self.why.lock() {
+            Ok(slot) => slot,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if slot.is_some() {
+            return false;
+        }
+        *slot = Some(why);
+        self.token.cancel();
+        true
+    }
+
+    /// Whether it was fired.
+    pub fn fired(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
+    fn why(&self) -> Option<String> {
+        match self.why.lock() {
+            Ok(slot) => slot.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+}
+
 /// What a run needs from whoever started it (the daemon or `trigger`).
 pub struct RunEnv<'a> {
     pub locker: &'a Locker,
@@ -52,6 +88,9 @@ pub struct RunEnv<'a> {
     pub env_file: Arc<BTreeMap<String, String>>,
     /// What the output of its runs must not show.
     pub mask: Arc<OutputMask>,
+    /// `solocron abort` of this run (the daemon's; `trigger` on a terminal
+    /// is stopped with Ctrl-C instead).
+    pub abort: Abort,
 }
 
 /// Runs `occurrence` of `job` under `lease` until the last process of the
@@ -103,15 +142,21 @@ pub async fn under_lease(
             }
             None => None,
         };
-        let stop = stop_when(&lost, env.interrupt);
-        let Some(room) = room else {
-            return env.executor.execute(&ctx, stop).await;
+        let stop = stop_when(&lost, env.interrupt, &env.abort.token);
+        let mut report = match room {
+            None => env.executor.execute(&ctx, stop).await,
+            Some(room) => {
+                let report = tokio::select! {
+                    report = env.executor.execute(&ctx, stop) => report,
+                    never = limits::keep(env.locker, job, &room, lease.ttl, &lost) => match never {},
+                };
+                limits::give_back(env.locker, job, room).await;
+                report
+            }
         };
-        let report = tokio::select! {
-            report = env.executor.execute(&ctx, stop) => report,
-            never = limits::keep(env.locker, job, &room, lease.ttl, &lost) => match never {},
-        };
-        limits::give_back(env.locker, job, room).await;
+        if report.outcome == Outcome::Aborted {
+            report.error = env.abort.why();
+        }
         report
     };
     tokio::select! {
@@ -208,11 +253,16 @@ pub async fn release(
 }
 
 /// Completes when the run must stop: `lost` (the lease is gone and
-/// `on_lock_lost = "kill"`) or `interrupt`.
-async fn stop_when(lost: &CancellationToken, interrupt: &CancellationToken) -> StopReason {
+/// `on_lock_lost = "kill"`), `interrupt` or `aborted` (`solocron abort`).
+async fn stop_when(
+    lost: &CancellationToken,
+    interrupt: &CancellationToken,
+    aborted: &CancellationToken,
+) -> StopReason {
     tokio::select! {
         _ = lost.cancelled() => StopReason::LockLost,
         _ = interrupt.cancelled() => StopReason::Interrupted,
+        _ = aborted.cancelled() => StopReason::Aborted,
     }
 }
 

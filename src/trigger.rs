@@ -222,6 +222,7 @@ pub async fn run(
         interrupt: &interrupt,
         env_file,
         mask,
+        abort: run::Abort::default(),
     };
     // Room in the job's group is waited for (`when_full = "wait"`) as
     // long as a scheduled occurrence would be.

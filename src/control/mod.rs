@@ -26,6 +26,7 @@
 //! Redis holds: a field that does not parse is ignored (and shows in no
 //! listing), never an error that stops a node.
 
+pub mod aborts;
 pub mod overflow;
 pub mod requests;
 mod scripts;
@@ -255,6 +256,8 @@ pub struct Snapshot {
     /// The oldest occurrences declined at `max_running`, newest first, raw
     /// (see [`overflow`]); read with the requests.
     pub overflowed: Vec<String>,
+    /// The operators' aborts, by job ([`aborts`]).
+    pub aborts: BTreeMap<String, aborts::AbortMark>,
 }
 
 /// Reads the controls for `node` from one member: the pauses if their
@@ -282,7 +285,8 @@ pub async fn snapshot(
     let requests_key = requests_key(prefix);
     let mut pipe = redis::pipe();
     pipe.hget(pauses_key(prefix), "~version")
-        .hget(drains_key(prefix), node);
+        .hget(drains_key(prefix), node)
+        .hgetall(crate::keys::aborts_key(prefix));
     if pending_max > 0 {
         let from = -i64::try_from(pending_max).unwrap_or(i64::MAX);
         pipe.lrange(&requests_key, from as isize, -1)
@@ -304,6 +308,7 @@ pub async fn snapshot(
     let mut next = || values.next().unwrap_or(redis::Value::Nil);
     let version: Option<String> = redis::from_redis_value(next())?;
     let drain: Option<String> = redis::from_redis_value(next())?;
+    let aborts: BTreeMap<String, String> = redis::from_redis_value(next())?;
     let (listed, now_ms, overflowed): (Vec<String>, i64, Vec<String>) = if pending_max > 0 {
         let listed: Vec<String> = redis::from_redis_value(next())?;
         let (secs, micros): (i64, i64) = redis::from_redis_value(next())?;
@@ -364,6 +369,7 @@ pub async fn snapshot(
         pending: pending.into_iter().rev().collect(),
         beaten,
         overflowed,
+        aborts: aborts::parse(aborts),
     })
 }
 

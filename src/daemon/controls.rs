@@ -180,6 +180,14 @@ pub async fn run(shared: Arc<Shared>, config_rx: watch::Receiver<Arc<Config>>) {
         if let Some(beaten) = beaten {
             fleet.absorb(&shared, &config_rx, beaten, sent, first).await;
         }
+        // Every member's aborts (with Redlock one may have missed a write).
+        let mut aborts = BTreeMap::new();
+        for snapshot in answers.iter().flatten() {
+            for (job, mark) in &snapshot.aborts {
+                aborts.entry(job.clone()).or_insert_with(|| mark.clone());
+            }
+        }
+        shared.running.apply(&aborts, &node);
         match absorb(&mut views, answers, coordinator.majority()) {
             Ok((pauses, drain, pending, overflowed)) => {
                 let old = shared.controls.replace(State { pauses, drain });
@@ -566,6 +574,7 @@ mod tests {
             pending: vec!["r".into()],
             beaten: None,
             overflowed: vec!["o".into()],
+            aborts: BTreeMap::new(),
         };
         let short = absorb(
             &mut views,

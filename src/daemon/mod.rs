@@ -31,6 +31,7 @@ mod registry_loop;
 mod reload;
 mod rename;
 mod retry;
+mod running;
 mod slots;
 mod sweep;
 mod timetable;
@@ -138,6 +139,8 @@ pub(crate) struct Shared {
     pub tags: crate::tags::Tags,
     /// The runs in progress here against `[daemon] max_running`.
     pub slots: slots::Slots,
+    /// The runs in progress, for `solocron abort`.
+    pub running: running::Running,
 }
 
 impl Shared {
@@ -150,6 +153,7 @@ impl Shared {
             interrupt: &self.interrupt,
             env_file: self.env_file(),
             mask: self.mask(),
+            abort: crate::run::Abort::default(),
         }
     }
 
@@ -383,6 +387,7 @@ pub async fn run(
         drifting: RwLock::new(Arc::default()),
         tags: options.tags.clone(),
         slots: slots::Slots::default(),
+        running: running::Running::default(),
     });
     shared.slots.set_cap(config.daemon.max_running);
     info!(

@@ -548,7 +548,9 @@ pub(super) async fn run_won(
     // Counted while the lease is held: a reload that renames the job
     // keeps the new name's lock until then (`rename.rs`).
     let _running = shared.renames.run_started(&job.name);
-    let env = shared.run_env();
+    let (abort, _registered) = shared.running.register(&job.name, lease.fence);
+    let mut env = shared.run_env();
+    env.abort = abort;
     let mut report = run::under_lease(
         &env, job, lease, occurrence, claim_sent, attempt, room_until,
     )

@@ -130,6 +130,8 @@ pub enum StopReason {
     LockLost,
     /// Shutdown grace is over.
     Interrupted,
+    /// An operator's `solocron abort`.
+    Aborted,
 }
 
 impl From<StopReason> for Outcome {
@@ -137,6 +139,7 @@ impl From<StopReason> for Outcome {
         match reason {
             StopReason::LockLost => Outcome::LockLost,
             StopReason::Interrupted => Outcome::Interrupted,
+            StopReason::Aborted => Outcome::Aborted,
         }
     }
 }

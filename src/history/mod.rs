@@ -248,8 +248,8 @@ mod tests {
                     .collect();
             Entry::from_fields(&fields, 0).expect("an entry")
         };
-        let newer = read("aborted");
-        assert_eq!(newer.outcome, "aborted");
+        let newer = read("cancelled");
+        assert_eq!(newer.outcome, "cancelled");
         assert_eq!(newer.known_outcome(), None);
         assert!(newer.is_bad());
         assert!(!read("excluded").is_bad());

@@ -1,5 +1,6 @@
 //! The fleet-wide operator commands: `pause` / `resume` ([`pause`]),
-//! `drain` / `undrain` ([`drain`]) and `trigger --fleet` ([`fleet_trigger`]).
+//! `drain` / `undrain` ([`drain`]), `trigger --fleet` ([`fleet_trigger`])
+//! and `abort` ([`abort`]).
 //!
 //! They write the controls of [`crate::control`] (and read what they need
 //! to answer for people); the daemons pick them up within about a second
@@ -15,6 +16,7 @@
 //! half-written in a way a retry of the same command would not repair
 //! (every write is a whole mark with a newer stamp).
 
+pub mod abort;
 pub mod drain;
 pub mod fleet_trigger;
 pub mod pause;

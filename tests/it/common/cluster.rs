@@ -109,6 +109,19 @@ impl Cluster {
         cluster
     }
 
+    /// `solocron ARGS --config … --redis …` against the cluster's file and
+    /// Redis (no daemon: a command an operator types).
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        let config = toml_path(&self.work.path("jobs.toml"));
+        std::process::Command::new(super::solocron_bin())
+            .args(args)
+            .args(["--config", &config, "--redis", &self.redis.url()])
+            .env_remove("SOLOCRON_CONFIG")
+            .env_remove("SOLOCRON_REDIS_URL")
+            .output()
+            .expect("run solocron")
+    }
+
     /// Replaces the `[daemon]` lines (and any tables after them, like
     /// `[groups.NAME]`) for the next [`Cluster::write_jobs`].
     pub fn set_daemon(&mut self, daemon: &str) {

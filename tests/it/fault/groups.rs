@@ -58,18 +58,6 @@ fn start_three(jobs: &[JobSpec], daemon: &str) -> Cluster {
     cluster
 }
 
-/// `solocron ARGS` against the cluster's config and Redis.
-fn cli(cluster: &Cluster, args: &[&str]) -> std::process::Output {
-    let config = common::toml_path(&cluster.work.path("jobs.toml"));
-    std::process::Command::new(common::solocron_bin())
-        .args(args)
-        .args(["--config", &config, "--redis", &cluster.redis.url()])
-        .env_remove("SOLOCRON_CONFIG")
-        .env_remove("SOLOCRON_REDIS_URL")
-        .output()
-        .expect("run solocron")
-}
-
 /// The scheduled ticks that started after `from` (ns).
 fn ticks_after(runs: &[Run], from: i128) -> Vec<Run> {
     runs.iter()
@@ -91,7 +79,7 @@ fn a_killed_holders_slot_ends_with_its_lease_and_the_group_goes_on() {
     // While it holds the slot: status names it, and a manual run waits
     // for room (its starting_deadline), then is throttled (exit 3),
     // unless the operator ignores the limits.
-    let status = cli(&cluster, &["status", "--json"]);
+    let status = cluster.cli(&["status", "--json"]);
     let status: serde_json::Value =
         serde_json::from_slice(&status.stdout).expect("status --json is JSON");
     let group = &status["groups"][0];
@@ -104,17 +92,14 @@ fn a_killed_holders_slot_ends_with_its_lease_and_the_group_goes_on() {
         .and_then(|nodes| nodes.iter().find(|node| node["node"] == holder.as_str()))
         .map(|node| node["running"].clone());
     assert!(running.is_some(), "{status:#}");
-    let refused = cli(&cluster, &["trigger", "manual", "--node-id", "ops"]);
+    let refused = cluster.cli(&["trigger", "manual", "--node-id", "ops"]);
     let said = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(3), "{said}");
     assert!(
         said.contains("throttled") && said.contains("group `g` at max_running = 1"),
         "{said}"
     );
-    let forced = cli(
-        &cluster,
-        &["trigger", "manual", "--node-id", "ops", "--ignore-limits"],
-    );
+    let forced = cluster.cli(&["trigger", "manual", "--node-id", "ops", "--ignore-limits"]);
     assert_eq!(
         forced.status.code(),
         Some(0),

@@ -1153,6 +1153,7 @@ fn outcome_bad_keeps_every_bad_outcome_and_a_typo_gets_the_closest() {
     assert_eq!(
         outcomes_of(&["--outcome", "bad"]),
         [
+            "aborted",
             "throttled",
             "abandoned",
             "missed",
@@ -1165,6 +1166,7 @@ fn outcome_bad_keeps_every_bad_outcome_and_a_typo_gets_the_closest() {
     assert_eq!(
         outcomes_of(&["--outcome", "bad,skipped"]),
         [
+            "aborted",
             "throttled",
             "abandoned",
             "missed",

@@ -2,6 +2,7 @@
 //! `history`, logs, journald, systemd notifications and the monitoring
 //! rules. `metrics.rs` builds as its own test binary (`tests/metrics/`).
 
+mod abort;
 mod controls_read;
 mod daemon_logs;
 mod fleet_ops;
