@@ -425,6 +425,19 @@ impl Command {
     }
 }
 
+/// A command refused by Redis's ACL, said as the role it needs (never a
+/// raw `NOPERM`); any other error as it was.
+fn needs_role(command: &str, role: &str, err: anyhow::Error) -> anyhow::Error {
+    let text = format!("{err:#}").to_lowercase();
+    if text.contains("noperm") || text.contains("no permissions") {
+        anyhow::anyhow!(
+            "`solocron {command}` needs the {role} role: this Redis user may not run every command it sends; give it the {role}'s ACL line of docs/operations.md (\"A Redis user for solocron\"). Nothing was changed"
+        )
+    } else {
+        err
+    }
+}
+
 /// Exit status of `run` when the config is bad at start (EX_CONFIG).
 pub const EXIT_BAD_CONFIG: u8 = 78;
 
@@ -473,7 +486,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Status(args) => {
-            crate::inspect::status(&source(&args.source)?, args.json).await?;
+            crate::inspect::status(&source(&args.source)?, args.json)
+                .await
+                .map_err(|err| needs_role("status", "viewer", err))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::History(args) => {
@@ -486,7 +501,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 outcomes: args.outcomes.clone(),
                 json: args.json,
             };
-            crate::inspect::history(&source(&args.source)?, &query).await?;
+            crate::inspect::history(&source(&args.source)?, &query)
+                .await
+                .map_err(|err| needs_role("history", "viewer", err))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Trigger(args) if args.fleet => {
@@ -495,7 +512,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 args.redis.redis.as_deref(),
                 None,
             )?;
-            crate::ops::fleet_trigger::run(&source, &args.job, args.ignore_limits).await
+            crate::ops::fleet_trigger::run(&source, &args.job, args.ignore_limits)
+                .await
+                .map_err(|err| needs_role("trigger --fleet", "operator", err))
         }
         Command::Trigger(args) => {
             let config = load(&args.file.config, args.redis.redis.as_deref())?;
@@ -516,30 +535,39 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 duration: args.duration,
                 reason: args.reason.clone(),
             };
-            crate::ops::pause::pause(&source(&args.source)?, &request).await?;
+            crate::ops::pause::pause(&source(&args.source)?, &request)
+                .await
+                .map_err(|err| needs_role("pause", "operator", err))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Abort(args) => {
             crate::ops::abort::abort(&source(&args.source)?, &args.job, args.reason.as_deref())
                 .await
+                .map_err(|err| needs_role("abort", "operator", err))
         }
         Command::Resume(args) => {
             let request = crate::ops::pause::ResumeRequest {
                 jobs: args.jobs.clone(),
                 all: args.all,
             };
-            crate::ops::pause::resume(&source(&args.source)?, &request).await?;
+            crate::ops::pause::resume(&source(&args.source)?, &request)
+                .await
+                .map_err(|err| needs_role("resume", "operator", err))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Drain(args) => {
             let target = drain_target(args.node.as_deref(), args.force)?;
             let reason = args.reason.as_deref();
-            crate::ops::drain::drain(&source(&args.source)?, &target, true, reason).await?;
+            crate::ops::drain::drain(&source(&args.source)?, &target, true, reason)
+                .await
+                .map_err(|err| needs_role("drain", "operator", err))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Undrain(args) => {
             let target = drain_target(args.node.as_deref(), false)?;
-            crate::ops::drain::drain(&source(&args.source)?, &target, false, None).await?;
+            crate::ops::drain::drain(&source(&args.source)?, &target, false, None)
+                .await
+                .map_err(|err| needs_role("undrain", "operator", err))?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -38,7 +38,7 @@ const LOOKED_AT: usize = 20;
 /// Runs `solocron abort`; see the module doc for what it prints and exits.
 pub async fn abort(source: &Source, job: &str, reason: Option<&str>) -> anyhow::Result<ExitCode> {
     let redis = &source.redis;
-    let (coordinator, now_ms) = crate::inspect::open(redis).await?;
+    let (coordinator, now_ms) = super::open_as_operator(source).await?;
     let known = known_jobs(&coordinator, source).await?;
     check_jobs(source, &[job.to_string()], &known)?;
     let prefix = &redis.key_prefix;

@@ -46,7 +46,7 @@ pub async fn drain(
     reason: Option<&str>,
 ) -> anyhow::Result<()> {
     let node = target.node.as_str();
-    let (coordinator, now_ms) = crate::inspect::open(&source.redis).await?;
+    let (coordinator, now_ms) = super::open_as_operator(source).await?;
     let prefix = &source.redis.key_prefix;
     let key = drains_key(prefix);
     let live = crate::inspect::live_nodes(&coordinator, prefix)

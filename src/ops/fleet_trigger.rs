@@ -42,7 +42,7 @@ const MARGIN: Duration = Duration::from_secs(40);
 /// Asks the fleet to run `job`; see the module doc for exit codes.
 pub async fn run(source: &Source, job: &str, ignore_limits: bool) -> anyhow::Result<ExitCode> {
     let redis = &source.redis;
-    let (coordinator, now_ms) = crate::inspect::open(redis).await?;
+    let (coordinator, now_ms) = super::open_as_operator(source).await?;
     let known = known_jobs(&coordinator, source).await?;
     check_jobs(source, &[job.to_string()], &known)?;
     let defined = source

@@ -27,6 +27,37 @@ use crate::control::{self, Mark};
 use crate::coordinator::Coordinator;
 use crate::inspect::{Source, job_hint, known_jobs};
 
+/// Opens the coordinator for an operator's command and checks first that
+/// its user may run the operator's scripts (`EVALSHA` of a script that
+/// does nothing): a viewer's user is refused here, before anything is read
+/// or written, whatever the command would have found (see `cli`'s
+/// `needs_role` for the message). Answers the coordinator and Redis time.
+async fn open_as_operator(source: &Source) -> anyhow::Result<(Coordinator, i64)> {
+    static PROBE: std::sync::LazyLock<redis::Script> =
+        std::sync::LazyLock::new(|| redis::Script::new("return 1"));
+    let (coordinator, now_ms) = crate::inspect::open(&source.redis).await?;
+    // The first member that answers decides (with Redlock a minority may
+    // be down; the command then says so itself).
+    for member in coordinator.members() {
+        match PROBE
+            .prepare_invoke()
+            .invoke_async::<i64>(&mut member.conn.clone())
+            .await
+        {
+            Ok(_) => break,
+            Err(err) if crate::coordinator::errors::is_refusal(&err) => {
+                return Err(crate::inspect::redis_failed(
+                    "cannot run the operator's scripts on",
+                    &source.redis,
+                    &err,
+                ));
+            }
+            Err(_) => continue,
+        }
+    }
+    Ok((coordinator, now_ms))
+}
+
 /// Every mark of `key`, read from every member and merged (tombstones included).
 async fn read_merged(
     coordinator: &Coordinator,

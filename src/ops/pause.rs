@@ -39,7 +39,7 @@ pub struct PauseRequest {
 
 /// Pauses `request.jobs` (or every job) fleet-wide; prints what it did.
 pub async fn pause(source: &Source, request: &PauseRequest) -> anyhow::Result<()> {
-    let (coordinator, now_ms) = crate::inspect::open(&source.redis).await?;
+    let (coordinator, now_ms) = super::open_as_operator(source).await?;
     let fields: Vec<String> = if request.all {
         vec![ALL.to_string()]
     } else {
@@ -147,7 +147,7 @@ pub struct ResumeRequest {
 
 /// Ends the pauses `request` names; prints what it did.
 pub async fn resume(source: &Source, request: &ResumeRequest) -> anyhow::Result<()> {
-    let (coordinator, now_ms) = crate::inspect::open(&source.redis).await?;
+    let (coordinator, now_ms) = super::open_as_operator(source).await?;
     let key = pauses_key(&source.redis.key_prefix);
     let marks = read_merged(&coordinator, source, &key).await?;
     let paused = Pauses::from_marks(marks.clone());

@@ -1,6 +1,6 @@
 //! The fleet controls' every-second read (`control::snapshot`) on a real
 //! redis-server: plain reads, no script; the pauses are fetched only when
-//! their version changed; stale and broken `trigger --fleet` requests are
+//! their version changed (the aborts, a small hash, every time); stale and broken `trigger --fleet` requests are
 //! dropped from the list, fresh ones kept.
 
 use crate::common;
@@ -36,7 +36,8 @@ async fn the_every_second_read_runs_no_script_and_reads_the_pauses_only_when_the
     );
     assert_eq!(
         command_calls(&redis),
-        BTreeMap::from([("hget".to_string(), 2)])
+        // The pauses' version and the drain; the aborts (`solocron abort`).
+        BTreeMap::from([("hget".to_string(), 2), ("hgetall".to_string(), 1)])
     );
 
     let _: () = admin
@@ -63,8 +64,8 @@ async fn the_every_second_read_runs_no_script_and_reads_the_pauses_only_when_the
     assert!(same.pauses.is_none(), "unchanged version: no pauses read");
     assert_eq!(
         command_calls(&redis),
-        BTreeMap::from([("hget".to_string(), 2)]),
-        "no script, no HGETALL"
+        BTreeMap::from([("hget".to_string(), 2), ("hgetall".to_string(), 1)]),
+        "no script, no HGETALL of the pauses (the aborts' only)"
     );
 }
 

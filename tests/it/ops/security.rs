@@ -1275,3 +1275,115 @@ fn a_redirects_error_masks_secrets_percent_encoded_as_a_url_carries_them() {
     let log = node.log();
     assert!(!log.contains("Secret"), "{log}");
 }
+
+/// The three roles of docs/operations.md, each created from its line: a
+/// daemon runs jobs as `solocron`; the operator's user pauses, resumes,
+/// drains, undrains, aborts, triggers through the fleet and reads; the
+/// viewer's reads (`status`, `history`) and is refused every control
+/// command with exit 1 and a message naming the operator role, never a
+/// raw `NOPERM`, with nothing written. Redis's `ACL LOG` shows no refusal
+/// but the viewer's. Breaks if a role's line misses a command its
+/// commands send, or a refusal reaches the user raw.
+#[test]
+fn each_role_runs_its_commands_and_the_viewer_changes_nothing() {
+    let server = Server::start(&[]);
+    let mut admin = server.admin();
+    for (start, password) in [
+        ("ACL SETUSER solocron ", PASSWORD),
+        ("ACL SETUSER solocron-operator ", "op-pw"),
+        ("ACL SETUSER solocron-viewer ", "view-pw"),
+    ] {
+        let () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(common::readme_acl_line(start, password))
+            .query(&mut admin)
+            .unwrap_or_else(|err| panic!("{start}: {err}"));
+    }
+    let work = Workdir::new();
+    let runs = toml_path(&work.path("runs"));
+    let config = work.write_config(&format!(
+        "[redis]\nurl = \"{}\"\n\
+         [jobs.tick]\nschedule = \"*/2 * * * * *\"\n\
+         command = \"echo $SOLOCRON_OCCURRENCE $SOLOCRON_NODE $SOLOCRON_FENCE >> {runs}\"\n",
+        server.url_with(PASSWORD)
+    ));
+    let config = toml_path(&config);
+    let node = Node::start_with_args(&work, "role-daemon", &["--config", &config], &[]);
+    wait_until(Duration::from_secs(20), "the daemon ran the job", || {
+        !records(&work.lines("runs")).is_empty()
+    });
+    let () = redis::cmd("ACL")
+        .arg("LOG")
+        .arg("RESET")
+        .query(&mut admin)
+        .expect("reset");
+    let as_user = |user: &str, password: &str, args: &[&str]| {
+        let url = format!("redis://{user}:{password}@127.0.0.1:{}/", server.port);
+        solocron(
+            &[args, &["--redis", &url, "--config", &config][..]].concat(),
+            &[],
+        )
+    };
+    let controls: [&[&str]; 7] = [
+        &["pause", "tick", "--reason", "role"],
+        &["resume", "tick"],
+        &["drain", "--node", "role-daemon"],
+        &["undrain", "--node", "role-daemon"],
+        &["abort", "tick"],
+        &["trigger", "tick", "--fleet"],
+        &["pause", "--all"],
+    ];
+    // The viewer reads; every control command is refused, saying the role.
+    for args in [&["status"][..], &["status", "--json"], &["history", "tick"]] {
+        let out = as_user("solocron-viewer", "view-pw", args);
+        assert!(out.status.success(), "viewer {args:?}: {}", text(&out));
+    }
+    for args in controls {
+        let out = as_user("solocron-viewer", "view-pw", args);
+        let said = text(&out);
+        assert_eq!(out.status.code(), Some(1), "viewer {args:?}: {said}");
+        assert!(
+            said.contains("needs the operator role") && !said.to_lowercase().contains("noperm"),
+            "viewer {args:?}: {said}"
+        );
+    }
+    for key in [
+        "{solocron}:pauses",
+        "{solocron}:drains",
+        "{solocron}:aborts",
+        "{solocron}:requests",
+    ] {
+        let exists: i64 = redis::cmd("EXISTS")
+            .arg(key)
+            .query(&mut admin)
+            .expect("EXISTS");
+        assert_eq!(exists, 0, "the viewer wrote `{key}`");
+    }
+    let () = redis::cmd("ACL")
+        .arg("LOG")
+        .arg("RESET")
+        .query(&mut admin)
+        .expect("reset");
+    // The operator does all of it (abort finds nothing running: 3;
+    // trigger --fleet runs, or finds the lock held: 3).
+    for args in [&["status"][..], &["history", "tick"]]
+        .into_iter()
+        .chain(controls)
+    {
+        let out = as_user("solocron-operator", "op-pw", args);
+        assert!(
+            matches!(out.status.code(), Some(0 | 3)),
+            "operator {args:?}: {}",
+            text(&out)
+        );
+    }
+    let _ = as_user("solocron-operator", "op-pw", &["resume", "--all"]);
+    let denied: Value = redis::cmd("ACL")
+        .arg("LOG")
+        .query(&mut admin)
+        .expect("ACL LOG");
+    let mut log = String::new();
+    flatten(&denied, &mut log);
+    assert!(log.trim().is_empty(), "the operator was refused: {log}");
+    drop(node);
+}
