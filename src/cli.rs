@@ -129,6 +129,8 @@ pub enum Command {
     Undrain(UndrainArgs),
     /// Stop JOB's run in progress wherever it runs (SIGTERM to its process group, SIGKILL 10 s later), recorded `aborted` with who and why, not retried; with no run in progress, cancel its pending retry. Exit 0 stopped, 3 nothing running, 1 Redis unreachable or not stopped in time.
     Abort(AbortArgs),
+    /// Who did what, newest first: pauses, resumes, drains, undrains, triggers, aborts (who is user@host), and each daemon's start, stop, reload and config drift.
+    Audit(AuditArgs),
 }
 
 /// `--config` of the commands that need the file.
@@ -248,7 +250,7 @@ pub struct HistoryArgs {
     /// Only entries of this node (repeat, or separate with commas, for several).
     #[arg(long = "node", value_name = "ID", value_delimiter = ',')]
     pub nodes: Vec<String>,
-    /// Only entries with this outcome (repeat, or separate with commas, for several): succeeded, failed, timed_out, lock_lost, interrupted, skipped, paused, missed, abandoned, throttled, or `bad` for every outcome but succeeded, skipped and paused.
+    /// Only entries with this outcome (repeat, or separate with commas, for several): succeeded, failed, timed_out, lock_lost, interrupted, skipped, paused, missed, abandoned, throttled, aborted, or `bad` for every outcome but succeeded, skipped and paused.
     #[arg(
         long = "outcome",
         value_name = "OUTCOME",
@@ -311,6 +313,22 @@ pub struct PauseArgs {
     /// Why, shown by `status` and in each `paused` history entry.
     #[arg(long, value_name = "TEXT")]
     pub reason: Option<String>,
+    #[command(flatten)]
+    pub source: InspectArgs,
+}
+
+/// `solocron audit`.
+#[derive(Debug, Clone, Args)]
+pub struct AuditArgs {
+    /// Show at most this many records (at least 1).
+    #[arg(long, default_value_t = 50, value_parser = parse_limit)]
+    pub limit: usize,
+    /// Only records at or after WHEN: an RFC 3339 instant, or a duration back from now (`90s`, `2h`, `7d`).
+    #[arg(long, value_name = "WHEN", value_parser = TimeBound::parse)]
+    pub since: Option<TimeBound>,
+    /// One JSON array instead of a table.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub source: InspectArgs,
 }
@@ -420,7 +438,8 @@ impl Command {
             | Command::Resume(_)
             | Command::Drain(_)
             | Command::Undrain(_)
-            | Command::Abort(_) => Some(LogFormat::Text),
+            | Command::Abort(_)
+            | Command::Audit(_) => Some(LogFormat::Text),
         }
     }
 }
@@ -538,6 +557,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             crate::ops::pause::pause(&source(&args.source)?, &request)
                 .await
                 .map_err(|err| needs_role("pause", "operator", err))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Audit(args) => {
+            crate::inspect::audit(&source(&args.source)?, args.since, args.limit, args.json)
+                .await
+                .map_err(|err| needs_role("audit", "viewer", err))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Abort(args) => {

@@ -65,6 +65,11 @@ impl GroupKeys {
     }
 }
 
+/// `{PREFIX}:audit`: the audit trail (a capped stream).
+pub fn audit_key(prefix: &str) -> String {
+    format!("{{{prefix}}}:audit")
+}
+
 /// `{PREFIX}:aborts`: hash, job -> the operator's `abort` of its run in
 /// progress (or of its pending retry), until the run ends.
 pub fn aborts_key(prefix: &str) -> String {

@@ -164,6 +164,8 @@ pub async fn run(
                     ("fence", json!(fence)),
                 ],
             );
+            let result = format!("not started: running on {holder} (fence {fence})");
+            record(&locker, node, job_name, ignore_limits, &result).await;
             return Ok(ExitCode::from(EXIT_BUSY));
         }
         Claim::Taken { .. }
@@ -235,6 +237,8 @@ pub async fn run(
     let stopped = CancellationToken::new();
     stopped.cancel();
     run::release(&locker, &lease, &entry, &stopped, |_| {}).await;
+    let result = format!("{} on {node} (fence {})", report.outcome, lease.fence);
+    record(&locker, node, job_name, ignore_limits, &result).await;
     signals.abort();
     let detail = match (report.exit_code, report.http_status) {
         (Some(code), _) => format!(" (exit {code})"),
@@ -277,4 +281,19 @@ pub async fn run(
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Appends the manual run's audit record, once its result is known (the
+/// run's keys are the job's, on another Cluster slot than the trail's).
+async fn record(locker: &Locker, node: &str, job: &str, ignore_limits: bool, result: &str) {
+    let who = format!("{} (node {node})", crate::control::who());
+    let action = if ignore_limits {
+        "trigger --ignore-limits"
+    } else {
+        "trigger"
+    };
+    let record = crate::control::audit::Record::new(&who, action, job).result(result);
+    let conn = locker.connection();
+    let append = crate::control::audit::append(&conn, locker.prefix(), &record);
+    let _ = tokio::time::timeout(run::STOP_WAIT, append).await;
 }

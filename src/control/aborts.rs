@@ -55,20 +55,25 @@ impl AbortMark {
     }
 }
 
-/// Writes `mark` for `job` (replacing an older abort of it).
+/// Writes `mark` for `job` (replacing an older abort of it), with its
+/// audit `record` in one transaction.
 pub async fn post(
     conn: &Conn,
     prefix: &str,
     job: &str,
     mark: &AbortMark,
+    record: &super::audit::Record,
 ) -> redis::RedisResult<()> {
     let raw = serde_json::to_string(mark).unwrap_or_default();
-    redis::cmd("HSET")
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .cmd("HSET")
         .arg(aborts_key(prefix))
         .arg(job)
         .arg(raw)
-        .query_async(&mut conn.clone())
-        .await
+        .ignore();
+    record.add_to(&mut pipe, prefix);
+    pipe.query_async(&mut conn.clone()).await
 }
 
 /// KEYS: the aborts hash. ARGV: job, id. Deletes the job's mark only if

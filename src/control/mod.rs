@@ -27,6 +27,7 @@
 //! listing), never an error that stops a node.
 
 pub mod aborts;
+pub mod audit;
 pub mod overflow;
 pub mod requests;
 mod scripts;
@@ -221,11 +222,21 @@ pub async fn write_marks(
     conn: &Conn,
     key: &str,
     marks: &[(String, Mark)],
+    audit: Option<(&str, &audit::Record)>,
 ) -> redis::RedisResult<Vec<Option<Mark>>> {
     let mut invocation = scripts::WRITE.prepare_invoke();
+    let (audit_key, record) = match audit {
+        Some((prefix, record)) => (crate::keys::audit_key(prefix), record.to_json()),
+        // Without a record the key is never written; it only has to be
+        // in the marks' slot.
+        None => (format!("{key}:no-audit"), String::new()),
+    };
     invocation
         .key(key)
-        .arg(u64::try_from(PRUNE_AFTER.as_millis()).unwrap_or(u64::MAX));
+        .key(audit_key)
+        .arg(u64::try_from(PRUNE_AFTER.as_millis()).unwrap_or(u64::MAX))
+        .arg(record)
+        .arg(audit::MAX);
     for (field, mark) in marks {
         let json = serde_json::to_string(mark).map_err(|err| {
             redis::RedisError::from((

@@ -78,13 +78,22 @@ pub fn new_id() -> String {
 }
 
 /// Queues `request`; returns the raw entry (for [`withdraw`]).
-pub async fn submit(conn: &Conn, prefix: &str, request: &Request) -> redis::RedisResult<String> {
+pub async fn submit(
+    conn: &Conn,
+    prefix: &str,
+    request: &Request,
+    record: &super::audit::Record,
+) -> redis::RedisResult<String> {
     let raw = request.to_raw();
-    let _: i64 = redis::cmd("LPUSH")
+    // With its audit record, in one transaction (the same slot).
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .cmd("LPUSH")
         .arg(requests_key(prefix))
         .arg(&raw)
-        .query_async(&mut conn.clone())
-        .await?;
+        .ignore();
+    record.add_to(&mut pipe, prefix);
+    let () = pipe.query_async(&mut conn.clone()).await?;
     Ok(raw)
 }
 

@@ -10,7 +10,8 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// KEYS: a marks hash (pauses or drains). ARGV: prune age ms, then field /
+/// KEYS: a marks hash (pauses or drains), the audit stream. ARGV: prune
+/// age ms, the audit record as JSON (`''`: none), audit cap, then field /
 /// JSON mark pairs. Writes each mark, its `at_ms` raised above the field's
 /// current stamp if needed (two writes within one ms still order), bumps
 /// `~version`, and drops inactive or expired marks stamped before `now -
@@ -25,7 +26,7 @@ local function decode(text)
   return nil
 end
 local previous = {}
-for i = 2, #ARGV, 2 do
+for i = 4, #ARGV, 2 do
   local old = redis.call('HGET', KEYS[1], ARGV[i])
   local value = ARGV[i + 1]
   local mark, before = decode(value), decode(old)
@@ -36,6 +37,14 @@ for i = 2, #ARGV, 2 do
   end
   redis.call('HSET', KEYS[1], ARGV[i], value)
   previous[#previous + 1] = old or ''
+end
+if ARGV[2] ~= '' then
+  local ok, record = pcall(cjson.decode, ARGV[2])
+  if ok and type(record) == 'table' then
+    redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'who', tostring(record.who or ''),
+      'action', tostring(record.action or ''), 'target', tostring(record.target or ''),
+      'reason', tostring(record.reason or ''), 'result', tostring(record.result or ''))
+  end
 end
 local version = tonumber(redis.call('HGET', KEYS[1], '~version') or '0') or 0
 redis.call('HSET', KEYS[1], '~version', string.format('%.0f', version + 1))

@@ -67,7 +67,18 @@ impl DriftWatch {
         // The nodes on each side are read only to log them.
         match named(shared, prefix, &found).await {
             Ok(named) => {
-                report(node, &named, !self.warned.divergences.is_empty());
+                let was = !self.warned.divergences.is_empty();
+                if !named.is_empty() && !was {
+                    let jobs: Vec<&str> = named.iter().map(|d| d.job.as_str()).collect();
+                    shared.audit(
+                        "drift start",
+                        &jobs.join(","),
+                        "job definitions differ between nodes",
+                    );
+                } else if named.is_empty() && was {
+                    shared.audit("drift end", "*", "every live node agrees again");
+                }
+                report(node, &named, was);
                 self.warned = found;
                 self.warned_at = Instant::now();
             }

@@ -144,6 +144,25 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Appends this node's `action` on `target` to the audit trail, in the
+    /// background, best effort (a few tries; the journal has the line).
+    pub fn audit(&self, action: &str, target: &str, result: &str) {
+        let record =
+            crate::control::audit::Record::new(self.locker.node(), action, target).result(result);
+        let (conn, prefix) = (self.locker.connection(), self.locker.prefix().to_string());
+        self.tracker.spawn(async move {
+            for _ in 0..3 {
+                if crate::control::audit::append(&conn, &prefix, &record)
+                    .await
+                    .is_ok()
+                {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+        });
+    }
+
     /// What a run started now gets: this daemon's lock, executor and
     /// stop, and the env file's variables as last loaded.
     pub fn run_env(&self) -> crate::run::RunEnv<'_> {
@@ -422,6 +441,15 @@ pub async fn run(
     crate::memory::release_freed();
     recording::spawn_startup_check(&shared, &config.jobs);
     info!(node = %options.node, jobs = config.jobs.len(), "jobs scheduled");
+    shared.audit(
+        "start",
+        &options.node,
+        &format!(
+            "{} jobs, version {}",
+            config.jobs.len(),
+            env!("CARGO_PKG_VERSION")
+        ),
+    );
     loop {
         let wake = timetable.next_wake(&shared);
         tokio::select! {
@@ -465,6 +493,13 @@ pub async fn run(
     if let Err(err) = withdrawn {
         warn!(node = %options.node, error = %err, "cannot withdraw from the node registry; it expires by itself");
     }
+    let record = crate::control::audit::Record::new(&options.node, "stop", &options.node);
+    let conn = shared.locker.connection();
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        crate::control::audit::append(&conn, prefix, &record),
+    )
+    .await;
     info!(node = %options.node, "stopped");
     Ok(())
 }

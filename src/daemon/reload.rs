@@ -85,6 +85,17 @@ pub fn reload(
             let diff = timetable.apply(shared, &new.jobs);
             info!(node = %options.node, added = ?diff.added, removed = ?diff.removed, changed = ?diff.changed,
                 unchanged = diff.unchanged, "config reloaded");
+            shared.audit(
+                "reload",
+                &options.node,
+                &format!(
+                    "added [{}], removed [{}], changed [{}], {} unchanged",
+                    diff.added.join(", "),
+                    diff.removed.join(", "),
+                    diff.changed.join(", "),
+                    diff.unchanged
+                ),
+            );
             metrics::jobs_loaded(new.jobs.len());
             config_tx.send_replace(Arc::new(new));
             crate::memory::release_freed();

@@ -12,6 +12,7 @@
 //! naming the redacted URL within seconds, never a hang. Per-job reads are
 //! pipelined: `status` on a thousand jobs is a few round trips.
 
+mod audit;
 mod format;
 pub(crate) mod history;
 mod source;
@@ -25,6 +26,7 @@ use crate::coordinator::Coordinator;
 use crate::config::RedisConfig;
 use crate::coordinator::coordinator_time_ms;
 
+pub use audit::audit;
 pub(crate) use format::flat;
 pub use history::{HistoryQuery, TimeBound, UsageError, history, parse_outcome};
 pub use source::{DEFAULT_KEY_PREFIX, Source};

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use super::check_jobs;
 use crate::control::aborts::{self, AbortMark};
+use crate::control::audit::{self, Record};
 use crate::control::who;
 use crate::coordinator::Conn;
 use crate::inspect::{Source, known_jobs, redis_failed};
@@ -66,10 +67,13 @@ pub async fn abort(source: &Source, job: &str, reason: Option<&str>) -> anyhow::
         .split_once(' ')
         .map_or("", |(_, node)| node)
         .to_string();
+    let asked = Record::new(&by, "abort", job)
+        .reason(reason)
+        .result(&format!("requested: fence {} on {node}", mark.fence));
     let posted = coordinator
         .on_members(|conn| {
-            let mark = &mark;
-            async move { aborts::post(&conn, prefix, job, mark).await }
+            let (mark, asked) = (&mark, &asked);
+            async move { aborts::post(&conn, prefix, job, mark, asked).await }
         })
         .await;
     if let Err(err) = posted {
@@ -85,6 +89,24 @@ pub async fn abort(source: &Source, job: &str, reason: Option<&str>) -> anyhow::
             .await
             .ok();
     }
+    let result = match &ended {
+        Some((outcome, _)) if outcome == "aborted" => {
+            format!("aborted on {node} (fence {})", mark.fence)
+        }
+        Some((outcome, _)) => format!(
+            "nothing stopped: the run ended {outcome} first (fence {})",
+            mark.fence
+        ),
+        None => format!(
+            "not stopped within {}s (fence {} on {node})",
+            WAIT.as_secs(),
+            mark.fence
+        ),
+    };
+    let done = Record::new(&by, "abort", job)
+        .reason(reason)
+        .result(&result);
+    audit::append(&conn, prefix, &done).await.ok();
     match ended {
         Some((outcome, error)) if outcome == "aborted" => {
             eprintln!(
@@ -129,7 +151,20 @@ async fn cancel_retry(
         })
         .await
         .map_err(|err| redis_failed("cannot cancel the pending retry on", &source.redis, &err))?;
-    match answers.into_iter().flatten().next() {
+    let cancelled = answers.into_iter().flatten().next();
+    let result = match &cancelled {
+        Some((occurrence, attempt)) => {
+            format!("pending retry cancelled: {occurrence}, attempt {attempt}")
+        }
+        None => "nothing running, no retry pending".to_string(),
+    };
+    let record = Record::new(&mark.by, "abort", job)
+        .reason(mark.reason.as_deref())
+        .result(&result);
+    audit::append(&coordinator.first(), &source.redis.key_prefix, &record)
+        .await
+        .ok();
+    match cancelled {
         Some((occurrence, attempt)) => {
             eprintln!(
                 "job `{job}` had no run in progress; its pending retry (occurrence {occurrence}, attempt {attempt}) is cancelled and recorded aborted"

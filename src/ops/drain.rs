@@ -76,11 +76,15 @@ pub async fn drain(
             .filter(|reason| !reason.is_empty())
             .map(str::to_string),
     };
+    let action = if drain { "drain" } else { "undrain" };
+    let record =
+        crate::control::audit::Record::new(&mark.by, action, node).reason(mark.reason.as_deref());
     write_everywhere(
         &coordinator,
         source,
         &key,
         &[(node.to_string(), mark.clone())],
+        &record,
     )
     .await?;
     let within = crate::control::REFRESH.as_secs().max(1);

@@ -72,7 +72,15 @@ pub async fn run(source: &Source, job: &str, ignore_limits: bool) -> anyhow::Res
     };
     let failed =
         |what: &str, err: &redis::RedisError| crate::inspect::redis_failed(what, redis, err);
-    let raw = requests::submit(&conn, prefix, &request)
+    let flag = if ignore_limits {
+        " --ignore-limits"
+    } else {
+        ""
+    };
+    let record =
+        crate::control::audit::Record::new(&request.by, &format!("trigger --fleet{flag}"), job)
+            .result(&format!("requested ({})", request.id));
+    let raw = requests::submit(&conn, prefix, &request, &record)
         .await
         .map_err(|err| match coordinator.members().first() {
             Some(first) if coordinator.is_quorum() => anyhow::anyhow!(
@@ -115,6 +123,12 @@ pub async fn run(source: &Source, job: &str, ignore_limits: bool) -> anyhow::Res
             ));
         }
         if report.state() == Some("done") {
+            let outcome = report.get("outcome").unwrap_or("unknown");
+            let record = crate::control::audit::Record::new(&request.by, "trigger --fleet", job)
+                .result(&format!("{outcome} on {node} ({})", request.id));
+            crate::control::audit::append(&conn, prefix, &record)
+                .await
+                .ok();
             return Ok(finished(job, &report));
         }
         if cap.is_some_and(|cap| Instant::now() >= cap) {

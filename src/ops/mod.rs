@@ -71,16 +71,21 @@ async fn read_merged(
     Ok(control::merge(lists))
 }
 
-/// Writes `marks` to `key` on every member; returns each field's previous
-/// mark (the newest any member had).
+/// Writes `marks` to `key` on every member, with the audit `record` in
+/// the same script; returns each field's previous mark (the newest any
+/// member had).
 async fn write_everywhere(
     coordinator: &Coordinator,
     source: &Source,
     key: &str,
     marks: &[(String, Mark)],
+    record: &control::audit::Record,
 ) -> anyhow::Result<Vec<Option<Mark>>> {
+    let prefix = source.redis.key_prefix.as_str();
     let answers = coordinator
-        .on_members(|conn| async move { control::write_marks(&conn, key, marks).await })
+        .on_members(|conn| async move {
+            control::write_marks(&conn, key, marks, Some((prefix, record))).await
+        })
         .await
         .map_err(|err| crate::inspect::redis_failed("cannot write to", &source.redis, &err))?;
     let mut previous: Vec<Option<Mark>> = vec![None; marks.len()];

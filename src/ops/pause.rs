@@ -20,6 +20,7 @@
 use std::time::Duration;
 
 use super::{check_jobs, instant, known_jobs, read_merged, write_everywhere};
+use crate::control::audit::Record;
 use crate::control::{ALL, Mark, Pauses, who};
 use crate::inspect::{Source, print};
 use crate::keys::pauses_key;
@@ -78,7 +79,16 @@ pub async fn pause(source: &Source, request: &PauseRequest) -> anyhow::Result<()
         .map(|field| (field.clone(), mark.clone()))
         .collect();
     let key = pauses_key(&source.redis.key_prefix);
-    let previous = write_everywhere(&coordinator, source, &key, &marks).await?;
+    let target = if request.all {
+        ALL.to_string()
+    } else {
+        fields.join(",")
+    };
+    let mut record = Record::new(&mark.by, "pause", &target).reason(mark.reason.as_deref());
+    if let Some(until) = until_ms {
+        record = record.result(&format!("ok, until {}", instant(until)));
+    }
+    let previous = write_everywhere(&coordinator, source, &key, &marks, &record).await?;
     let mut out = String::new();
     let until = match until_ms {
         Some(until) => format!("until {}", instant(until)),
@@ -186,7 +196,9 @@ pub async fn resume(source: &Source, request: &ResumeRequest) -> anyhow::Result<
         .map(|field| (field.clone(), end.clone()))
         .collect();
     if !writes.is_empty() {
-        write_everywhere(&coordinator, source, &key, &writes).await?;
+        let target: Vec<&str> = writes.iter().map(|(field, _)| field.as_str()).collect();
+        let record = Record::new(&by, "resume", &target.join(","));
+        write_everywhere(&coordinator, source, &key, &writes, &record).await?;
     }
     // `resume JOB` leaves `pause --all` in force: the job stays paused.
     let all_holds = paused

@@ -293,6 +293,8 @@ fn a_user_without_any_one_command_the_daemon_needs_is_stopped_at_start_naming_it
         "+lpush",
         "+xrevrange",
         "+zcount",
+        "+multi",
+        "+exec",
         "+info",
     ];
     let url = format!("redis://solocron:{PASSWORD}@127.0.0.1:{}/", redis.port);

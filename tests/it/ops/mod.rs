@@ -3,6 +3,7 @@
 //! rules. `metrics.rs` builds as its own test binary (`tests/metrics/`).
 
 mod abort;
+mod audit;
 mod controls_read;
 mod daemon_logs;
 mod fleet_ops;

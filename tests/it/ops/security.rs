@@ -1334,7 +1334,12 @@ fn each_role_runs_its_commands_and_the_viewer_changes_nothing() {
         &["pause", "--all"],
     ];
     // The viewer reads; every control command is refused, saying the role.
-    for args in [&["status"][..], &["status", "--json"], &["history", "tick"]] {
+    for args in [
+        &["status"][..],
+        &["status", "--json"],
+        &["history", "tick"],
+        &["audit"],
+    ] {
         let out = as_user("solocron-viewer", "view-pw", args);
         assert!(out.status.success(), "viewer {args:?}: {}", text(&out));
     }
