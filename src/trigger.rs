@@ -198,6 +198,7 @@ pub async fn run(
             ("occurrence", json!(name)),
             ("node", json!(node)),
             ("fence", json!(lease.fence)),
+            ("by", json!(crate::control::who())),
         ],
     );
     // Ctrl-C (or the terminal hanging up: SIGHUP) stops the run (SIGTERM
@@ -231,7 +232,8 @@ pub async fn run(
     let room_until = (!ignore_limits).then(|| tokio::time::Instant::now() + job.starting_deadline);
     let report = run::under_lease(&env, &job, &lease, occurrence, sent, 1, room_until).await;
     run::log_finished(&job, occurrence, node, lease.fence, 1, None, &report);
-    let entry = run::entry(occurrence, node, &lease, 1, None, &report);
+    let mut entry = run::entry(occurrence, node, &lease, 1, None, &report);
+    entry.by = Some(crate::control::who());
     // A terminal does not wait for Redis as a daemon does: the record is
     // retried for `run::STOP_WAIT` at most, then printed as lost.
     let stopped = CancellationToken::new();

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::Shared;
-use super::occurrence::run_won;
+use super::occurrence::{How, run_won};
 use crate::config::Job;
 use crate::control::requests::{self, DONE_TTL, KEEPALIVE, LIVE_TTL, Request};
 use crate::exec::Report;
@@ -47,7 +47,7 @@ pub fn spawn(shared: &Arc<Shared>, job: Arc<Job>, request: Request, slot: super:
 async fn run(shared: Arc<Shared>, job: Arc<Job>, request: Request, _slot: super::slots::Slot) {
     let node = shared.locker.node().to_string();
     let occurrence = Occurrence::Manual(Utc::now());
-    info!(job = %job.name, occurrence = %occurrence, node = %node, request = %request.id, requested_by = %request.by,
+    info!(job = %job.name, occurrence = %occurrence, node = %node, request = %request.id, by = %request.by,
         "trigger request taken: running the job now (manual run)");
     let token = new_token();
     let sent = Instant::now();
@@ -125,8 +125,11 @@ async fn run_taken(
         ("fence", lease.fence.to_string()),
     ];
     report(shared, request, LIVE_TTL, &running).await;
-    let room_until = (!request.ignore_limits).then(|| Instant::now() + job.starting_deadline);
-    let run = run_won(shared, job, lease, occurrence, sent, 1, room_until);
+    let how = How {
+        room_until: (!request.ignore_limits).then(|| Instant::now() + job.starting_deadline),
+        by: Some(request.by.clone()),
+    };
+    let run = run_won(shared, job, lease, occurrence, sent, 1, how);
     let renew = keep_alive(shared, request);
     let report = tokio::select! {
         (report, _) = run => report,

@@ -451,7 +451,15 @@ async fn decided(
             let gap = recording::record_gap_before(shared, job, reply.previous_ms, at);
             // Room in its group is waited for until the claim's deadline.
             let until = shared.clock.instant_of(claim_deadline(job, at));
-            let run = run_won(shared, job, &lease, occurrence, sent, 1, Some(until));
+            let run = run_won(
+                shared,
+                job,
+                &lease,
+                occurrence,
+                sent,
+                1,
+                How::scheduled(until),
+            );
             let ((), (report, retry_at)) = tokio::join!(gap, run);
             if !report.outcome.ran_nothing() {
                 let lag = (report.started_at - job.fires_at(at))
@@ -529,6 +537,23 @@ async fn decided(
     }
 }
 
+/// How a won run goes: how long it may wait for room in its group
+/// (`None`: it takes none, `--ignore-limits`) and who asked for it by hand.
+pub(super) struct How {
+    pub room_until: Option<Instant>,
+    pub by: Option<String>,
+}
+
+impl How {
+    /// A run of the schedule (or a retry), waiting for room until `until`.
+    pub fn scheduled(until: Instant) -> How {
+        How {
+            room_until: Some(until),
+            by: None,
+        }
+    }
+}
+
 /// Runs `occurrence` of `job`, won with `lease` (the claim sent at
 /// `claim_sent`), to its end on this node as attempt `attempt`, then
 /// releases the lease with the run's history entry, waiting for Redis as
@@ -542,8 +567,9 @@ pub(super) async fn run_won(
     occurrence: Occurrence,
     claim_sent: Instant,
     attempt: u32,
-    room_until: Option<Instant>,
+    how: How,
 ) -> (Report, Option<DateTime<Utc>>) {
+    let How { room_until, by } = how;
     let node = shared.locker.node();
     // Counted while the lease is held: a reload that renames the job
     // keeps the new name's lock until then (`rename.rs`).
@@ -577,7 +603,8 @@ pub(super) async fn run_won(
         retry_at,
         &report,
     );
-    let entry = run::entry(occurrence, node, lease, attempt, retry_at, &report);
+    let mut entry = run::entry(occurrence, node, lease, attempt, retry_at, &report);
+    entry.by = by;
     // The notifier goes before the record: a record waits for Redis as long
     // as it is away, and an `on_failure` waited with it (a hook failing in
     // an outage was told nobody until Redis answered, never if the node

@@ -47,7 +47,7 @@ use tracing::{debug, info, warn};
 
 use super::Shared;
 use super::notifiers::{self, Subject};
-use super::occurrence::run_won;
+use super::occurrence::{How, run_won};
 use super::recording::unix_secs;
 use crate::config::{Job, retry_backoff};
 use crate::exec::{Notice, Outcome, Report};
@@ -361,8 +361,16 @@ async fn claim_and_run(
                     .clock
                     .instant_of(until)
                     .min(Instant::now() + job.starting_deadline);
-                let (report, retry_at) =
-                    run_won(shared, &job, &lease, occurrence, sent, attempt, Some(until)).await;
+                let (report, retry_at) = run_won(
+                    shared,
+                    &job,
+                    &lease,
+                    occurrence,
+                    sent,
+                    attempt,
+                    How::scheduled(until),
+                )
+                .await;
                 if retry_at.is_some() {
                     return Step::Ran(Some(Ran::new(attempt, lease.fence, &report)));
                 }

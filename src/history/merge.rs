@@ -168,6 +168,7 @@ mod tests {
                 output_tail: None,
                 attempt: None,
                 retry_at: None,
+                by: None,
             },
         }
     }

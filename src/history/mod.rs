@@ -55,6 +55,9 @@ pub struct Entry {
     /// When the next attempt of this occurrence may start (this one failed
     /// and the job has retries left); `None` for a last attempt.
     pub retry_at: Option<DateTime<Utc>>,
+    /// Who ran it by hand (`user@host`): a `trigger` or `trigger --fleet`
+    /// run; `None` for a scheduled one.
+    pub by: Option<String>,
 }
 
 impl Entry {
@@ -90,6 +93,7 @@ impl Entry {
             output_tail: None,
             attempt: None,
             retry_at: None,
+            by: None,
         }
     }
 
@@ -127,6 +131,9 @@ impl Entry {
         if let Some(at) = self.retry_at {
             fields.push(("retry_at", at.timestamp_millis().to_string()));
         }
+        if let Some(by) = &self.by {
+            fields.push(("by", by.clone()));
+        }
         fields
     }
 
@@ -163,6 +170,7 @@ impl Entry {
                 .get("retry_at")
                 .and_then(|ms| ms.parse::<i64>().ok())
                 .and_then(DateTime::from_timestamp_millis),
+            by: text("by"),
         })
     }
 }
@@ -212,6 +220,7 @@ mod tests {
             output_tail: Some("done\n".into()),
             attempt: Some(1),
             retry_at: Some(at + chrono::TimeDelta::seconds(30)),
+            by: None,
         };
         let fields: HashMap<String, String> = entry
             .to_fields()

@@ -33,6 +33,8 @@ struct JsonEntry<'a> {
     /// The last bytes the run printed.
     output_tail: Option<&'a str>,
     attempt: Option<u32>,
+    /// Who ran it by hand (`trigger`); `null` for a scheduled run.
+    by: Option<&'a str>,
 }
 
 /// `history --json`: one array of objects with exactly the keys
@@ -62,6 +64,7 @@ fn json_entry(recorded: &Recorded) -> JsonEntry<'_> {
         error: entry.error.as_deref(),
         output_tail: entry.output_tail.as_deref(),
         attempt: entry.attempt,
+        by: entry.by.as_deref(),
     }
 }
 
@@ -134,6 +137,7 @@ mod tests {
                 output_tail: None,
                 attempt: None,
                 retry_at: None,
+                by: None,
             },
         }
     }
@@ -158,6 +162,7 @@ mod tests {
             "error",
             "output_tail",
             "attempt",
+            "by",
         ];
         let mut sorted = expected;
         sorted.sort();

@@ -21,7 +21,7 @@ use solocron::outcome::Outcome;
 use solocron::registry::{self, NodeInfo};
 
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
-const HISTORY_KEYS: [&str; 13] = [
+const HISTORY_KEYS: [&str; 14] = [
     "job",
     "occurrence",
     "node",
@@ -35,6 +35,7 @@ const HISTORY_KEYS: [&str; 13] = [
     "error",
     "output_tail",
     "attempt",
+    "by",
 ];
 
 /// Runs `solocron ARGS --config jobs.toml --redis URL` to completion.
