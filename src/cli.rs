@@ -276,6 +276,18 @@ pub struct TriggerArgs {
     /// Take no room in the job's group (`max_running`, `max_starts`): for an operator who means to run it beside the group's other runs.
     #[arg(long)]
     pub ignore_limits: bool,
+    /// Make up a past occurrence (after `missed`, `failed`, …): run it as that occurrence (`SOLOCRON_OCCURRENCE`, the same Idempotency-Key, the next attempt), recorded as an attempt of it. WHEN: an RFC 3339 instant, or a duration back from now. Refused (exit 2) for an instant that is not one of the job's occurrences, the future, or an occurrence that succeeded (without --force).
+    #[arg(long, value_name = "WHEN", value_parser = TimeBound::parse, conflicts_with_all = ["since", "until", "fleet"])]
+    pub occurrence: Option<TimeBound>,
+    /// Make up each occurrence at or after WHEN that did not succeed, oldest first, one at a time (with --until; default until now).
+    #[arg(long, value_name = "WHEN", value_parser = TimeBound::parse, conflicts_with = "fleet")]
+    pub since: Option<TimeBound>,
+    /// The end of --since's range (default now).
+    #[arg(long, value_name = "WHEN", value_parser = TimeBound::parse, requires = "since")]
+    pub until: Option<TimeBound>,
+    /// Make up an occurrence even if it succeeded.
+    #[arg(long)]
+    pub force: bool,
     #[command(flatten)]
     pub file: ConfigArg,
     #[command(flatten)]
@@ -538,7 +550,23 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Trigger(args) => {
             let config = load(&args.file.config, args.redis.redis.as_deref())?;
             let node = node_id(args.node.node_id.as_deref())?;
-            crate::trigger::run(config, &node, &args.job, args.ignore_limits).await
+            let now_ms = Utc::now().timestamp_millis();
+            let instant = |bound: TimeBound| {
+                chrono::DateTime::from_timestamp_millis(bound.resolve(now_ms)).unwrap_or_default()
+            };
+            let make_up = match (args.occurrence, args.since) {
+                (Some(at), _) => crate::trigger::MakeUp::One {
+                    at: instant(at),
+                    force: args.force,
+                },
+                (None, Some(since)) => crate::trigger::MakeUp::Range {
+                    since: instant(since),
+                    until: args.until.map_or_else(Utc::now, instant),
+                    force: args.force,
+                },
+                (None, None) => crate::trigger::MakeUp::No,
+            };
+            crate::trigger::run(config, &node, &args.job, args.ignore_limits, make_up).await
         }
         Command::GenerateDocs(args) => {
             let mut out = std::io::stdout().lock();

@@ -1,5 +1,7 @@
 //! `solocron trigger JOB`: run a job now, on this node, under the same lock
-//! as scheduled runs and with a new fence.
+//! as scheduled runs and with a new fence; with `--occurrence` (or
+//! `--since/--until`) a make-up run of a past occurrence, named and
+//! numbered as that occurrence's next attempt ([`MakeUp`]).
 //!
 //! A manual run is named `manual-<start instant>` and never touches the
 //! job's occurrence record, so it consumes no scheduled occurrence; like
@@ -61,6 +63,7 @@ pub async fn run(
     node: &str,
     job_name: &str,
     ignore_limits: bool,
+    make_up: MakeUp,
 ) -> anyhow::Result<ExitCode> {
     let Some(job) = config
         .jobs
@@ -127,19 +130,65 @@ pub async fn run(
     let executor = Executor::new()
         .context("cannot set up job execution")?
         .with_output_echo(true);
-    let occurrence = Occurrence::Manual(Utc::now());
+    let plans = match make_up {
+        MakeUp::No => vec![Plan {
+            occurrence: Occurrence::Manual(Utc::now()),
+            attempt: 1,
+        }],
+        asked => make_up_plans(&locker, &job, &asked).await?,
+    };
+    if plans.is_empty() {
+        tell(
+            Level::INFO,
+            &format!(
+                "job `{job_name}`: every occurrence of the range succeeded already; nothing to make up\n"
+            ),
+            &[("job", json!(job_name))],
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut worst = ExitCode::SUCCESS;
+    for plan in plans {
+        let code =
+            run_planned(&config, &job, &locker, &executor, node, ignore_limits, plan).await?;
+        if code != ExitCode::SUCCESS {
+            worst = code;
+            // A busy lock or a failure stops a range: the operator decides.
+            break;
+        }
+    }
+    Ok(worst)
+}
+
+/// One run `trigger` makes: a manual run, or a make-up run of a past
+/// occurrence as its attempt `attempt`.
+struct Plan {
+    occurrence: Occurrence,
+    attempt: u32,
+}
+
+/// Claims and runs `plan` of `job`; its exit status.
+#[allow(clippy::too_many_arguments)]
+async fn run_planned(
+    config: &Config,
+    job: &Arc<crate::config::Job>,
+    locker: &Locker,
+    executor: &Executor,
+    node: &str,
+    ignore_limits: bool,
+    plan: Plan,
+) -> anyhow::Result<ExitCode> {
+    let job_name = job.name.as_str();
+    let (occurrence, attempt) = (plan.occurrence, plan.attempt);
+    let target = match occurrence {
+        Occurrence::Manual(started) => Target::Manual { started },
+        Occurrence::Scheduled(at) => Target::MakeUp { at },
+    };
     let name = occurrence.to_string();
     let sent = Instant::now();
     let claim = tokio::time::timeout(
         CLAIM_TIMEOUT,
-        locker.claim(
-            &job.name,
-            &Target::Manual {
-                started: occurrence.at(),
-            },
-            &new_token(),
-            job.lock_ttl,
-        ),
+        locker.claim(&job.name, &target, &new_token(), job.lock_ttl),
     )
     .await
     .map_err(|_| anyhow::anyhow!("no answer within {CLAIM_TIMEOUT:?}"))
@@ -165,7 +214,7 @@ pub async fn run(
                 ],
             );
             let result = format!("not started: running on {holder} (fence {fence})");
-            record(&locker, node, job_name, ignore_limits, &result).await;
+            record(locker, node, job_name, ignore_limits, &result).await;
             return Ok(ExitCode::from(EXIT_BUSY));
         }
         Claim::Taken { .. }
@@ -205,7 +254,7 @@ pub async fn run(
     // to its group, SIGKILL after the grace); a second one kills it at
     // once. The lock is released either way.
     let (interrupt, hurry) = (CancellationToken::new(), CancellationToken::new());
-    let executor = executor.with_hurry(hurry.clone());
+    let executor = executor.clone().with_hurry(hurry.clone());
     let mut stops = crate::shutdown::stop_requests_and_hangups()
         .context("cannot install the SIGTERM, SIGINT and SIGHUP handlers")?;
     let on_signal = interrupt.clone();
@@ -218,9 +267,9 @@ pub async fn run(
         }
     });
     let env_file = Arc::new(config.env.clone());
-    let mask = Arc::new(crate::exec::OutputMask::of(&config));
+    let mask = Arc::new(crate::exec::OutputMask::of(config));
     let env = RunEnv {
-        locker: &locker,
+        locker,
         executor: &executor,
         interrupt: &interrupt,
         env_file,
@@ -230,17 +279,21 @@ pub async fn run(
     // Room in the job's group is waited for (`when_full = "wait"`) as
     // long as a scheduled occurrence would be.
     let room_until = (!ignore_limits).then(|| tokio::time::Instant::now() + job.starting_deadline);
-    let report = run::under_lease(&env, &job, &lease, occurrence, sent, 1, room_until).await;
-    run::log_finished(&job, occurrence, node, lease.fence, 1, None, &report);
-    let mut entry = run::entry(occurrence, node, &lease, 1, None, &report);
+    let report = run::under_lease(&env, job, &lease, occurrence, sent, attempt, room_until).await;
+    run::log_finished(job, occurrence, node, lease.fence, attempt, None, &report);
+    let mut entry = run::entry(occurrence, node, &lease, attempt, None, &report);
     entry.by = Some(crate::control::who());
     // A terminal does not wait for Redis as a daemon does: the record is
     // retried for `run::STOP_WAIT` at most, then printed as lost.
     let stopped = CancellationToken::new();
     stopped.cancel();
-    run::release(&locker, &lease, &entry, &stopped, |_| {}).await;
+    run::release(locker, &lease, &entry, &stopped, |_| {}).await;
     let result = format!("{} on {node} (fence {})", report.outcome, lease.fence);
-    record(&locker, node, job_name, ignore_limits, &result).await;
+    let what = match occurrence {
+        Occurrence::Manual(_) => job_name.to_string(),
+        Occurrence::Scheduled(_) => format!("{job_name}@{name} (attempt {attempt})"),
+    };
+    record(locker, node, &what, ignore_limits, &result).await;
     signals.abort();
     let detail = match (report.exit_code, report.http_status) {
         (Some(code), _) => format!(" (exit {code})"),
@@ -298,4 +351,157 @@ async fn record(locker: &Locker, node: &str, job: &str, ignore_limits: bool, res
     let conn = locker.connection();
     let append = crate::control::audit::append(&conn, locker.prefix(), &record);
     let _ = tokio::time::timeout(run::STOP_WAIT, append).await;
+}
+
+/// What `trigger` was asked beyond a manual run: a make-up run of a past
+/// occurrence, or of each not-succeeded occurrence of a range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MakeUp {
+    /// A manual run (`manual-<now>`).
+    No,
+    /// `--occurrence T [--force]`.
+    One {
+        at: chrono::DateTime<Utc>,
+        force: bool,
+    },
+    /// `--since T1 --until T2 [--force]`: oldest first.
+    Range {
+        since: chrono::DateTime<Utc>,
+        until: chrono::DateTime<Utc>,
+        force: bool,
+    },
+}
+
+/// The most occurrences one `--since/--until` makes up.
+const RANGE_MAX: usize = 1000;
+
+/// The make-up runs `asked` names, each checked: an instant that is one
+/// of `job`'s occurrences, not in the future, and not already succeeded
+/// (unless forced); each with the attempt after the occurrence's last.
+/// `Err` (exit 2) with the reason otherwise.
+async fn make_up_plans(
+    locker: &Locker,
+    job: &crate::config::Job,
+    asked: &MakeUp,
+) -> anyhow::Result<Vec<Plan>> {
+    let now = Utc::now();
+    let refuse = |why: String| -> anyhow::Error { crate::inspect::UsageError(why).into() };
+    let name = |at: chrono::DateTime<Utc>| Occurrence::Scheduled(at).to_string();
+    match *asked {
+        MakeUp::No => Ok(Vec::new()),
+        MakeUp::One { at, force } => {
+            let is_occurrence = at
+                .checked_sub_signed(chrono::TimeDelta::milliseconds(1))
+                .and_then(|before| job.schedule.next_after(before))
+                == Some(at);
+            if !is_occurrence {
+                let around = job
+                    .schedule
+                    .next_after(at)
+                    .map(|next| format!("; the next one after it is {}", name(next)))
+                    .unwrap_or_default();
+                return Err(refuse(format!(
+                    "{} is not an occurrence of job `{}` (`{}` in {}){around}",
+                    name(at),
+                    job.name,
+                    job.schedule.expression().trim(),
+                    job.schedule.timezone()
+                )));
+            }
+            if at > now {
+                return Err(refuse(format!(
+                    "{} is in the future: job `{}` runs it when it is due; `solocron trigger {}` runs it now as a manual run",
+                    name(at),
+                    job.name,
+                    job.name
+                )));
+            }
+            let (last_attempt, succeeded) = attempts_of(locker, &job.name, at).await?;
+            if succeeded && !force {
+                return Err(refuse(format!(
+                    "{} of job `{}` already succeeded; add --force to run it again",
+                    name(at),
+                    job.name
+                )));
+            }
+            Ok(vec![Plan {
+                occurrence: Occurrence::Scheduled(at),
+                attempt: last_attempt + 1,
+            }])
+        }
+        MakeUp::Range {
+            since,
+            until,
+            force,
+        } => {
+            if since > until {
+                return Err(refuse(format!(
+                    "--since {} is after --until {}",
+                    name(since),
+                    name(until)
+                )));
+            }
+            let until = until.min(now);
+            let mut plans = Vec::new();
+            let mut at = since.checked_sub_signed(chrono::TimeDelta::milliseconds(1));
+            while let Some(next) = at.and_then(|before| job.schedule.next_after(before)) {
+                if next > until {
+                    break;
+                }
+                if plans.len() >= RANGE_MAX {
+                    return Err(refuse(format!(
+                        "the range holds more than {RANGE_MAX} occurrences of job `{}`: make it shorter",
+                        job.name
+                    )));
+                }
+                let (last_attempt, succeeded) = attempts_of(locker, &job.name, next).await?;
+                if force || !succeeded {
+                    plans.push(Plan {
+                        occurrence: Occurrence::Scheduled(next),
+                        attempt: last_attempt + 1,
+                    });
+                }
+                at = Some(next);
+            }
+            Ok(plans)
+        }
+    }
+}
+
+/// The highest attempt the history records for occurrence `at` of `job`
+/// (0 if none) and whether one of them succeeded. Entries of `at` are
+/// appended at or after it, so the read starts there.
+async fn attempts_of(
+    locker: &Locker,
+    job: &str,
+    at: chrono::DateTime<Utc>,
+) -> anyhow::Result<(u32, bool)> {
+    let name = Occurrence::Scheduled(at).to_string();
+    let entries: Vec<(String, std::collections::HashMap<String, String>)> = redis::cmd("XRANGE")
+        .arg(locker.keys(job).history)
+        .arg(at.timestamp_millis().max(0))
+        .arg("+")
+        .arg("COUNT")
+        .arg(100_000)
+        .query_async(&mut locker.connection())
+        .await
+        .with_context(|| format!("cannot read the history of job `{job}`"))?;
+    let mine = entries
+        .iter()
+        .filter(|(_, fields)| fields.get("occurrence") == Some(&name));
+    let (mut last, mut succeeded) = (0, false);
+    for (_, fields) in mine {
+        let outcome = fields.get("outcome").and_then(|word| Outcome::parse(word));
+        succeeded |= outcome == Some(Outcome::Succeeded);
+        // Only runs count as attempts (a `missed` or `skipped` decision
+        // ran nothing); an entry without a number was attempt 1.
+        if outcome.is_some_and(|outcome| outcome.is_run() || outcome == Outcome::Abandoned) {
+            let attempt = fields
+                .get("attempt")
+                .and_then(|attempt| attempt.parse::<u32>().ok())
+                .unwrap_or(1);
+            last = last.max(attempt);
+        }
+    }
+    Ok((last, succeeded))
 }

@@ -160,6 +160,10 @@ pub enum Target {
     /// The lock of a renamed job's new name, held (like a manual run's)
     /// while a run of its old name `old` goes on: never an occurrence.
     Rename { old: String },
+    /// A make-up run of the past occurrence `at` (`trigger --occurrence`):
+    /// claimed like a manual run (the occurrence's record is not
+    /// touched), named as the occurrence.
+    MakeUp { at: DateTime<Utc> },
 }
 
 impl Target {
@@ -167,7 +171,7 @@ impl Target {
     /// the occurrence's (`SOLOCRON_OCCURRENCE`), or `rename-of-OLD`.
     pub fn name(&self) -> String {
         match self {
-            Target::Scheduled { at, .. } | Target::Retry { at, .. } => {
+            Target::Scheduled { at, .. } | Target::Retry { at, .. } | Target::MakeUp { at } => {
                 Occurrence::Scheduled(*at).to_string()
             }
             Target::Manual { started } => Occurrence::Manual(*started).to_string(),

@@ -327,7 +327,9 @@ impl Server {
                 deadline_ms,
                 attempt,
             } => ("retry", at.timestamp_millis(), *deadline_ms, *attempt),
-            Target::Manual { .. } | Target::Rename { .. } => ("manual", 0, 0, 1),
+            Target::Manual { .. } | Target::Rename { .. } | Target::MakeUp { .. } => {
+                ("manual", 0, 0, 1)
+            }
         };
         let mut invocation = self.scripts.claim.prepare_invoke();
         invocation

@@ -367,3 +367,76 @@ fn debug_logging_leaves_third_party_lines_and_a_hooks_host_out_unless_named() {
     let named = run("debug,reqwest=debug");
     assert!(named.contains("starting new connection"), "{named}");
 }
+
+/// `trigger JOB --occurrence T` (issue 30 item 2): a make-up run sees the
+/// occurrence it makes up (`SOLOCRON_OCCURRENCE`, the attempt after the
+/// occurrence's last), is recorded as an attempt of it with `by`, and is
+/// refused (exit 2, saying why) for an instant that is not an occurrence,
+/// for the future, and for an occurrence that succeeded unless `--force`;
+/// `--since/--until` makes up each one that did not succeed, oldest first.
+/// Breaks if a make-up run were named `manual-…`, counted attempts wrong,
+/// or ran what it must refuse.
+#[test]
+fn a_make_up_run_runs_as_its_occurrence_and_refuses_what_it_must() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let seen = toml_path(&work.path("seen"));
+    work.write_config(&format!(
+        "[jobs.five]\nschedule = \"*/5 * * * * *\"\n\
+         command = 'echo \"$SOLOCRON_OCCURRENCE $SOLOCRON_ATTEMPT\" >> {seen}'\n"
+    ));
+    let now = chrono::Utc::now().timestamp();
+    let t = now - 30 - now.rem_euclid(5);
+    let name = |secs: i64| {
+        chrono::DateTime::from_timestamp(secs, 0)
+            .expect("valid")
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    };
+    let make_up = |args: &[&str]| output(trigger(&work, &redis, "five").args(args));
+    let first = make_up(&["--occurrence", &name(t)]);
+    assert_eq!(first.status.code(), Some(0), "{first:?}");
+    assert_eq!(work.lines("seen"), vec![format!("{} 1", name(t))]);
+    let again = make_up(&["--occurrence", &name(t)]);
+    assert_eq!(again.status.code(), Some(2), "{again:?}");
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("already succeeded; add --force"),
+        "{again:?}"
+    );
+    let forced = make_up(&["--occurrence", &name(t), "--force"]);
+    assert_eq!(forced.status.code(), Some(0), "{forced:?}");
+    assert_eq!(work.lines("seen").last(), Some(&format!("{} 2", name(t))));
+    let off = make_up(&["--occurrence", &name(t + 1)]);
+    assert_eq!(off.status.code(), Some(2), "{off:?}");
+    assert!(
+        String::from_utf8_lossy(&off.stderr).contains("is not an occurrence of job `five`"),
+        "{off:?}"
+    );
+    let future = make_up(&["--occurrence", &name(now + 60 - now.rem_euclid(5))]);
+    assert_eq!(future.status.code(), Some(2), "{future:?}");
+    assert!(
+        String::from_utf8_lossy(&future.stderr).contains("is in the future"),
+        "{future:?}"
+    );
+    // The range: t-10 and t-5 run, oldest first; t succeeded: skipped.
+    let range = make_up(&["--since", &name(t - 10), "--until", &name(t)]);
+    assert_eq!(range.status.code(), Some(0), "{range:?}");
+    let lines = work.lines("seen");
+    assert_eq!(
+        lines[2..],
+        [format!("{} 1", name(t - 10)), format!("{} 1", name(t - 5))],
+        "{lines:?}"
+    );
+    // Recorded as attempts of their occurrences, with who ran them.
+    let entries = history(&redis, "five");
+    let of_t: Vec<_> = entries
+        .iter()
+        .filter(|entry| entry.get("occurrence") == Some(&name(t)))
+        .collect();
+    assert_eq!(of_t.len(), 2, "{entries:?}");
+    assert!(
+        of_t.iter()
+            .all(|entry| entry.get("by").is_some_and(|by| by.contains('@'))
+                && entry.get("outcome").map(String::as_str) == Some("succeeded")),
+        "{of_t:?}"
+    );
+}
