@@ -320,8 +320,14 @@ pub struct PauseArgs {
     #[arg(long)]
     pub all: bool,
     /// End the pause by itself after DURATION (`90s`, `30m`, `2h`); default: until `resume`.
-    #[arg(long = "for", value_name = "DURATION", value_parser = parse_positive_duration)]
+    #[arg(long = "for", value_name = "DURATION", value_parser = parse_positive_duration, conflicts_with_all = ["from", "until"])]
     pub duration: Option<std::time::Duration>,
+    /// Book the pause ahead (a change freeze): nothing changes before WHEN (an RFC 3339 instant); needs --until.
+    #[arg(long, value_name = "WHEN", value_parser = TimeBound::parse, requires = "until")]
+    pub from: Option<TimeBound>,
+    /// End the pause at WHEN (an RFC 3339 instant): occurrences from then on run.
+    #[arg(long, value_name = "WHEN", value_parser = TimeBound::parse)]
+    pub until: Option<TimeBound>,
     /// Why, shown by `status` and in each `paused` history entry.
     #[arg(long, value_name = "TEXT")]
     pub reason: Option<String>,
@@ -580,6 +586,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 jobs: args.jobs.clone(),
                 all: args.all,
                 duration: args.duration,
+                window: args.until.map(|until| {
+                    let now_ms = Utc::now().timestamp_millis();
+                    (
+                        args.from.map(|from| from.resolve(now_ms)),
+                        until.resolve(now_ms),
+                    )
+                }),
                 reason: args.reason.clone(),
             };
             crate::ops::pause::pause(&source(&args.source)?, &request)

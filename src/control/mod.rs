@@ -59,9 +59,13 @@ pub struct Mark {
     pub by: String,
     /// Since when (Redis time, ms).
     pub since_ms: i64,
-    /// A pause with `--for`: the first instant (ms) it no longer covers.
+    /// A pause with `--for` or `--until`: the first instant (ms) it no
+    /// longer covers.
     #[serde(default)]
     pub until_ms: Option<i64>,
+    /// A pause booked ahead (`--from`): the first instant (ms) it covers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_ms: Option<i64>,
     /// `--reason`.
     #[serde(default)]
     pub reason: Option<String>,
@@ -70,7 +74,14 @@ pub struct Mark {
 impl Mark {
     /// Whether it holds for something at `at_ms` (an occurrence, or now).
     pub fn covers(&self, at_ms: i64) -> bool {
-        self.active && self.until_ms.is_none_or(|until| at_ms < until)
+        self.active
+            && self.from_ms.is_none_or(|from| at_ms >= from)
+            && self.until_ms.is_none_or(|until| at_ms < until)
+    }
+
+    /// Whether it is a pause booked ahead that has not begun at `now_ms`.
+    pub fn booked_after(&self, now_ms: i64) -> bool {
+        self.active && self.from_ms.is_some_and(|from| from > now_ms)
     }
 
     /// `by alice@web-1 since 2026-…Z until 2026-…Z: reason`, for messages
@@ -81,6 +92,9 @@ impl Mark {
     pub fn describe(&self) -> String {
         let time = instant;
         let mut text = format!("by {} since {}", self.by, time(self.since_ms));
+        if let Some(from) = self.from_ms {
+            text.push_str(&format!(" from {}", time(from)));
+        }
         if let Some(until) = self.until_ms {
             text.push_str(&format!(" until {}", time(until)));
         }
@@ -427,8 +441,21 @@ mod tests {
             by: "ops@laptop".into(),
             since_ms: at_ms,
             until_ms: None,
+            from_ms: None,
             reason: None,
         }
+    }
+
+    #[test]
+    fn a_booked_pause_covers_its_window_only() {
+        let booked = Mark {
+            from_ms: Some(1_000),
+            until_ms: Some(2_000),
+            ..mark(10, true)
+        };
+        assert!(!booked.covers(999) && booked.covers(1_000) && booked.covers(1_999));
+        assert!(!booked.covers(2_000));
+        assert!(booked.booked_after(999) && !booked.booked_after(1_000));
     }
 
     #[test]

@@ -551,6 +551,7 @@ mod tests {
             by: "ops@laptop".into(),
             since_ms: at_ms,
             until_ms: None,
+            from_ms: None,
             reason: None,
         }
     }

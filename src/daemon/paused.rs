@@ -119,6 +119,7 @@ mod tests {
             by: "alice@web-1".into(),
             since_ms: 0,
             until_ms: None,
+            from_ms: None,
             reason: Some("db migration".into()),
         };
         assert_eq!(

@@ -71,6 +71,7 @@ pub async fn drain(
         by: who(),
         since_ms: now_ms,
         until_ms: None,
+        from_ms: None,
         reason: reason
             .map(str::trim)
             .filter(|reason| !reason.is_empty())

@@ -34,6 +34,9 @@ pub struct PauseRequest {
     pub all: bool,
     /// `--for`: ends by itself after this long.
     pub duration: Option<Duration>,
+    /// `--from` / `--until` (UTC epoch ms): a pause booked ahead, covering
+    /// the occurrences in `[from, until)`.
+    pub window: Option<(Option<i64>, i64)>,
     /// `--reason`.
     pub reason: Option<String>,
 }
@@ -54,19 +57,41 @@ pub async fn pause(source: &Source, request: &PauseRequest) -> anyhow::Result<()
     // `status` and kept are then the same instant, and the occurrence due
     // at that second is the first that runs (cut to the second, an end of
     // 14:09:06.5 printed as 14:09:06 still paused the 14:09:06 occurrence).
-    let until_ms = request.duration.map(|duration| {
-        let until = now_ms.saturating_add(i64::try_from(duration.as_millis()).unwrap_or(i64::MAX));
-        until
-            .div_euclid(1000)
-            .saturating_add(i64::from(until.rem_euclid(1000) != 0))
+    let whole = |ms: i64| {
+        ms.div_euclid(1000)
+            .saturating_add(i64::from(ms.rem_euclid(1000) != 0))
             .saturating_mul(1000)
+    };
+    let mut until_ms = request.duration.map(|duration| {
+        whole(now_ms.saturating_add(i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)))
     });
+    let mut from_ms = None;
+    if let Some((from, until)) = request.window {
+        if until <= now_ms {
+            return Err(crate::inspect::UsageError(format!(
+                "--until {} is already past: nothing left to pause",
+                instant(until)
+            ))
+            .into());
+        }
+        if from.is_some_and(|from| from >= until) {
+            return Err(crate::inspect::UsageError(format!(
+                "--from {} is not before --until {}",
+                instant(from.unwrap_or_default()),
+                instant(until)
+            ))
+            .into());
+        }
+        from_ms = from.filter(|from| *from > now_ms).map(whole);
+        until_ms = Some(whole(until));
+    }
     let mark = Mark {
         at_ms: now_ms,
         active: true,
         by: who(),
         since_ms: now_ms,
         until_ms,
+        from_ms,
         reason: request
             .reason
             .as_deref()
@@ -85,14 +110,25 @@ pub async fn pause(source: &Source, request: &PauseRequest) -> anyhow::Result<()
         fields.join(",")
     };
     let mut record = Record::new(&mark.by, "pause", &target).reason(mark.reason.as_deref());
-    if let Some(until) = until_ms {
-        record = record.result(&format!("ok, until {}", instant(until)));
+    match (from_ms, until_ms) {
+        (Some(from), Some(until)) => {
+            record = record.result(&format!(
+                "ok, booked from {} until {}",
+                instant(from),
+                instant(until)
+            ));
+        }
+        (None, Some(until)) => record = record.result(&format!("ok, until {}", instant(until))),
+        _ => {}
     }
     let previous = write_everywhere(&coordinator, source, &key, &marks, &record).await?;
     let mut out = String::new();
-    let until = match until_ms {
-        Some(until) => format!("until {}", instant(until)),
-        None => "until `solocron resume`".to_string(),
+    let until = match (from_ms, until_ms) {
+        (Some(from), Some(until)) => {
+            format!("booked: from {} until {}", instant(from), instant(until))
+        }
+        (_, Some(until)) => format!("until {}", instant(until)),
+        _ => "until `solocron resume`".to_string(),
     };
     let mut replaced = Vec::new();
     for (field, before) in fields.iter().zip(previous) {
@@ -188,6 +224,7 @@ pub async fn resume(source: &Source, request: &ResumeRequest) -> anyhow::Result<
         by: by.clone(),
         since_ms: now_ms,
         until_ms: None,
+        from_ms: None,
         reason: None,
     };
     let writes: Vec<(String, Mark)> = fields

@@ -70,6 +70,42 @@ pub fn apply_pauses(jobs: &mut [JobStatus], pauses: &Pauses, now_ms: i64) {
     }
 }
 
+/// The pauses booked ahead (`pause --from`) that have not begun at
+/// `now_ms`: (`*` for every job, or the job) and the mark.
+pub fn booked(pauses: &Pauses, now_ms: i64) -> Vec<(String, Mark)> {
+    let all = pauses
+        .all
+        .iter()
+        .map(|mark| (crate::control::ALL.to_string(), mark.clone()));
+    let jobs = pauses
+        .jobs
+        .iter()
+        .map(|(job, mark)| (job.clone(), mark.clone()));
+    all.chain(jobs)
+        .filter(|(_, mark)| mark.booked_after(now_ms))
+        .collect()
+}
+
+/// The BOOKED PAUSES table (empty without any).
+pub fn booked_text(booked: &[(String, Mark)]) -> String {
+    if booked.is_empty() {
+        return String::new();
+    }
+    let mut table = Table::new(&["JOB", "PAUSE"]);
+    for (job, mark) in booked {
+        let job = if job == crate::control::ALL {
+            "(every job)".to_string()
+        } else {
+            job.clone()
+        };
+        table.row(vec![job, format!("booked {}", mark.describe())]);
+    }
+    format!(
+        "\nBOOKED PAUSES: nothing changes before FROM; the occurrences from FROM until UNTIL will be recorded `paused`\n{}",
+        table.render()
+    )
+}
+
 /// The drains in effect, by node id, with what each still runs.
 pub fn drains(
     marks: &BTreeMap<String, Mark>,

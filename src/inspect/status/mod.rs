@@ -145,6 +145,7 @@ pub async fn status(source: &Source, json: bool) -> anyhow::Result<()> {
     let mut jobs = merge_views(views);
     let (pauses, drain_marks) = controls::read(&coordinator, prefix).await.map_err(failed)?;
     controls::apply_pauses(&mut jobs, &pauses, now_ms);
+    let booked = controls::booked(&pauses, now_ms);
     let drains = controls::drains(&drain_marks, &jobs, &nodes);
     let drift = registry::divergences(&nodes);
     // Tags are shown, never needed: a server that cannot read them (an
@@ -159,6 +160,7 @@ pub async fn status(source: &Source, json: bool) -> anyhow::Result<()> {
         None => Vec::new(),
     };
     let view = render::View {
+        booked: &booked,
         groups: &groups,
         drains: &drains,
         jobs: &jobs,

@@ -17,6 +17,8 @@ use crate::registry::{self, Collision, Divergence, NodeInfo};
 /// Everything the text form shows.
 pub struct View<'a> {
     pub jobs: &'a [JobStatus],
+    /// Pauses booked ahead, not begun yet: (job or `*`, mark).
+    pub booked: &'a [(String, crate::control::Mark)],
     /// The config's groups (none without a config).
     pub groups: &'a [super::groups::GroupStatus],
     /// Drained nodes (live or not).
@@ -42,6 +44,7 @@ pub fn to_json(view: &View<'_>) -> Value {
         now_ms,
         tags,
         groups,
+        booked,
         ..
     } = *view;
     json!({
@@ -62,6 +65,13 @@ pub fn to_json(view: &View<'_>) -> Value {
         "divergences": drift.iter().map(divergence_json).collect::<Vec<_>>(),
         "drains": controls::drains_json(drains),
         "groups": super::groups::to_json(groups),
+        "booked_pauses": booked.iter().map(|(job, mark)| json!({
+            "job": job,
+            "by": mark.by,
+            "from": mark.from_ms.and_then(format::from_ms).map(format::millis),
+            "until": mark.until_ms.and_then(format::from_ms).map(format::millis),
+            "reason": mark.reason,
+        })).collect::<Vec<_>>(),
     })
 }
 
@@ -163,6 +173,7 @@ pub fn text(view: &View<'_>) -> String {
         (Listing::Config, false) => out.push_str(&jobs_table(view.jobs, view.now_ms).render()),
     }
     out.push_str(&controls::paused_text(view.jobs));
+    out.push_str(&controls::booked_text(view.booked));
     out.push_str(&super::groups::text(view.groups));
     out.push('\n');
     if view.nodes.is_empty() {

@@ -4,6 +4,7 @@
 
 mod abort;
 mod audit;
+mod booked;
 mod controls_read;
 mod daemon_logs;
 mod fleet_ops;
