@@ -197,7 +197,12 @@ pub async fn resume(source: &Source, request: &ResumeRequest) -> anyhow::Result<
     let key = pauses_key(&source.redis.key_prefix);
     let marks = read_merged(&coordinator, source, &key).await?;
     let paused = Pauses::from_marks(marks.clone());
-    let in_effect = |field: &str| marks.get(field).is_some_and(|mark| mark.covers(now_ms));
+    // In force now, or booked ahead: `resume` ends both.
+    let in_effect = |field: &str| {
+        marks
+            .get(field)
+            .is_some_and(|mark| mark.covers(now_ms) || mark.booked_after(now_ms))
+    };
     let fields: Vec<String> = if request.all {
         let mut fields: Vec<String> = paused
             .jobs
