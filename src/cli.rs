@@ -250,7 +250,7 @@ pub struct HistoryArgs {
     /// Only entries of this node (repeat, or separate with commas, for several).
     #[arg(long = "node", value_name = "ID", value_delimiter = ',')]
     pub nodes: Vec<String>,
-    /// Only entries with this outcome (repeat, or separate with commas, for several): succeeded, failed, timed_out, lock_lost, interrupted, skipped, paused, missed, abandoned, throttled, aborted, or `bad` for every outcome but succeeded, skipped and paused.
+    /// Only entries with this outcome (repeat, or separate with commas, for several): succeeded, failed, timed_out, lock_lost, interrupted, skipped, paused, missed, abandoned, throttled, aborted, excluded, or `bad` for every outcome but succeeded, skipped and paused.
     #[arg(
         long = "outcome",
         value_name = "OUTCOME",
@@ -819,6 +819,26 @@ fn occurrence_listing(jobs: &[std::sync::Arc<config::Job>], now: chrono::DateTim
             .as_ref()
             .map(|group| format!("  in group {}", group_limits(group)))
             .unwrap_or_default();
+        let names = |calendars: &[std::sync::Arc<config::Calendar>]| {
+            calendars
+                .iter()
+                .map(|calendar| calendar.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut group = group;
+        if !job.extras.skip_during.is_empty() {
+            group.push_str(&format!(
+                "  skip_during [{}]",
+                names(&job.extras.skip_during)
+            ));
+        }
+        if !job.extras.only_during.is_empty() {
+            group.push_str(&format!(
+                "  only_during [{}]",
+                names(&job.extras.only_during)
+            ));
+        }
         // Writing to a String cannot fail.
         let _ = writeln!(
             out,
@@ -828,7 +848,22 @@ fn occurrence_listing(jobs: &[std::sync::Arc<config::Job>], now: chrono::DateTim
             zone,
             action_kind(&job.action)
         );
-        let occurrences = job.schedule.occurrences_after(job.unsplayed(now), 3);
+        // The next three its calendars let run (a bounded search: a job
+        // excluded for years shows fewer).
+        let mut occurrences = Vec::new();
+        let mut after = job.unsplayed(now);
+        for _ in 0..100_000 {
+            let Some(next) = job.schedule.next_after(after) else {
+                break;
+            };
+            if job.excluded_by(next).is_none() {
+                occurrences.push(next);
+                if occurrences.len() == 3 {
+                    break;
+                }
+            }
+            after = next;
+        }
         for at in &occurrences {
             let local = at.with_timezone(&zone);
             let _ = writeln!(

@@ -1,4 +1,4 @@
-//! How an occurrence ends: the eleven outcomes and the words they are
+//! How an occurrence ends: the twelve outcomes and the words they are
 //! written as.
 //!
 //! A run ends `succeeded`, `failed`, `timed_out`, `lock_lost`,
@@ -44,11 +44,14 @@ pub enum Outcome {
     /// Stopped by an operator (`solocron abort`), or a pending retry
     /// cancelled so.
     Aborted,
+    /// Not run: a calendar of the job (`skip_during`, `only_during`)
+    /// excludes it.
+    Excluded,
 }
 
 impl Outcome {
     /// Every outcome, in the order `history --outcome` lists them.
-    pub const ALL: [Outcome; 11] = [
+    pub const ALL: [Outcome; 12] = [
         Outcome::Succeeded,
         Outcome::Failed,
         Outcome::TimedOut,
@@ -60,11 +63,12 @@ impl Outcome {
         Outcome::Abandoned,
         Outcome::Throttled,
         Outcome::Aborted,
+        Outcome::Excluded,
     ];
 
     /// The word written to Redis, logs, JSON and metrics: `succeeded`,
     /// `failed`, `timed_out`, `lock_lost`, `interrupted`, `skipped`,
-    /// `paused`, `missed`, `abandoned`, `throttled`, `aborted`.
+    /// `paused`, `missed`, `abandoned`, `throttled`, `aborted`, `excluded`.
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Succeeded => "succeeded",
@@ -78,6 +82,7 @@ impl Outcome {
             Outcome::Abandoned => "abandoned",
             Outcome::Throttled => "throttled",
             Outcome::Aborted => "aborted",
+            Outcome::Excluded => "excluded",
         }
     }
 
@@ -105,11 +110,15 @@ impl Outcome {
     }
 
     /// Whether the occurrence was decided without running anything:
-    /// `skipped`, `paused`, `missed`, `throttled`.
+    /// `skipped`, `paused`, `missed`, `throttled`, `excluded`.
     pub fn ran_nothing(self) -> bool {
         matches!(
             self,
-            Outcome::Skipped | Outcome::Paused | Outcome::Missed | Outcome::Throttled
+            Outcome::Skipped
+                | Outcome::Paused
+                | Outcome::Missed
+                | Outcome::Throttled
+                | Outcome::Excluded
         )
     }
 
@@ -118,7 +127,7 @@ impl Outcome {
     pub fn is_bad(self) -> bool {
         !matches!(
             self,
-            Outcome::Succeeded | Outcome::Skipped | Outcome::Paused
+            Outcome::Succeeded | Outcome::Skipped | Outcome::Paused | Outcome::Excluded
         )
     }
 
@@ -157,6 +166,7 @@ mod tests {
                 Outcome::Abandoned => 8,
                 Outcome::Throttled => 9,
                 Outcome::Aborted => 10,
+                Outcome::Excluded => 11,
             };
             assert_eq!(index, position, "{outcome:?}");
         }
@@ -178,14 +188,15 @@ mod tests {
                 "missed",
                 "abandoned",
                 "throttled",
-                "aborted"
+                "aborted",
+                "excluded"
             ]
         );
         for outcome in Outcome::ALL {
             assert_eq!(Outcome::parse(outcome.as_str()), Some(outcome));
             assert_eq!(outcome.to_string(), outcome.as_str());
         }
-        for word in ["", "Failed", "failed ", "excluded", "running", "bad"] {
+        for word in ["", "Failed", "failed ", "cancelled", "running", "bad"] {
             assert_eq!(Outcome::parse(word), None, "{word:?}");
         }
     }
@@ -212,7 +223,7 @@ mod tests {
         );
         assert_eq!(
             which(Outcome::ran_nothing),
-            ["skipped", "paused", "missed", "throttled"]
+            ["skipped", "paused", "missed", "throttled", "excluded"]
         );
         assert_eq!(
             which(Outcome::is_bad),

@@ -243,6 +243,12 @@ pub const KEY_HELP: &[(&str, &str, &str)] = &[
     ("jobs", "max_silence", "Alert when no run succeeded for this long (a metric)."),
     ("jobs", "run_on", "Tags a node needs to run the job, all of them: [\"role=db\", \"node=web-*\"] (default: every node)."),
     ("jobs", "group", "The [groups.NAME] whose fleet-wide limits the job shares (one per job)."),
+    ("jobs", "skip_during", "Calendars whose occurrences are not run but recorded `excluded`: [\"holidays\"]."),
+    ("jobs", "only_during", "If set, occurrences outside all of these calendars are recorded `excluded`."),
+    ("calendars", "dates", "Whole local days: [\"2026-12-25\"]."),
+    ("calendars", "ranges", "Local minutes, both ends included: [\"2026-11-27T00:00/2026-11-30T23:59\"]."),
+    ("calendars", "weekly", "Weekly windows: [\"Sat-Sun 00:00-24:00\", \"Mon,Wed 22:00-06:00\"]."),
+    ("calendars", "file", "A file of dates, ranges and weekly windows, one a line; read at start and every reload."),
     ("groups", "max_running", "At most this many runs of the group's jobs at once, fleet-wide."),
     ("groups", "max_starts", "At most N starts in any window of DURATION, fleet-wide: \"30/1m\"."),
     ("groups", "when_full", "\"skip\" (record throttled at once, the default) or \"wait\" (oldest first, until starting_deadline)."),
@@ -259,7 +265,7 @@ pub const KEY_HELP: &[(&str, &str, &str)] = &[
 
 /// The tables of `jobs.toml` as the CONFIGURATION section shows them: a
 /// heading, the [`KEY_HELP`] table name and the keys the loader knows.
-fn key_tables() -> [(&'static str, &'static str, &'static [&'static str]); 7] {
+fn key_tables() -> [(&'static str, &'static str, &'static [&'static str]); 8] {
     use crate::config::keys;
     [
         ("[redis]", "redis", keys::REDIS),
@@ -267,6 +273,7 @@ fn key_tables() -> [(&'static str, &'static str, &'static [&'static str]); 7] {
         ("[daemon]", "daemon", keys::DAEMON),
         ("[jobs.NAME] and [defaults]", "jobs", keys::JOB),
         ("[groups.NAME]", "groups", keys::GROUP),
+        ("[calendars.NAME]", "calendars", keys::CALENDAR),
         (
             "on_failure / on_success = { ... }",
             "notifier",

@@ -48,6 +48,8 @@ pub(super) struct Context<'a> {
     now: DateTime<Utc>,
     /// `[groups.NAME]`, read before any job names one.
     groups: RefCell<super::groups::Groups>,
+    /// `[calendars.NAME]`, the same.
+    calendars: RefCell<super::calendars::Calendars>,
 }
 
 impl<'a> Context<'a> {
@@ -64,7 +66,22 @@ impl<'a> Context<'a> {
             intervals: RefCell::default(),
             now: Utc::now(),
             groups: RefCell::default(),
+            calendars: RefCell::default(),
         }
+    }
+
+    /// The calendars jobs may name.
+    pub fn set_calendars(&self, calendars: super::calendars::Calendars) {
+        *self.calendars.borrow_mut() = calendars;
+    }
+
+    /// The calendars `table`'s `key` names (see `Calendars::of`).
+    pub fn calendars_of(
+        &self,
+        table: &super::table::Table<'_, '_>,
+        key: &str,
+    ) -> Result<Vec<std::sync::Arc<super::model::Calendar>>, ()> {
+        self.calendars.borrow().of(table, key, self)
     }
 
     /// The groups jobs may name.

@@ -172,6 +172,20 @@ fn canonical(job: &Job) -> String {
     if let Some(run_on) = &job.extras.run_on {
         line("run_on", format!("{:?}", run_on.to_string()));
     }
+    for (key, calendars) in [
+        ("skip_during", &job.extras.skip_during),
+        ("only_during", &job.extras.only_during),
+    ] {
+        if !calendars.is_empty() {
+            // Names and contents: a calendar file changed on half the
+            // fleet is drift too.
+            let named: Vec<String> = calendars
+                .iter()
+                .map(|c| format!("{}={:?}", c.name, c.spans))
+                .collect();
+            line(key, format!("{named:?}"));
+        }
+    }
     // The group's limits are part of each of its jobs: a reload that
     // changes `max_running` on half the fleet is drift, not two limits.
     if let Some(group) = &job.extras.group {

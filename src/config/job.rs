@@ -67,6 +67,8 @@ pub(super) struct JobFields {
     max_silence: Option<Duration>,
     run_on: Option<Arc<crate::tags::RunOn>>,
     group: Option<Arc<super::model::Group>>,
+    skip_during: Option<Vec<Arc<super::model::Calendar>>>,
+    only_during: Option<Vec<Arc<super::model::Calendar>>>,
     /// Where `retries` and `retry_backoff` are written in this table, for
     /// the warning about retries that cannot happen.
     retries_at: Option<Spot>,
@@ -133,6 +135,18 @@ impl JobFields {
         }
         if let Ok(group) = ctx.group_of(table) {
             fields.group = group;
+        }
+        for key in ["skip_during", "only_during"] {
+            if table.get(key).is_none() {
+                continue;
+            }
+            if let Ok(calendars) = ctx.calendars_of(table, key) {
+                if key == "skip_during" {
+                    fields.skip_during = Some(calendars);
+                } else {
+                    fields.only_during = Some(calendars);
+                }
+            }
         }
         if let Some(env_table) = ctx.keep(table.table("env")).flatten() {
             fields.env = read_env(&env_table, ctx);
@@ -268,6 +282,14 @@ impl JobFields {
             max_silence: self.max_silence.or(defaults.max_silence),
             run_on: self.run_on.or_else(|| defaults.run_on.clone()),
             group: self.group.or_else(|| defaults.group.clone()),
+            skip_during: self
+                .skip_during
+                .or_else(|| defaults.skip_during.clone())
+                .unwrap_or_default(),
+            only_during: self
+                .only_during
+                .or_else(|| defaults.only_during.clone())
+                .unwrap_or_default(),
         };
         let job = Job {
             name: name.to_string(),

@@ -3,7 +3,7 @@
 //! property tests generate documents from them, so both stay in step.
 
 /// Top-level tables.
-pub const TOP: &[&str] = &["redis", "daemon", "defaults", "groups", "jobs"];
+pub const TOP: &[&str] = &["redis", "daemon", "defaults", "groups", "calendars", "jobs"];
 /// The `[redis]` keys that name the server (the coordinator mode); a
 /// `[redis]` needs exactly one.
 pub const REDIS_SERVER: &[&str] = &["url", "sentinel", "cluster", "redlock"];
@@ -56,7 +56,11 @@ pub const JOB: &[&str] = &[
     "max_silence",
     "run_on",
     "group",
+    "skip_during",
+    "only_during",
 ];
+/// `[calendars.NAME]`.
+pub const CALENDAR: &[&str] = &["dates", "ranges", "weekly", "file"];
 /// `[groups.NAME]`.
 pub const GROUP: &[&str] = &["max_running", "max_starts", "when_full"];
 /// A job's `on_failure = { ... }` / `on_success = { ... }`.

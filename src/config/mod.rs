@@ -22,6 +22,7 @@
 //! names); the validated types live in `model`.
 
 pub mod access;
+mod calendars;
 mod context;
 mod envfile;
 mod error;
@@ -166,6 +167,7 @@ fn parse_with(text: &str, path: &Path, ctx: &Context<'_>) -> Result<Config, Conf
         .as_ref()
         .map(|table| redis::read(table, path, ctx));
     ctx.set_groups(groups::read(&root, ctx));
+    ctx.set_calendars(calendars::read(&root, path, ctx));
     let defaults = match ctx.keep(section(&root, "defaults")).flatten() {
         Some(defaults) => JobFields::read(&defaults, ctx),
         None => JobFields::default(),

@@ -251,6 +251,20 @@ impl fmt::Debug for RedisConfig {
     }
 }
 
+/// `[calendars.NAME]`: local dates, ranges and weekly windows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Calendar {
+    pub name: String,
+    pub(crate) spans: Vec<super::calendars::Span>,
+}
+
+impl Calendar {
+    /// Whether the local instant `at` (in a job's zone) is inside.
+    pub fn contains(&self, at: chrono::NaiveDateTime) -> bool {
+        self.spans.iter().any(|span| span.contains(at))
+    }
+}
+
 /// `[groups.NAME]`: limits the group's jobs share, fleet-wide (counted
 /// in Redis by Redis's clock, guarantee 11 of docs/guarantees.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -402,6 +416,10 @@ pub struct JobExtras {
     pub run_on: Option<Arc<crate::tags::RunOn>>,
     /// `group`: the fleet-wide limits the job shares with its group.
     pub group: Option<Arc<Group>>,
+    /// `skip_during`: calendars whose occurrences are recorded `excluded`.
+    pub skip_during: Vec<Arc<Calendar>>,
+    /// `only_during`: if any, occurrences outside all of them are excluded.
+    pub only_during: Vec<Arc<Calendar>>,
 }
 
 impl Default for JobExtras {
@@ -416,6 +434,8 @@ impl Default for JobExtras {
             max_silence: None,
             run_on: None,
             group: None,
+            skip_during: Vec::new(),
+            only_during: Vec::new(),
         }
     }
 }
@@ -435,7 +455,9 @@ impl JobExtras {
             && self.on_success.is_none()
             && self.max_silence.is_none()
             && self.run_on.is_none()
-            && self.group.is_none();
+            && self.group.is_none()
+            && self.skip_during.is_empty()
+            && self.only_during.is_empty();
         if is_default {
             Arc::clone(&DEFAULTS)
         } else {
@@ -445,6 +467,33 @@ impl JobExtras {
 }
 
 impl Job {
+    /// Why the calendars exclude the occurrence `at` (read in the job's
+    /// zone), if they do: inside a `skip_during` calendar, or outside
+    /// every `only_during` one.
+    pub fn excluded_by(&self, at: chrono::DateTime<chrono::Utc>) -> Option<String> {
+        let extras = &self.extras;
+        if extras.skip_during.is_empty() && extras.only_during.is_empty() {
+            return None;
+        }
+        let local = at.with_timezone(&self.schedule.timezone()).naive_local();
+        if let Some(calendar) = extras.skip_during.iter().find(|c| c.contains(local)) {
+            return Some(format!(
+                "excluded: inside calendar `{}` (skip_during), {local} in {}",
+                calendar.name,
+                self.schedule.timezone()
+            ));
+        }
+        if !extras.only_during.is_empty() && !extras.only_during.iter().any(|c| c.contains(local)) {
+            let names: Vec<&str> = extras.only_during.iter().map(|c| c.name.as_str()).collect();
+            return Some(format!(
+                "excluded: outside every only_during calendar ({}), {local} in {}",
+                names.join(", "),
+                self.schedule.timezone()
+            ));
+        }
+        None
+    }
+
     /// Whether a node with `tags` may run this job (its `run_on`).
     pub fn runs_on(&self, tags: &crate::tags::Tags) -> bool {
         self.extras

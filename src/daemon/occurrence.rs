@@ -156,6 +156,10 @@ pub async fn consider(shared: Arc<Shared>, job: Arc<Job>, at: DateTime<Utc>, cat
         }
         _ => {}
     }
+    if let Some(why) = job.excluded_by(at) {
+        paused::record_excluded(&shared, &job, at, &why).await;
+        return;
+    }
     match shared.controls.pause_for(&job.name, at.timestamp_millis()) {
         Some((mark, all)) => paused::record_paused(&shared, &job, at, &mark, all).await,
         None if place == Place::NoEligible => {

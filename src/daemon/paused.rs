@@ -23,7 +23,7 @@ use super::occurrence::claim_deadline;
 use super::recording;
 use crate::config::Job;
 use crate::control::Mark;
-use crate::lock::Paused;
+use crate::lock::{Paused, Unrun};
 use crate::schedule::rfc3339;
 
 /// First and longest pause between retries of a `paused` record.
@@ -46,9 +46,30 @@ pub(super) async fn record_paused(
     mark: &Mark,
     all: bool,
 ) {
+    record_unrun(shared, job, at, &why(mark, all), Unrun::Paused, &mark.by).await;
+}
+
+/// Records `at` of `job` as `excluded` by its calendars (`why`), the way
+/// a paused occurrence is recorded: once, never run, missed or notified.
+pub(super) async fn record_excluded(
+    shared: &Arc<Shared>,
+    job: &Arc<Job>,
+    at: DateTime<Utc>,
+    why: &str,
+) {
+    record_unrun(shared, job, at, why, Unrun::Excluded, "").await;
+}
+
+async fn record_unrun(
+    shared: &Arc<Shared>,
+    job: &Arc<Job>,
+    at: DateTime<Utc>,
+    why: &str,
+    kind: Unrun,
+    paused_by: &str,
+) {
     let name = rfc3339(at);
     let node = shared.locker.node();
-    let why = why(mark, all);
     let turn = shared.claim_turn(&job.name);
     let mut turn_held = Some(turn.lock().await);
     let turn_until = Instant::now()
@@ -61,15 +82,22 @@ pub(super) async fn record_paused(
         if Instant::now() >= turn_until {
             turn_held = None;
         }
-        match shared.locker.record_paused(&job.name, at, &why).await {
+        match shared.locker.record_unrun(&job.name, at, why, kind).await {
             Ok(Paused {
                 recorded: true,
                 previous_ms,
                 ..
             }) => {
                 shared.redis_health.answered();
-                info!(job = %job.name, occurrence = %name, node = %node, paused_by = %mark.by,
-                    outcome = crate::outcome::Outcome::Paused.as_str(), "occurrence paused: recorded `paused`, not run (the job is paused fleet-wide)");
+                match kind {
+                    Unrun::Excluded => info!(job = %job.name, occurrence = %name, node = %node,
+                        outcome = crate::outcome::Outcome::Excluded.as_str(), reason = %why,
+                        "occurrence excluded by a calendar: recorded `excluded`, not run"),
+                    _ => {
+                        info!(job = %job.name, occurrence = %name, node = %node, paused_by = %paused_by,
+                        outcome = crate::outcome::Outcome::Paused.as_str(), "occurrence paused: recorded `paused`, not run (the job is paused fleet-wide)")
+                    }
+                }
                 drop(turn_held);
                 recording::record_gap_before(shared, job, previous_ms, at).await;
                 return;

@@ -320,6 +320,8 @@ pub enum Unrun {
     /// Another run holds a lock that keeps it out (a renamed job's old
     /// name).
     Skipped,
+    /// A calendar of the job excludes it.
+    Excluded,
 }
 
 impl Unrun {
@@ -328,6 +330,7 @@ impl Unrun {
         match self {
             Unrun::Paused => Outcome::Paused,
             Unrun::Skipped => Outcome::Skipped,
+            Unrun::Excluded => Outcome::Excluded,
         }
     }
 }
@@ -858,6 +861,7 @@ fn decision_step(outcome: Unrun) -> &'static str {
     match outcome {
         Unrun::Skipped => "record skipped",
         Unrun::Paused => "record paused",
+        Unrun::Excluded => "record excluded",
     }
 }
 

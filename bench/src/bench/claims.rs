@@ -376,6 +376,7 @@ async fn one_task(lockers: &[Locker], name: &str, stop: &AtomicBool) -> Vec<Roun
                 output_tail: None,
                 attempt: Some(1),
                 retry_at: None,
+                by: None,
             };
             if lockers[index].release(&lease, &entry).await.is_err() {
                 result.errors += 1;

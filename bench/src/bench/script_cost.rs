@@ -182,6 +182,7 @@ pub fn succeeded_entry(occurrence: &str, fence: u64) -> Entry {
         output_tail: None,
         attempt: Some(1),
         retry_at: None,
+        by: None,
     }
 }
 

@@ -698,3 +698,55 @@ fn groups_are_read_shared_by_their_jobs_and_part_of_the_definition() {
         "a group's limit is part of each of its jobs' definition"
     );
 }
+
+#[test]
+fn calendars_exclude_in_the_jobs_zone_across_dst_changes() {
+    let loaded = config(
+        "[calendars.maint]\nweekly = [\"Sun 02:00-04:00\"]\ndates = [\"2026-12-25\"]\n\
+         [jobs.a]\nschedule = \"*/30 * * * *\"\ntimezone = \"Europe/Berlin\"\ncommand = \"x\"\n\
+         skip_during = [\"maint\"]\n",
+    );
+    let job = &loaded.jobs[0];
+    let utc = |text: &str| {
+        chrono::DateTime::parse_from_rfc3339(text)
+            .map(|at| at.with_timezone(&chrono::Utc))
+            .unwrap_or_default()
+    };
+    let excluded = |text: &str| job.excluded_by(utc(text)).is_some();
+    // 2026-03-29, spring forward in Berlin: 02:00 CET is 03:00 CEST.
+    assert!(!excluded("2026-03-29T00:30:00Z"), "01:30 CET");
+    assert!(
+        excluded("2026-03-29T01:00:00Z"),
+        "03:00 CEST, inside 02:00-04:00"
+    );
+    assert!(excluded("2026-03-29T01:30:00Z"), "03:30 CEST");
+    assert!(!excluded("2026-03-29T02:00:00Z"), "04:00 CEST");
+    // 2026-10-25, fall back: 02:30 comes twice, both inside.
+    assert!(excluded("2026-10-25T00:30:00Z"), "02:30 CEST");
+    assert!(excluded("2026-10-25T01:30:00Z"), "02:30 CET");
+    assert!(!excluded("2026-10-25T03:00:00Z"), "04:00 CET");
+    // Christmas in Berlin begins at 23:00 UTC the day before.
+    assert!(excluded("2026-12-24T23:00:00Z"));
+    assert!(!excluded("2026-12-24T22:59:00Z"));
+    let why = job
+        .excluded_by(utc("2026-12-24T23:00:00Z"))
+        .unwrap_or_default();
+    assert!(why.contains("calendar `maint` (skip_during)"), "{why}");
+    // only_during: outside every one of them.
+    let night = config(
+        "[calendars.night]\nweekly = [\"Mon-Sun 22:00-06:00\"]\n\
+         [jobs.a]\nschedule = \"0 * * * *\"\ncommand = \"x\"\nonly_during = [\"night\"]\n",
+    );
+    let job = &night.jobs[0];
+    assert!(job.excluded_by(utc("2026-12-07T12:00:00Z")).is_some());
+    assert!(job.excluded_by(utc("2026-12-07T23:00:00Z")).is_none());
+    assert!(job.excluded_by(utc("2026-12-08T05:00:00Z")).is_none());
+    let err = error(
+        "[jobs.a]\nschedule = \"@daily\"\ncommand = \"x\"\nskip_during = [\"holidayz\"]\n\
+         [calendars.holidays]\ndates = [\"2026-12-25\"]\n",
+    );
+    assert!(
+        err.contains("no calendar `holidayz` is defined; did you mean `holidays`?"),
+        "{err}"
+    );
+}

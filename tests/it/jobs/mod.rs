@@ -4,6 +4,7 @@
 mod actions;
 mod alerts;
 mod bad_jobs;
+mod calendars;
 mod cluster;
 mod daemon;
 mod first_in_line;
