@@ -56,14 +56,18 @@ impl AbortMark {
 }
 
 /// Writes `mark` for `job` (replacing an older abort of it), with its
-/// audit `record` in one transaction.
+/// audit `record` in one transaction; with `wait` replicas asked
+/// (`wait_replicas`), followed by `WAIT` on the same connection, so that
+/// a master that fails over right after does not take the abort with it.
+/// Answers how many replicas acknowledged it (`None`: none asked).
 pub async fn post(
     conn: &Conn,
     prefix: &str,
     job: &str,
     mark: &AbortMark,
     record: &super::audit::Record,
-) -> redis::RedisResult<()> {
+    wait: crate::coordinator::Wait,
+) -> redis::RedisResult<Option<u32>> {
     let raw = serde_json::to_string(mark).unwrap_or_default();
     let mut pipe = redis::pipe();
     pipe.atomic()
@@ -73,7 +77,15 @@ pub async fn post(
         .arg(raw)
         .ignore();
     record.add_to(&mut pipe, prefix);
-    pipe.query_async(&mut conn.clone()).await
+    if wait.replicas == 0 {
+        let () = pipe.query_async(&mut conn.clone()).await?;
+        return Ok(None);
+    }
+    pipe.cmd("WAIT")
+        .arg(wait.replicas)
+        .arg(u64::try_from(wait.timeout.as_millis()).unwrap_or(u64::MAX));
+    let (acked,): (u32,) = pipe.query_async(&mut conn.clone()).await?;
+    Ok(Some(acked))
 }
 
 /// KEYS: the aborts hash. ARGV: job, id. Deletes the job's mark only if

@@ -70,14 +70,28 @@ pub async fn abort(source: &Source, job: &str, reason: Option<&str>) -> anyhow::
     let asked = Record::new(&by, "abort", job)
         .reason(reason)
         .result(&format!("requested: fence {} on {node}", mark.fence));
-    let posted = coordinator
-        .on_members(|conn| {
-            let (mark, asked) = (&mark, &asked);
-            async move { aborts::post(&conn, prefix, job, mark, asked).await }
-        })
-        .await;
-    if let Err(err) = posted {
-        return Err(failed("cannot write the abort to", &err));
+    let posted = futures_util::future::join_all(coordinator.members().iter().map(|member| {
+        let (mark, asked) = (&mark, &asked);
+        async move { aborts::post(&member.conn, prefix, job, mark, asked, member.wait).await }
+    }))
+    .await;
+    let written = posted.iter().filter(|answer| answer.is_ok()).count();
+    if written < coordinator.majority() {
+        let err = posted.into_iter().find_map(Result::err);
+        return match err {
+            Some(err) => Err(failed("cannot write the abort to", &err)),
+            None => anyhow::bail!("cannot write the abort to a majority of the masters"),
+        };
+    }
+    if let Some(Ok(Some(acked))) = posted.first()
+        && coordinator
+            .members()
+            .first()
+            .is_some_and(|member| *acked < member.wait.replicas)
+    {
+        eprintln!(
+            "warning: the abort was acknowledged by {acked} replica(s), fewer than wait_replicas: a failover now could lose it (this command then says the run was not stopped)"
+        );
     }
     eprintln!(
         "aborting job `{job}`: its run (fence {}) on node `{node}` gets SIGTERM, SIGKILL 10 s later",

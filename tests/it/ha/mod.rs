@@ -1,6 +1,7 @@
 //! The multi-member coordinators: Sentinel, Cluster and Redlock, with TLS,
 //! passwords, misconfiguration and the harness's own self-tests.
 
+mod abort;
 mod cluster;
 mod fleet_ops;
 mod harness;
