@@ -277,9 +277,9 @@ pub struct TriggerArgs {
     #[arg(long)]
     pub ignore_limits: bool,
     /// Make up a past occurrence (after `missed`, `failed`, …): run it as that occurrence (`SOLOCRON_OCCURRENCE`, the same Idempotency-Key, the next attempt), recorded as an attempt of it. WHEN: an RFC 3339 instant, or a duration back from now. Refused (exit 2) for an instant that is not one of the job's occurrences, the future, or an occurrence that succeeded (without --force).
-    #[arg(long, value_name = "WHEN", value_parser = TimeBound::parse, conflicts_with_all = ["since", "until", "fleet"])]
+    #[arg(long, value_name = "WHEN", value_parser = TimeBound::parse, conflicts_with_all = ["since", "until"])]
     pub occurrence: Option<TimeBound>,
-    /// Make up each occurrence at or after WHEN that did not succeed, oldest first, one at a time (with --until; default until now).
+    /// Make up each occurrence at or after WHEN that did not succeed, oldest first, one at a time, on this node (with --until; default until now).
     #[arg(long, value_name = "WHEN", value_parser = TimeBound::parse, conflicts_with = "fleet")]
     pub since: Option<TimeBound>,
     /// The end of --since's range (default now).
@@ -549,7 +549,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 args.redis.redis.as_deref(),
                 None,
             )?;
-            crate::ops::fleet_trigger::run(&source, &args.job, args.ignore_limits)
+            let now_ms = Utc::now().timestamp_millis();
+            let make_up = match args.occurrence {
+                Some(at) => crate::trigger::MakeUp::One {
+                    at: chrono::DateTime::from_timestamp_millis(at.resolve(now_ms))
+                        .unwrap_or_default(),
+                    force: args.force,
+                },
+                None => crate::trigger::MakeUp::No,
+            };
+            crate::ops::fleet_trigger::run(&source, &args.job, args.ignore_limits, make_up)
                 .await
                 .map_err(|err| needs_role("trigger --fleet", "operator", err))
         }

@@ -135,7 +135,7 @@ pub async fn run(
             occurrence: Occurrence::Manual(Utc::now()),
             attempt: 1,
         }],
-        asked => make_up_plans(&locker, &job, &asked).await?,
+        asked => make_up_plans(&locker.connection(), locker.prefix(), &job, &asked).await?,
     };
     if plans.is_empty() {
         tell(
@@ -162,9 +162,9 @@ pub async fn run(
 
 /// One run `trigger` makes: a manual run, or a make-up run of a past
 /// occurrence as its attempt `attempt`.
-struct Plan {
-    occurrence: Occurrence,
-    attempt: u32,
+pub(crate) struct Plan {
+    pub(crate) occurrence: Occurrence,
+    pub(crate) attempt: u32,
 }
 
 /// Claims and runs `plan` of `job`; its exit status.
@@ -379,8 +379,9 @@ const RANGE_MAX: usize = 1000;
 /// of `job`'s occurrences, not in the future, and not already succeeded
 /// (unless forced); each with the attempt after the occurrence's last.
 /// `Err` (exit 2) with the reason otherwise.
-async fn make_up_plans(
-    locker: &Locker,
+pub(crate) async fn make_up_plans(
+    conn: &crate::coordinator::Conn,
+    prefix: &str,
     job: &crate::config::Job,
     asked: &MakeUp,
 ) -> anyhow::Result<Vec<Plan>> {
@@ -416,7 +417,7 @@ async fn make_up_plans(
                     job.name
                 )));
             }
-            let (last_attempt, succeeded) = attempts_of(locker, &job.name, at).await?;
+            let (last_attempt, succeeded) = attempts_of(conn, prefix, &job.name, at).await?;
             if succeeded && !force {
                 return Err(refuse(format!(
                     "{} of job `{}` already succeeded; add --force to run it again",
@@ -454,7 +455,7 @@ async fn make_up_plans(
                         job.name
                     )));
                 }
-                let (last_attempt, succeeded) = attempts_of(locker, &job.name, next).await?;
+                let (last_attempt, succeeded) = attempts_of(conn, prefix, &job.name, next).await?;
                 if force || !succeeded {
                     plans.push(Plan {
                         occurrence: Occurrence::Scheduled(next),
@@ -472,18 +473,19 @@ async fn make_up_plans(
 /// (0 if none) and whether one of them succeeded. Entries of `at` are
 /// appended at or after it, so the read starts there.
 async fn attempts_of(
-    locker: &Locker,
+    conn: &crate::coordinator::Conn,
+    prefix: &str,
     job: &str,
     at: chrono::DateTime<Utc>,
 ) -> anyhow::Result<(u32, bool)> {
     let name = Occurrence::Scheduled(at).to_string();
     let entries: Vec<(String, std::collections::HashMap<String, String>)> = redis::cmd("XRANGE")
-        .arg(locker.keys(job).history)
+        .arg(crate::keys::JobKeys::new(prefix, job).history)
         .arg(at.timestamp_millis().max(0))
         .arg("+")
         .arg("COUNT")
         .arg(100_000)
-        .query_async(&mut locker.connection())
+        .query_async(&mut conn.clone())
         .await
         .with_context(|| format!("cannot read the history of job `{job}`"))?;
     let mine = entries

@@ -58,6 +58,12 @@ pub struct Request {
     /// group.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ignore_limits: bool,
+    /// `trigger --occurrence T --fleet`: make up the occurrence at this
+    /// instant (UTC epoch ms) as attempt `attempt`, instead of a manual run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub occurrence_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
 }
 
 impl Request {
@@ -211,6 +217,8 @@ mod tests {
             by: "ops@laptop".into(),
             deadline_ms: 1_796_072_400_000,
             ignore_limits: false,
+            occurrence_ms: None,
+            attempt: None,
         };
         assert_eq!(request.id.len(), 16);
         assert_eq!(Request::from_raw(&request.to_raw()), Some(request));

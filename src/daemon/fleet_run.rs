@@ -46,14 +46,20 @@ pub fn spawn(shared: &Arc<Shared>, job: Arc<Job>, request: Request, slot: super:
 
 async fn run(shared: Arc<Shared>, job: Arc<Job>, request: Request, _slot: super::slots::Slot) {
     let node = shared.locker.node().to_string();
-    let occurrence = Occurrence::Manual(Utc::now());
+    let make_up = request
+        .occurrence_ms
+        .and_then(chrono::DateTime::from_timestamp_millis);
+    let occurrence = make_up.map_or_else(|| Occurrence::Manual(Utc::now()), Occurrence::Scheduled);
     info!(job = %job.name, occurrence = %occurrence, node = %node, request = %request.id, by = %request.by,
         "trigger request taken: running the job now (manual run)");
     let token = new_token();
     let sent = Instant::now();
     let give_up = sent + CLAIM_FOR;
-    let target = Target::Manual {
-        started: occurrence.at(),
+    let target = match make_up {
+        Some(at) => Target::MakeUp { at },
+        None => Target::Manual {
+            started: occurrence.at(),
+        },
     };
     let claim = loop {
         match shared
@@ -128,8 +134,10 @@ async fn run_taken(
     let how = How {
         room_until: (!request.ignore_limits).then(|| Instant::now() + job.starting_deadline),
         by: Some(request.by.clone()),
+        make_up: request.occurrence_ms.is_some(),
     };
-    let run = run_won(shared, job, lease, occurrence, sent, 1, how);
+    let attempt = request.attempt.unwrap_or(1);
+    let run = run_won(shared, job, lease, occurrence, sent, attempt, how);
     let renew = keep_alive(shared, request);
     let report = tokio::select! {
         (report, _) = run => report,

@@ -546,6 +546,10 @@ async fn decided(
 pub(super) struct How {
     pub room_until: Option<Instant>,
     pub by: Option<String>,
+    /// A make-up run of a past occurrence (`trigger --occurrence
+    /// --fleet`): named as the occurrence, but no retry, no notifier and
+    /// no occurrence count (the operator asked for it and watches it).
+    pub make_up: bool,
 }
 
 impl How {
@@ -554,6 +558,7 @@ impl How {
         How {
             room_until: Some(until),
             by: None,
+            make_up: false,
         }
     }
 }
@@ -573,7 +578,13 @@ pub(super) async fn run_won(
     attempt: u32,
     how: How,
 ) -> (Report, Option<DateTime<Utc>>) {
-    let How { room_until, by } = how;
+    let How {
+        room_until,
+        by,
+        make_up,
+    } = how;
+    // What the schedule decided (a make-up run is the operator's).
+    let scheduled = occurrence.scheduled().filter(|_| !make_up);
     let node = shared.locker.node();
     // Counted while the lease is held: a reload that renames the job
     // keeps the new name's lock until then (`rename.rs`).
@@ -594,7 +605,7 @@ pub(super) async fn run_won(
     );
     // Retries follow the loaded file, which a reload may have changed
     // during the run: a removed job or one without retries has none.
-    let retry_at = occurrence.scheduled().and_then(|at| {
+    let retry_at = scheduled.and_then(|at| {
         let current = shared.retry_job(&job.name)?;
         retry::next_attempt_at(&current, at, attempt, report.outcome, shared.clock.now())
     });
@@ -613,7 +624,7 @@ pub(super) async fn run_won(
     // as it is away, and an `on_failure` waited with it (a hook failing in
     // an outage was told nobody until Redis answered, never if the node
     // stopped meanwhile).
-    if occurrence.scheduled().is_some() && retry_at.is_none() {
+    if scheduled.is_some() && retry_at.is_none() {
         // The occurrence's last attempt: its final outcome.
         metrics::occurrence_decided(
             &job.name,

@@ -40,7 +40,12 @@ const POLL: Duration = Duration::from_millis(100);
 const MARGIN: Duration = Duration::from_secs(40);
 
 /// Asks the fleet to run `job`; see the module doc for exit codes.
-pub async fn run(source: &Source, job: &str, ignore_limits: bool) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    source: &Source,
+    job: &str,
+    ignore_limits: bool,
+    make_up: crate::trigger::MakeUp,
+) -> anyhow::Result<ExitCode> {
     let redis = &source.redis;
     let (coordinator, now_ms) = super::open_as_operator(source).await?;
     let known = known_jobs(&coordinator, source).await?;
@@ -63,12 +68,33 @@ pub async fn run(source: &Source, job: &str, ignore_limits: bool) -> anyhow::Res
         );
     }
     let conn = coordinator.first();
+    // A make-up run is checked here, against the config's schedule and
+    // the history: the daemon that takes it runs what was checked.
+    let made_up = match make_up {
+        crate::trigger::MakeUp::No => None,
+        asked => {
+            let Some(defined) = defined else {
+                return Err(crate::inspect::UsageError(format!(
+                    "`trigger {job} --occurrence --fleet` needs the config file (the job's schedule) to check the occurrence: pass --config"
+                ))
+                .into());
+            };
+            crate::trigger::make_up_plans(&conn, prefix, defined, &asked)
+                .await?
+                .into_iter()
+                .next()
+        }
+    };
     let request = Request {
         id: requests::new_id(),
         job: job.to_string(),
         by: who(),
         deadline_ms: now_ms + i64::try_from(TAKE_WITHIN.as_millis()).unwrap_or(i64::MAX),
         ignore_limits,
+        occurrence_ms: made_up
+            .as_ref()
+            .map(|plan| plan.occurrence.at().timestamp_millis()),
+        attempt: made_up.as_ref().map(|plan| plan.attempt),
     };
     let failed =
         |what: &str, err: &redis::RedisError| crate::inspect::redis_failed(what, redis, err);

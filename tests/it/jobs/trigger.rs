@@ -440,3 +440,50 @@ fn a_make_up_run_runs_as_its_occurrence_and_refuses_what_it_must() {
         "{of_t:?}"
     );
 }
+
+/// `trigger JOB --occurrence T --fleet`: the command checks the
+/// occurrence (refusing the future, exit 2), and a running daemon makes
+/// it up as T, attempt 1, recorded with `by`. Breaks if the daemon ran it
+/// as `manual-…` or another attempt.
+#[test]
+fn a_fleet_make_up_run_is_checked_here_and_run_by_a_daemon_as_its_occurrence() {
+    let redis = RedisServer::start();
+    let work = Workdir::new();
+    let seen = toml_path(&work.path("seen"));
+    work.write_config(&format!(
+        "[jobs.yearly]\nschedule = \"0 0 1 * *\"\n\
+         command = 'echo \"$SOLOCRON_OCCURRENCE $SOLOCRON_ATTEMPT $SOLOCRON_NODE\" >> {seen}'\n"
+    ));
+    let _node = Node::start(&work, &redis, "d1", &[]);
+    let fleet = |args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_solocron"));
+        command
+            .args(["trigger", "yearly", "--fleet", "--config"])
+            .arg(work.path("jobs.toml"))
+            .args(["--redis", &redis.url()])
+            .args(args);
+        output(&mut command)
+    };
+    let future = fleet(&["--occurrence", "2099-01-01T00:00:00Z"]);
+    assert_eq!(future.status.code(), Some(2), "{future:?}");
+    let made_up = fleet(&["--occurrence", "2026-11-01T00:00:00Z"]);
+    assert_eq!(made_up.status.code(), Some(0), "{made_up:?}");
+    assert_eq!(
+        work.lines("seen"),
+        vec!["2026-11-01T00:00:00Z 1 d1".to_string()]
+    );
+    let entries = history(&redis, "yearly");
+    let entry = entries
+        .iter()
+        .find(|entry| entry.get("occurrence").map(String::as_str) == Some("2026-11-01T00:00:00Z"))
+        .unwrap_or_else(|| panic!("{entries:?}"));
+    assert_eq!(
+        entry.get("attempt").map(String::as_str),
+        Some("1"),
+        "{entry:?}"
+    );
+    assert!(
+        entry.get("by").is_some_and(|by| by.contains('@')),
+        "{entry:?}"
+    );
+}
