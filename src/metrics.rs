@@ -38,6 +38,7 @@ const LOG_LINES_LOST: &str = "solocron_log_lines_lost_total";
 const ABANDONED: &str = "solocron_abandoned_total";
 const NO_ELIGIBLE_NODE: &str = "solocron_no_eligible_node_total";
 const GROUP_FULL: &str = "solocron_group_full_total";
+const LAST_EXCLUDED: &str = "solocron_last_excluded_timestamp_seconds";
 const REDIS_UP: &str = "solocron_redis_up";
 const NOTIFICATIONS: &str = "solocron_notifications_total";
 const RETRIES: &str = "solocron_retries_total";
@@ -85,6 +86,7 @@ pub const NAMES: &[&str] = &[
     ABANDONED,
     NO_ELIGIBLE_NODE,
     GROUP_FULL,
+    LAST_EXCLUDED,
     REDIS_UP,
     JOB_PERIOD,
     JOB_MAX_SILENCE,
@@ -250,6 +252,10 @@ fn describe() {
     describe_counter!(
         NO_ELIGIBLE_NODE,
         "Occurrences recorded missed because no alive node had the tags of the job's run_on."
+    );
+    describe_gauge!(
+        LAST_EXCLUDED,
+        "When this node last recorded an occurrence of the job excluded by its calendars (UNIX seconds): the silence alert counts from it too."
     );
     describe_counter!(
         GROUP_FULL,
@@ -492,6 +498,12 @@ pub fn missed_by(job: &str, count: u64) {
 /// it (`run_on`): `solocron_no_eligible_node_total{job}`.
 pub fn no_eligible_node(job: &str) {
     counter!(NO_ELIGIBLE_NODE, "job" => job.to_string()).increment(1);
+}
+
+/// Sets `solocron_last_excluded_timestamp_seconds{job}` to now: this
+/// node recorded an occurrence of `job` `excluded` (a calendar).
+pub fn excluded(job: &str) {
+    gauge!(LAST_EXCLUDED, "job" => job.to_string()).set(unix_now());
 }
 
 /// Counts an occurrence that found `group` without room under `limit`

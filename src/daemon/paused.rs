@@ -89,6 +89,9 @@ async fn record_unrun(
                 ..
             }) => {
                 shared.redis_health.answered();
+                if kind == Unrun::Excluded {
+                    crate::metrics::excluded(&job.name);
+                }
                 match kind {
                     Unrun::Excluded => info!(job = %job.name, occurrence = %name, node = %node,
                         outcome = crate::outcome::Outcome::Excluded.as_str(), reason = %why,

@@ -372,6 +372,8 @@ fn scrape_a_real_daemon() -> String {
     work.write_config(&format!(
         "[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\n\
          [groups.nightlies]\nmax_running = 1\n\
+         [calendars.always]\nweekly = [\"Mon-Sun 00:00-24:00\"]\n\
+         [jobs.held]\nschedule = \"* * * * * *\"\ncommand = \"true\"\nskip_during = [\"always\"]\n\
          [jobs.tick]\nschedule = \"* * * * * *\"\ncommand = \"true\"\n\
          [jobs.nightly]\nschedule = \"0 3 * * *\"\ncommand = \"true\"\nmax_silence = \"2d\"\n\
          group = \"nightlies\"\n"
@@ -388,6 +390,7 @@ fn scrape_a_real_daemon() -> String {
                 // Recorded once the run's outcome is: before the outage.
                 r#"solocron_fire_to_start_seconds_count{job="tick"} "#,
                 r#"solocron_job_period_seconds{job="nightly"} "#,
+                r#"solocron_last_excluded_timestamp_seconds{job="held"} "#,
                 "solocron_live_nodes ",
                 "solocron_clock_offset_seconds ",
                 "solocron_redis_up 1",
