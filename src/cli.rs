@@ -279,8 +279,8 @@ pub struct TriggerArgs {
     /// Make up a past occurrence (after `missed`, `failed`, …): run it as that occurrence (`SOLOCRON_OCCURRENCE`, the same Idempotency-Key, the next attempt), recorded as an attempt of it. WHEN: an RFC 3339 instant, or a duration back from now. Refused (exit 2) for an instant that is not one of the job's occurrences, the future, or an occurrence that succeeded (without --force).
     #[arg(long, value_name = "WHEN", value_parser = TimeBound::parse, conflicts_with_all = ["since", "until"])]
     pub occurrence: Option<TimeBound>,
-    /// Make up each occurrence at or after WHEN that did not succeed, oldest first, one at a time, on this node (with --until; default until now).
-    #[arg(long, value_name = "WHEN", value_parser = TimeBound::parse, conflicts_with = "fleet")]
+    /// Make up each occurrence at or after WHEN that did not succeed, oldest first, one at a time (with --until; default until now).
+    #[arg(long, value_name = "WHEN", value_parser = TimeBound::parse)]
     pub since: Option<TimeBound>,
     /// The end of --since's range (default now).
     #[arg(long, value_name = "WHEN", value_parser = TimeBound::parse, requires = "since")]
@@ -550,13 +550,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 None,
             )?;
             let now_ms = Utc::now().timestamp_millis();
-            let make_up = match args.occurrence {
-                Some(at) => crate::trigger::MakeUp::One {
-                    at: chrono::DateTime::from_timestamp_millis(at.resolve(now_ms))
-                        .unwrap_or_default(),
+            let instant = |bound: TimeBound| {
+                chrono::DateTime::from_timestamp_millis(bound.resolve(now_ms)).unwrap_or_default()
+            };
+            let make_up = match (args.occurrence, args.since) {
+                (Some(at), _) => crate::trigger::MakeUp::One {
+                    at: instant(at),
                     force: args.force,
                 },
-                None => crate::trigger::MakeUp::No,
+                (None, Some(since)) => crate::trigger::MakeUp::Range {
+                    since: instant(since),
+                    until: args.until.map_or_else(Utc::now, instant),
+                    force: args.force,
+                },
+                (None, None) => crate::trigger::MakeUp::No,
             };
             crate::ops::fleet_trigger::run(&source, &args.job, args.ignore_limits, make_up)
                 .await

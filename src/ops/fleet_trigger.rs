@@ -68,6 +68,35 @@ pub async fn run(
         );
     }
     let conn = coordinator.first();
+    // A range: each not-succeeded occurrence in turn, as its own request,
+    // stopping at the first that does not succeed.
+    if let crate::trigger::MakeUp::Range { force, .. } = make_up {
+        let Some(defined) = defined else {
+            return Err(crate::inspect::UsageError(format!(
+                "`trigger {job} --since --fleet` needs the config file (the job's schedule) to list the occurrences: pass --config"
+            ))
+            .into());
+        };
+        let plans = crate::trigger::make_up_plans(&conn, prefix, defined, &make_up).await?;
+        if plans.is_empty() {
+            to_stderr(&format!(
+                "job `{job}`: every occurrence of the range succeeded already; nothing to make up\n"
+            ));
+            return Ok(ExitCode::SUCCESS);
+        }
+        for plan in plans {
+            // Checked again one by one (one may have succeeded meanwhile).
+            let one = crate::trigger::MakeUp::One {
+                at: plan.occurrence.at(),
+                force,
+            };
+            let code = Box::pin(run(source, job, ignore_limits, one)).await?;
+            if code != ExitCode::SUCCESS {
+                return Ok(code);
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     // A make-up run is checked here, against the config's schedule and
     // the history: the daemon that takes it runs what was checked.
     let made_up = match make_up {
