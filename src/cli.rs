@@ -462,6 +462,27 @@ impl Command {
     }
 }
 
+/// What `trigger`'s `--occurrence`, `--since`, `--until` and `--force`
+/// ask (durations count back from now).
+fn make_up_of(args: &TriggerArgs) -> crate::trigger::MakeUp {
+    let now_ms = Utc::now().timestamp_millis();
+    let instant = |bound: TimeBound| {
+        chrono::DateTime::from_timestamp_millis(bound.resolve(now_ms)).unwrap_or_default()
+    };
+    match (args.occurrence, args.since) {
+        (Some(at), _) => crate::trigger::MakeUp::One {
+            at: instant(at),
+            force: args.force,
+        },
+        (None, Some(since)) => crate::trigger::MakeUp::Range {
+            since: instant(since),
+            until: args.until.map_or_else(Utc::now, instant),
+            force: args.force,
+        },
+        (None, None) => crate::trigger::MakeUp::No,
+    }
+}
+
 /// A command refused by Redis's ACL, said as the role it needs (never a
 /// raw `NOPERM`); any other error as it was.
 fn needs_role(command: &str, role: &str, err: anyhow::Error) -> anyhow::Error {
@@ -549,22 +570,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 args.redis.redis.as_deref(),
                 None,
             )?;
-            let now_ms = Utc::now().timestamp_millis();
-            let instant = |bound: TimeBound| {
-                chrono::DateTime::from_timestamp_millis(bound.resolve(now_ms)).unwrap_or_default()
-            };
-            let make_up = match (args.occurrence, args.since) {
-                (Some(at), _) => crate::trigger::MakeUp::One {
-                    at: instant(at),
-                    force: args.force,
-                },
-                (None, Some(since)) => crate::trigger::MakeUp::Range {
-                    since: instant(since),
-                    until: args.until.map_or_else(Utc::now, instant),
-                    force: args.force,
-                },
-                (None, None) => crate::trigger::MakeUp::No,
-            };
+            let make_up = make_up_of(args);
             crate::ops::fleet_trigger::run(&source, &args.job, args.ignore_limits, make_up)
                 .await
                 .map_err(|err| needs_role("trigger --fleet", "operator", err))
@@ -572,22 +578,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Trigger(args) => {
             let config = load(&args.file.config, args.redis.redis.as_deref())?;
             let node = node_id(args.node.node_id.as_deref())?;
-            let now_ms = Utc::now().timestamp_millis();
-            let instant = |bound: TimeBound| {
-                chrono::DateTime::from_timestamp_millis(bound.resolve(now_ms)).unwrap_or_default()
-            };
-            let make_up = match (args.occurrence, args.since) {
-                (Some(at), _) => crate::trigger::MakeUp::One {
-                    at: instant(at),
-                    force: args.force,
-                },
-                (None, Some(since)) => crate::trigger::MakeUp::Range {
-                    since: instant(since),
-                    until: args.until.map_or_else(Utc::now, instant),
-                    force: args.force,
-                },
-                (None, None) => crate::trigger::MakeUp::No,
-            };
+            let make_up = make_up_of(args);
             crate::trigger::run(config, &node, &args.job, args.ignore_limits, make_up).await
         }
         Command::GenerateDocs(args) => {

@@ -246,15 +246,7 @@ fn a_sentinel_failover_never_lets_a_group_run_two_at_once() {
     use common::fleet::Fleet;
     use common::ha::SentinelGroup;
     let group = SentinelGroup::start("solocron");
-    let urls: Vec<String> = group
-        .sentinel_urls()
-        .iter()
-        .map(|url| format!("\"{url}\""))
-        .collect();
-    let redis = format!(
-        "sentinel = {{ master = \"solocron\", urls = [{}] }}\nwait_timeout = \"200ms\"",
-        urls.join(", ")
-    );
+    let redis = group.redis_section();
     let jobs: Vec<JobSpec> = (0..3)
         .map(|i| {
             JobSpec::new(&format!("s{i}"), "*/2 * * * * *", 0.3)

@@ -19,15 +19,7 @@ use common::ha::SentinelGroup;
 #[test]
 fn an_abort_during_a_failover_stops_the_run_and_says_what_happened() {
     let group = SentinelGroup::start("solocron");
-    let urls: Vec<String> = group
-        .sentinel_urls()
-        .iter()
-        .map(|url| format!("\"{url}\""))
-        .collect();
-    let redis = format!(
-        "sentinel = {{ master = \"solocron\", urls = [{}] }}\nwait_timeout = \"200ms\"",
-        urls.join(", ")
-    );
+    let redis = group.redis_section();
     let at = whole_second_after(4, 1);
     let second = at.timestamp().rem_euclid(60);
     let long = JobSpec::new("long", &format!("{second} * * * * *"), 60.0).with("lock_ttl = \"3s\"");

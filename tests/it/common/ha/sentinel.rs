@@ -196,6 +196,20 @@ impl SentinelGroup {
             .collect()
     }
 
+    /// The `[redis]` body for daemons on this group (the master's name
+    /// as `solocron`, the sentinels' URLs, a 200 ms `wait_timeout`).
+    pub fn redis_section(&self) -> String {
+        let urls: Vec<String> = self
+            .sentinel_urls()
+            .iter()
+            .map(|url| format!("\"{url}\""))
+            .collect();
+        format!(
+            "sentinel = {{ master = \"solocron\", urls = [{}] }}\nwait_timeout = \"200ms\"",
+            urls.join(", ")
+        )
+    }
+
     pub fn sentinel_ports(&self) -> Vec<u16> {
         self.sentinels.iter().map(RedisProcess::port).collect()
     }
