@@ -42,6 +42,8 @@ pub enum NoRoom {
     Throttled(String),
     /// The daemon is stopping (or `trigger` was interrupted).
     Stopped,
+    /// An operator aborted it while it waited (`solocron abort`).
+    Aborted,
 }
 
 /// Takes room in `job`'s group for the run of `occurrence` under
@@ -54,6 +56,7 @@ pub async fn admit(
     occurrence: &str,
     until: Instant,
     stop: &CancellationToken,
+    aborted: &CancellationToken,
 ) -> Result<Option<Room>, NoRoom> {
     let Some(group) = job.extras.group.clone() else {
         return Ok(None);
@@ -130,6 +133,10 @@ pub async fn admit(
             _ = stop.cancelled() => {
                 locker.group_give_back(&group.name, &holder, &job.name).await.ok();
                 return Err(NoRoom::Stopped);
+            }
+            _ = aborted.cancelled() => {
+                locker.group_give_back(&group.name, &holder, &job.name).await.ok();
+                return Err(NoRoom::Aborted);
             }
             _ = tokio::time::sleep(pause) => {}
         }

@@ -131,12 +131,28 @@ pub async fn under_lease(
         let name = occurrence.to_string();
         let room = match room_until {
             Some(until) => {
-                match limits::admit(env.locker, job, lease, &name, until, env.interrupt).await {
+                let admitted = limits::admit(
+                    env.locker,
+                    job,
+                    lease,
+                    &name,
+                    until,
+                    env.interrupt,
+                    &env.abort.token,
+                );
+                match admitted.await {
                     Ok(room) => room,
                     Err(NoRoom::Throttled(why)) => return not_run(Outcome::Throttled, why),
                     Err(NoRoom::Stopped) => {
                         let why = "stopped while waiting for room in its group".to_string();
                         return not_run(Outcome::Interrupted, why);
+                    }
+                    Err(NoRoom::Aborted) => {
+                        let why = env.abort.why().unwrap_or_default();
+                        return not_run(
+                            Outcome::Aborted,
+                            format!("{why} (while it waited for room in its group)"),
+                        );
                     }
                 }
             }

@@ -231,3 +231,40 @@ retry_backoff = "6s"
         "{cancelled}"
     );
 }
+
+/// An occurrence waiting for room in its group is aborted without its
+/// process ever starting. Breaks if the abort waited for the room (the
+/// command times out) or started the job first.
+#[test]
+fn abort_of_a_run_waiting_for_room_never_starts_it() {
+    let hold = once_soon("hold", 5, 30.0)
+        .with("group = \"g\"")
+        .with("lock_ttl = \"3s\"");
+    let waiting = once_soon("waiting", 6, 1.0)
+        .with("group = \"g\"")
+        .with("starting_deadline = \"20s\"");
+    let groups = "\n[groups.g]\nmax_running = 1\nwhen_full = \"wait\"\n";
+    let mut cluster = Cluster::new(RedisServer::start(), groups, &[hold, waiting]);
+    cluster.start_node("n1", &[]);
+    cluster.wait_for_run(Duration::from_secs(20), "hold starts", |run| {
+        run.job == "hold"
+    });
+    wait_until(Duration::from_secs(10), "waiting waits for room", || {
+        cluster
+            .node("n1")
+            .log()
+            .contains("group full: waiting for room")
+    });
+    let out = cluster.cli(&["abort", "waiting", "--reason", "not today"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{said}\n{}", cluster.logs());
+    assert!(
+        said.contains("while it waited for room in its group"),
+        "{said}"
+    );
+    assert!(
+        cluster.runs().iter().all(|run| run.job != "waiting"),
+        "the aborted occurrence started\n{}",
+        cluster.logs()
+    );
+}
