@@ -451,19 +451,14 @@ pub(super) async fn quorum_take(
                 wanted = (wanted_index(slot), wanted_index(start));
             }
             _ => {
-                let answered = answers.iter().filter(|answer| answer.is_ok()).count();
-                let first_error = answers
-                    .iter()
-                    .find_map(|answer| answer.as_ref().err().map(ToString::to_string))
-                    .unwrap_or_else(|| super::DISAGREED.to_string());
                 return Err(LockError::NoQuorum {
                     step: "take a group slot",
                     job: job.to_string(),
                     agreed: grants.first().map_or(0, |(_, count)| *count),
                     needed,
                     of: servers.len(),
-                    answered,
-                    first_error,
+                    answered: super::quorum::answered(&answers),
+                    first_error: super::quorum::first_error(&answers),
                 });
             }
         }
@@ -488,29 +483,9 @@ pub(super) async fn quorum_renew(
     ttl: Duration,
     job: &str,
 ) -> Result<bool, LockError> {
-    let needed = servers.len() / 2 + 1;
     let answers = super::quorum::on_all(servers, job, "renew a group slot", |server| {
         server.group_renew(keys, member, ttl, job)
     })
     .await;
-    let confirmed = answers.iter().filter(|a| matches!(a, Ok(true))).count();
-    let refused = answers.iter().filter(|a| matches!(a, Ok(false))).count();
-    if confirmed >= needed {
-        return Ok(true);
-    }
-    if refused >= needed || refused + confirmed == servers.len() {
-        return Ok(false);
-    }
-    Err(LockError::NoQuorum {
-        step: "renew a group slot",
-        job: job.to_string(),
-        agreed: confirmed,
-        needed,
-        of: servers.len(),
-        answered: confirmed + refused,
-        first_error: answers
-            .iter()
-            .find_map(|answer| answer.as_ref().err().map(ToString::to_string))
-            .unwrap_or_else(|| super::DISAGREED.to_string()),
-    })
+    super::quorum::renewal_vote(servers, &answers, "renew a group slot", job)
 }

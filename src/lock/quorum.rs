@@ -132,6 +132,18 @@ fn decided_by_majority<'a>(
 
 pub(super) async fn extend(servers: &[Server], lease: &Lease) -> Result<bool, LockError> {
     let answers = on_all(servers, &lease.job, "extend", |server| server.extend(lease)).await;
+    renewal_vote(servers, &answers, "extend", &lease.job)
+}
+
+/// A renewal's answers combined: `Ok(true)` when a majority confirmed
+/// it, `Ok(false)` when a majority (or every answer) refused it, else
+/// `Err(NoQuorum)`.
+pub(super) fn renewal_vote(
+    servers: &[Server],
+    answers: &[Result<bool, LockError>],
+    step: &'static str,
+    job: &str,
+) -> Result<bool, LockError> {
     let confirmed = answers
         .iter()
         .filter(|answer| matches!(answer, Ok(true)))
@@ -147,13 +159,13 @@ pub(super) async fn extend(servers: &[Server], lease: &Lease) -> Result<bool, Lo
         return Ok(false);
     }
     Err(LockError::NoQuorum {
-        step: "extend",
-        job: lease.job.clone(),
+        step,
+        job: job.to_string(),
         agreed: confirmed,
         needed: majority(servers),
         of: servers.len(),
-        answered: answered(&answers),
-        first_error: first_error(&answers),
+        answered: answered(answers),
+        first_error: first_error(answers),
     })
 }
 
@@ -405,12 +417,12 @@ fn no_quorum<T>(
 }
 
 /// How many masters answered at all (whatever they answered).
-fn answered<T>(answers: &[Result<T, LockError>]) -> usize {
+pub(super) fn answered<T>(answers: &[Result<T, LockError>]) -> usize {
     answers.iter().filter(|answer| answer.is_ok()).count()
 }
 
 /// The first failure among `answers`, for the message.
-fn first_error<T>(answers: &[Result<T, LockError>]) -> String {
+pub(super) fn first_error<T>(answers: &[Result<T, LockError>]) -> String {
     answers
         .iter()
         .find_map(|answer| answer.as_ref().err().map(ToString::to_string))
