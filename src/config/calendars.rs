@@ -18,7 +18,7 @@ use toml::de::DeValue;
 use super::context::Context;
 use super::keys::CALENDAR as CALENDAR_KEYS;
 use super::model::Calendar;
-use super::table::{Table, closest, display_key};
+use super::table::{Table, closest};
 
 /// One line of a calendar.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,42 +129,19 @@ pub(super) fn read(
     ctx: &Context<'_>,
 ) -> Calendars {
     let mut calendars = Calendars::default();
-    let Some(value) = root.get("calendars") else {
-        return calendars;
-    };
-    let DeValue::Table(entries) = value.get_ref() else {
-        ctx.error(root.expected("calendars", value, "a [calendars.NAME] table"));
-        return calendars;
-    };
-    let all = Table::section(root.src, entries, value.span(), "calendars".to_string());
-    for (key, value) in all.in_file_order() {
-        let name: &str = key.get_ref();
-        let path = format!("calendars.{}", display_key(name));
-        let DeValue::Table(entries) = value.get_ref() else {
-            let message = format!(
-                "[{path}] must be a table, found {}",
-                value.get_ref().type_str()
-            );
-            ctx.error(root.src.invalid(value.span(), path, message));
-            calendars.broken.push(name.to_string());
-            continue;
-        };
-        if !super::is_job_name(name) {
-            let message = format!(
-                "invalid calendar name `{name}` in [{path}]: use 1 to 64 of `A-Z a-z 0-9 _ . -`"
-            );
-            ctx.error(root.src.invalid(key.span(), path, message));
-            calendars.broken.push(name.to_string());
-            continue;
-        }
-        let table = Table::section(root.src, entries, value.span(), path);
-        match calendar(name, &table, config_path, ctx) {
-            Some(calendar) => {
-                calendars
-                    .defined
-                    .insert(name.to_string(), Arc::new(calendar));
+    for named in super::named_tables(root, "calendars", "calendar", ctx) {
+        let named = match named {
+            Ok(named) => named,
+            Err(broken) => {
+                calendars.broken.push(broken);
+                continue;
             }
-            None => calendars.broken.push(name.to_string()),
+        };
+        match calendar(&named.name, &named.table, config_path, ctx) {
+            Some(calendar) => {
+                calendars.defined.insert(named.name, Arc::new(calendar));
+            }
+            None => calendars.broken.push(named.name),
         }
     }
     calendars

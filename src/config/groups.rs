@@ -7,12 +7,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use toml::de::DeValue;
-
 use super::context::Context;
 use super::keys::GROUP as GROUP_KEYS;
 use super::model::{Group, MaxStarts, WhenFull};
-use super::table::{Table, closest, display_key};
+use super::table::{Table, closest};
 
 /// The shortest `max_starts` window: Redis's clock is read in ms, and a
 /// window shorter than a second limits nothing a cron job would notice.
@@ -22,43 +20,21 @@ const MIN_WINDOW: Duration = Duration::from_secs(1);
 /// (the error is in `ctx`, and a job naming it is not reported again).
 pub(super) fn read(root: &Table<'_, '_>, ctx: &Context<'_>) -> Groups {
     let mut groups = Groups::default();
-    let Some(value) = root.get("groups") else {
-        return groups;
-    };
-    let DeValue::Table(entries) = value.get_ref() else {
-        ctx.error(root.expected("groups", value, "a [groups.NAME] table"));
-        return groups;
-    };
-    let all = Table::section(root.src, entries, value.span(), "groups".to_string());
-    for (key, value) in all.in_file_order() {
-        let name: &str = key.get_ref();
-        let path = format!("groups.{}", display_key(name));
-        if !super::is_job_name(name) {
-            let message = format!(
-                "invalid group name `{name}` in [{path}]: use 1 to 64 of `A-Z a-z 0-9 _ . -`"
-            );
-            ctx.error(root.src.invalid(key.span(), path, message));
-            groups.broken.push(name.to_string());
-            continue;
-        }
-        let DeValue::Table(entries) = value.get_ref() else {
-            let message = format!(
-                "[{path}] must be a table, found {}",
-                value.get_ref().type_str()
-            );
-            ctx.error(root.src.invalid(value.span(), path, message));
-            groups.broken.push(name.to_string());
-            continue;
+    for named in super::named_tables(root, "groups", "group", ctx) {
+        let named = match named {
+            Ok(named) => named,
+            Err(broken) => {
+                groups.broken.push(broken);
+                continue;
+            }
         };
-        let table = Table::section(root.src, entries, value.span(), path);
-        match group(name, &table, ctx) {
+        match group(&named.name, &named.table, ctx) {
             Some(group) => {
-                let spot = all.spot(key.span(), name);
                 groups
                     .defined
-                    .insert(name.to_string(), (Arc::new(group), spot));
+                    .insert(named.name, (Arc::new(group), named.spot));
             }
-            None => groups.broken.push(name.to_string()),
+            None => groups.broken.push(named.name),
         }
     }
     groups

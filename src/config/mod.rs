@@ -341,6 +341,63 @@ fn jobs(root: &Table<'_, '_>, defaults: &JobFields, ctx: &Context<'_>) -> Vec<Ar
     jobs
 }
 
+/// One `[KIND.NAME]` table of [`named_tables`].
+struct Named<'a, 'i> {
+    name: String,
+    /// Where the name is written (for warnings about the table).
+    spot: warnings::Spot,
+    table: Table<'a, 'i>,
+}
+
+/// The `[KIND.NAME]` tables under the top-level `kind` (`groups`,
+/// `calendars`), in file order: each valid one, or (its error recorded in
+/// `ctx`: a name that is not `[A-Za-z0-9_.-]{1,64}`, checked first, or a
+/// value that is not a table) its name, so that what names it is not
+/// reported again.
+fn named_tables<'a, 'i>(
+    root: &Table<'a, 'i>,
+    kind: &str,
+    what: &str,
+    ctx: &Context<'_>,
+) -> Vec<Result<Named<'a, 'i>, String>> {
+    let Some(value) = root.get(kind) else {
+        return Vec::new();
+    };
+    let DeValue::Table(entries) = value.get_ref() else {
+        ctx.error(root.expected(kind, value, &format!("a [{kind}.NAME] table")));
+        return Vec::new();
+    };
+    let all = Table::section(root.src, entries, value.span(), kind.to_string());
+    let mut found = Vec::new();
+    for (key, value) in all.in_file_order() {
+        let name: &str = key.get_ref();
+        let path = format!("{kind}.{}", display_key(name));
+        if !is_job_name(name) {
+            let message = format!(
+                "invalid {what} name `{name}` in [{path}]: use 1 to 64 of `A-Z a-z 0-9 _ . -`"
+            );
+            ctx.error(root.src.invalid(key.span(), path, message));
+            found.push(Err(name.to_string()));
+            continue;
+        }
+        let DeValue::Table(entries) = value.get_ref() else {
+            let message = format!(
+                "[{path}] must be a table, found {}",
+                value.get_ref().type_str()
+            );
+            ctx.error(root.src.invalid(value.span(), path, message));
+            found.push(Err(name.to_string()));
+            continue;
+        };
+        found.push(Ok(Named {
+            name: name.to_string(),
+            spot: all.spot(key.span(), name),
+            table: Table::section(root.src, entries, value.span(), path),
+        }));
+    }
+    found
+}
+
 /// `[A-Za-z0-9_.-]{1,64}`.
 fn is_job_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
