@@ -27,9 +27,9 @@
 //! interval patterns. For those ([`Form`]) croner walks the wall clock
 //! alone, where nothing is missing or repeated, and we place each wall time
 //! it finds ([`next_fixed`], [`previous_fixed`]), at the cost of croner's
-//! own walk in the zone. Day of month and day of week follow Vixie cron:
-//! when both are restricted a day matches if *either* does (croner's
-//! default, `dom_and_dow = false`).
+//! own walk in the zone. Fields read as cron reads them ([`dialect`]):
+//! `N/S` is `N-MAX/S`, and a day matching *either* day field runs only
+//! when both are restricted (neither starts with `*`).
 //!
 //! croner's parsed form keeps a byte per year up to 5000 (about 7 KB per
 //! expression), too much to keep one per job. So a [`Schedule`] does not
@@ -423,6 +423,12 @@ impl Schedule {
         expand_macro(self.expr.trim()).unwrap_or_default()
     }
 
+    /// Whether both day fields are restricted, so that a day matching
+    /// either runs (`0 0 1-7 * 1`: the 1st to the 7th and every Monday).
+    pub fn days_match_either(&self) -> bool {
+        dialect::days_match_either(self.pattern())
+    }
+
     /// The zone the expression is read in.
     pub fn timezone(&self) -> Tz {
         self.tz
@@ -717,8 +723,9 @@ fn parse_form(pattern: &str) -> Result<Form, Invalid> {
     CronParser::builder()
         .seconds(Seconds::Required)
         .year(Year::Required)
+        .dom_and_dow(!dialect::days_match_either(pattern))
         .build()
-        .parse(&spelled_out(pattern))
+        .parse(&spelled_out(&dialect::with_open_steps(pattern)))
         .map(Form::new)
         .map_err(|err| Invalid(fields::explain(pattern).unwrap_or_else(|| describe(&err))))
 }
@@ -994,6 +1001,7 @@ fn describe(err: &croner::errors::CronError) -> String {
     }
 }
 
+mod dialect;
 mod fields;
 mod occurrence;
 

@@ -94,7 +94,13 @@ impl JobFields {
             // Parsed here, in UTC, so the error points at this line; the
             // job then moves it to its own zone.
             match Schedule::parse(expr.get_ref(), Tz::UTC) {
-                Ok(schedule) => fields.schedule = Some(schedule),
+                Ok(schedule) => {
+                    if schedule.days_match_either() {
+                        let warning = warnings::days_match_either(expr.get_ref());
+                        ctx.warn(table.warning(expr.span(), "schedule", warning));
+                    }
+                    fields.schedule = Some(schedule);
+                }
                 Err(err) => ctx.error(table.error(expr.span(), "schedule", describe(&err))),
             }
         }

@@ -316,6 +316,20 @@ pub(super) fn fixed_offset_zone(name: &str) -> Option<String> {
     })
 }
 
+/// The warning for a schedule whose day-of-month and day-of-week are both
+/// restricted, which cron reads as *either* (the classic "first Monday"
+/// mistake, `0 0 1-7 * 1`).
+pub(super) fn days_match_either(expr: &str) -> String {
+    let fields: Vec<&str> = expr.split_whitespace().collect();
+    let (dom, dow) = match fields.as_slice() {
+        [.., dom, _, dow] => (*dom, *dow),
+        _ => ("", ""),
+    };
+    format!(
+        "`{expr}` restricts both day-of-month (`{dom}`) and day-of-week (`{dow}`), so a day that matches either one runs, as in cron (`0 0 1-7 * 1` is the 1st to the 7th and every Monday); for \"the first Monday of the month\" write `0 0 * * 1#1`, and write `*` in the day field you do not mean"
+    )
+}
+
 /// The warning for an HTTP method outside [`USUAL_METHODS`] (upper case).
 pub(super) fn method(method: &str) -> Option<String> {
     if USUAL_METHODS.contains(&method) {

@@ -183,8 +183,8 @@ fn only_in(what: &str, fields: &str) -> String {
     format!("{what} is allowed only in {fields}")
 }
 
-/// `BASE/STEP`: the base is `*` or a range (croner, like Vixie cron, takes
-/// no single-number start).
+/// `BASE/STEP`: the base is `*`, a range, or one value (`5/15`, read as
+/// `5-MAX/15`).
 fn check_step(field: &Field, part: &str, base: &str, step: &str) -> Result<(), Problem> {
     let problem = |reason: String| (part.to_string(), reason);
     match step.parse::<u16>() {
@@ -202,16 +202,12 @@ fn check_step(field: &Field, part: &str, base: &str, step: &str) -> Result<(), P
     if let Some((start, end)) = base.split_once('-') {
         return range(field, base, start, end).map(drop);
     }
-    let (min, max) = (field.min, field.max);
-    let start = if base.is_empty() {
-        min.to_string()
-    } else {
-        value(field, base)?;
-        base.to_string()
-    };
-    Err(problem(format!(
-        "needs `*` or a range before the `/`: write `*/{step}` or `{start}-{max}/{step}`"
-    )))
+    if base.is_empty() {
+        return Err(problem(format!(
+            "needs `*`, a value or a range before the `/`: write `*/{step}`"
+        )));
+    }
+    value(field, base).map(drop)
 }
 
 /// `START-END`, both in range and not backwards; `written` is the range
@@ -314,13 +310,10 @@ mod tests {
                 "0-70/5 * * * *",
                 "minute `0-70/5`: `70` is out of range 0–59",
             ),
-            (
-                "5/10 * * * *",
-                "minute `5/10` needs `*` or a range before the `/`: write `*/10` or `5-59/10`",
-            ),
+            ("70/10 * * * *", "minute `70/10`: `70` is out of range 0–59"),
             (
                 "/10 * * * *",
-                "minute `/10` needs `*` or a range before the `/`: write `*/10` or `0-59/10`",
+                "minute `/10` needs `*`, a value or a range before the `/`: write `*/10`",
             ),
             ("0 1- * * *", "hour `1-` is missing a value: use 0–23"),
         ]);

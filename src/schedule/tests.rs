@@ -1199,9 +1199,10 @@ fn a_refused_field_is_named_with_its_range() {
             "0 0 15W 5W *",
             "month `5W` (nearest weekday) is allowed only in day-of-month",
         ),
+        ("70/10 * * * *", "minute `70/10`: `70` is out of range 0–59"),
         (
-            "5/10 * * * *",
-            "minute `5/10` needs `*` or a range before the `/`: write `*/10` or `5-59/10`",
+            "/10 * * * *",
+            "minute `/10` needs `*`, a value or a range before the `/`: write `*/10`",
         ),
     ] {
         let err = Schedule::parse(expr, Tz::UTC).expect_err(expr);
@@ -1457,4 +1458,105 @@ fn interval_floor_is_never_above_the_shortest_interval() {
             assert!(floor <= shortest, "{expr} in {tz}: {shortest:?}");
         }
     }
+}
+
+/// `N/S` reads as `N-MAX/S`, as cronie, Quartz and Kubernetes read it
+/// (issue #31); croner alone refuses it.
+#[test]
+fn a_step_from_one_value_runs_to_the_end_of_the_field() {
+    let after = utc_at("2026-12-07T00:00:00Z");
+    for (open, closed) in [
+        ("5/15 * * * *", "5-59/15 * * * *"),
+        ("0 5/20 * * *", "0 5-23/20 * * *"),
+        ("0 0 20/5 * *", "0 0 20-31/5 * *"),
+        ("0 0 1 10/1 *", "0 0 1 10-12/1 *"),
+        ("0 0 * * 1/2", "0 0 * * 1-7/2"),
+        ("0 0 * * MON/2", "0 0 * * 1,3,5,0"),
+        ("30 5/15 * * * *", "30 5-59/15 * * * *"),
+    ] {
+        let open_schedule = Schedule::parse(open, Tz::UTC).expect(open);
+        let closed_schedule = Schedule::parse(closed, Tz::UTC).expect(closed);
+        assert_eq!(
+            open_schedule.occurrences_after(after, 12),
+            closed_schedule.occurrences_after(after, 12),
+            "{open}"
+        );
+    }
+    let minutes: Vec<String> = Schedule::parse("5/15 * * * *", Tz::UTC)
+        .expect("parses")
+        .occurrences_after(after, 4)
+        .iter()
+        .map(|at| at.format("%H:%M").to_string())
+        .collect();
+    assert_eq!(minutes, ["00:05", "00:20", "00:35", "00:50"]);
+    // Sunday is 7 in day-of-week, as in cronie: `1/2` is Mon, Wed, Fri, Sun.
+    let days: Vec<String> = Schedule::parse("0 0 * * 1/2", Tz::UTC)
+        .expect("parses")
+        .occurrences_after(after, 4)
+        .iter()
+        .map(|at| at.format("%a").to_string())
+        .collect();
+    assert_eq!(days, ["Wed", "Fri", "Sun", "Mon"]);
+}
+
+/// Day of month and day of week as crontab(5) reads them (issue #31):
+/// either when both are restricted, both when one starts with `*`.
+#[test]
+fn the_day_fields_match_either_only_when_both_are_restricted() {
+    let after = utc_at("2026-12-01T00:00:00Z");
+    let days = |expr: &str| -> Vec<String> {
+        Schedule::parse(expr, Tz::UTC)
+            .expect(expr)
+            .occurrences_after(after, 6)
+            .iter()
+            .map(|at| at.format("%d %a").to_string())
+            .collect()
+    };
+    // The odd days that are Mondays (December 2026: the 7th and 21st).
+    assert_eq!(
+        days("0 0 */2 * 1")[..2],
+        ["07 Mon".to_string(), "21 Mon".to_string()]
+    );
+    // The 1st to the 7th, and every Monday.
+    assert_eq!(
+        days("0 0 1-7 * 1"),
+        ["02 Wed", "03 Thu", "04 Fri", "05 Sat", "06 Sun", "07 Mon"]
+    );
+    assert_eq!(
+        days("0 0 10-31 * 1")[..2],
+        ["07 Mon".to_string(), "10 Thu".to_string()]
+    );
+    // A plain `*` in one field: the other decides alone.
+    assert_eq!(
+        days("0 0 * * 1")[..2],
+        ["07 Mon".to_string(), "14 Mon".to_string()]
+    );
+    assert_eq!(
+        days("0 0 15 * *")[..2],
+        ["15 Tue".to_string(), "15 Fri".to_string()]
+    );
+    // A step from `*` in day-of-week with a restricted day of month: both.
+    assert_eq!(
+        days("0 0 1-9 * */3")[..3],
+        [
+            "02 Wed".to_string(),
+            "05 Sat".to_string(),
+            "06 Sun".to_string()
+        ]
+    );
+    assert!(
+        Schedule::parse("0 0 1-7 * 1", Tz::UTC)
+            .expect("parses")
+            .days_match_either()
+    );
+    assert!(
+        !Schedule::parse("0 0 */2 * 1", Tz::UTC)
+            .expect("parses")
+            .days_match_either()
+    );
+    assert!(
+        !Schedule::parse("@weekly", Tz::UTC)
+            .expect("parses")
+            .days_match_either()
+    );
 }

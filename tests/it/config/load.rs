@@ -208,7 +208,8 @@ fn check_prints_warnings_and_exits_0() {
     let text = "[redis]\nurl = \"redis://127.0.0.1:6379\"\n\n\
                 [jobs.report]\nschedule = \"@daily\"\ncommand = \"true\"\nworking_dir = \"/nonexistent/reports\"\n\n\
                 [jobs.rotate]\nschedule = \"@hourly\"\nargv = [\"/nonexistent/logrotate\", \"/etc/x\"]\n\n\
-                [jobs.hook]\nschedule = \"@hourly\"\nhttp = { url = \"http://127.0.0.1/\", method = \"PURGE\" }\n";
+                [jobs.hook]\nschedule = \"@hourly\"\nhttp = { url = \"http://127.0.0.1/\", method = \"PURGE\" }\n\n\
+                [jobs.first-monday]\nschedule = \"0 0 1-7 * MON\"\ncommand = \"true\"\n";
     let (_dir, path) = write_text(text);
     let (lines, stdout) = check_valid(&path);
     let p = path.display();
@@ -227,10 +228,16 @@ fn check_prints_warnings_and_exits_0() {
                 "warning: {p}:15:46: [jobs.hook] `http.method`: `PURGE` is an unusual HTTP method \
                  (expected one of GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS); check the spelling"
             ),
+            format!(
+                "warning: {p}:18:12: [jobs.first-monday] `schedule`: `0 0 1-7 * MON` restricts both \
+                 day-of-month (`1-7`) and day-of-week (`MON`), so a day that matches either one runs, \
+                 as in cron (`0 0 1-7 * 1` is the 1st to the 7th and every Monday); for \"the first \
+                 Monday of the month\" write `0 0 * * 1#1`, and write `*` in the day field you do not mean"
+            ),
         ]
     );
     assert!(
-        stdout.starts_with(&format!("{p}: valid, 3 job(s), 3 warning(s)\n")),
+        stdout.starts_with(&format!("{p}: valid, 4 job(s), 4 warning(s)\n")),
         "{stdout}"
     );
 }

@@ -2,6 +2,7 @@
 //! `bad-configs/`, property tests), reloads, renames and the drift guard.
 
 mod bad_configs;
+mod cron_as_cronie;
 mod drift;
 mod drift_cost;
 mod load;
