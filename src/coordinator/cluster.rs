@@ -22,7 +22,7 @@
 //! (at most every [`PROBE_EVERY`], each bounded by the connect timeout),
 //! and returns what a seed answered instead: the same error a `url` server
 //! gives, so a wrong password stops the daemon (exit 78) and `status` names
-//! the certificate. A seed that answers but is a plain server (`redis_mode`
+//! the certificate. A seed that answers but is a plain server (mode
 //! standalone: a `url` or Sentinel data node written as a seed) is said
 //! so, and stops the daemon at start the same way; before, the client
 //! retried it for ever as "No connections found".
@@ -97,7 +97,7 @@ impl Probe {
                         .query_async(&mut conn)
                         .await
                         .unwrap_or_default();
-                    Ok(redis_mode(&info).map(str::to_string))
+                    Ok(super::identity::server_mode(&info).map(str::to_string))
                 };
                 match tokio::time::timeout(single::CONNECT_TIMEOUT, ping).await {
                     Ok(Ok(Some(mode))) if mode != "cluster" => Err(not_a_cluster(shown, &mode)),
@@ -126,19 +126,12 @@ impl Probe {
     }
 }
 
-/// The `redis_mode` of an `INFO server` text.
-fn redis_mode(info: &str) -> Option<&str> {
-    info.lines()
-        .find_map(|line| line.trim().strip_prefix("redis_mode:"))
-        .map(str::trim)
-}
-
-/// What a seed at `shown` that is not a cluster node (`redis_mode` `mode`)
+/// What a seed at `shown` that is not a cluster node (server mode `mode`)
 /// is told: a mistake of the config, which no retry cures
 /// ([`is_not_a_cluster`]).
 fn not_a_cluster(shown: &str, mode: &str) -> RedisError {
     let detail = format!(
-        "`{shown}` has cluster support disabled (redis_mode {mode}): `[redis] cluster` lists \
+        "`{shown}` has cluster support disabled (server mode {mode}): `[redis] cluster` lists \
          nodes of a Redis Cluster (`cluster-enabled yes`); for one server write `url = \"{shown}\"`, \
          for a Sentinel group `sentinel = {{ master = \"NAME\", urls = [...] }}`"
     );

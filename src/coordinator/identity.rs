@@ -8,8 +8,8 @@
 //! master of three is down, and A restarted without its data forgets a
 //! majority's grants. So the daemon asks each master for its `run_id`
 //! (`INFO server`, unique per server process) and stops, naming both URLs,
-//! when two masters answer the same one. The same answer's `redis_mode`
-//! tells a node of a Redis Cluster written as `url` (or as a Redlock
+//! when two masters answer the same one. The same answer's mode
+//! (`redis_mode`, Valkey's `server_mode`) tells a node of a Redis Cluster written as `url` (or as a Redlock
 //! master): it would answer `MOVED` for the jobs whose slots live on the
 //! other nodes, which looked like an outage that never ends.
 //!
@@ -43,13 +43,13 @@ pub struct Identities {
     pub same: Option<(String, String, String)>,
     /// A server named as a plain server (`url`, a Redlock master) that is
     /// a node of a Redis Cluster or a Sentinel: its redacted URL and its
-    /// `redis_mode`.
+    /// `redis_mode`, or Valkey's `server_mode`.
     pub wrong_kind: Option<(String, String)>,
     /// Whether every server answered.
     pub complete: bool,
 }
 
-/// One server's `INFO server`: its `run_id` and `redis_mode`.
+/// One server's `INFO server`: its `run_id` and mode.
 #[derive(Debug, PartialEq, Eq)]
 struct Info {
     run_id: String,
@@ -144,19 +144,27 @@ pub async fn markers(coordinator: &Coordinator, key: &str, token: &str) -> Vec<O
     futures_util::future::join_all(asks).await
 }
 
-/// The `run_id` and `redis_mode` of an `INFO server` text (a server too
-/// old to say its mode is taken as standalone).
+/// The `run_id` and mode of an `INFO server` text (a server too old to
+/// say its mode is taken as standalone).
 fn info(text: &str) -> Option<Info> {
-    let field = |name: &str| {
-        text.lines()
-            .find_map(|line| line.trim().strip_prefix(name)?.strip_prefix(':'))
-            .map(str::trim)
-            .filter(|value| !value.is_empty())
-    };
     Some(Info {
-        run_id: field("run_id")?.to_string(),
-        mode: field("redis_mode").unwrap_or("standalone").to_string(),
+        run_id: info_field(text, "run_id")?.to_string(),
+        mode: server_mode(text).unwrap_or("standalone").to_string(),
     })
+}
+
+/// The server's mode (`standalone`, `cluster`, `sentinel`) in an `INFO
+/// server` text: `redis_mode` on Redis, `server_mode` on Valkey 9.
+pub(super) fn server_mode(text: &str) -> Option<&str> {
+    info_field(text, "redis_mode").or_else(|| info_field(text, "server_mode"))
+}
+
+/// The value of `name` in an `INFO` text, if not empty.
+fn info_field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    text.lines()
+        .find_map(|line| line.trim().strip_prefix(name)?.strip_prefix(':'))
+        .map(str::trim)
+        .filter(|value| !value.is_empty())
 }
 
 #[cfg(test)]
@@ -177,5 +185,9 @@ mod tests {
             info("run_id:ab\r\n").map(|i| i.mode).as_deref(),
             Some("standalone")
         );
+        // Valkey 9 says `server_mode`.
+        let valkey = "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\n\
+                      server_mode:cluster\r\nrun_id:77ab\r\n";
+        assert_eq!(info(valkey).map(|i| i.mode).as_deref(), Some("cluster"));
     }
 }

@@ -151,7 +151,7 @@ fn misconfigured(found: &identity::Identities, config_path: &Path, node: &str) -
             )
         };
         return Some(format!(
-            "`{shown}` in `[redis]` of `{file}` is {what} (redis_mode {mode}); write {instead} \
+            "`{shown}` in `[redis]` of `{file}` is {what} (server mode {mode}); write {instead} \
              instead, then start node `{node}` again"
         ));
     }
