@@ -38,7 +38,7 @@ pub use sentinel::{SentinelGroup, SentinelOptions};
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -184,14 +184,14 @@ impl RedisProcess {
             .append(true)
             .open(self.log_path())
             .expect("open redis.log");
-        let child = Command::new("redis-server")
+        let child = super::server_command()
             .args(&self.args)
             .current_dir(self.dir.path())
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(Stdio::null())
             .spawn()
-            .expect("`redis-server` must be on PATH (apt-get install redis-server)");
+            .unwrap_or_else(|err| panic!("{}: {err}", super::server_missing()));
         self.pids.push(child.id() as i32);
         self.child = Some(child);
     }

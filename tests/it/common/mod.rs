@@ -29,6 +29,31 @@ use tempfile::TempDir;
 /// How long a wait loop sleeps before it looks at its condition again.
 pub const POLL: Duration = Duration::from_millis(20);
 
+/// The server program every test starts (data nodes and sentinels):
+/// `redis-server`, or the program `SOLOCRON_TEST_SERVER` names (a
+/// `valkey-server`, which takes the same arguments), so that the same
+/// tests run on Valkey (`scripts/test` runs the core, fault and HA topics
+/// on both).
+pub fn server_program() -> String {
+    std::env::var("SOLOCRON_TEST_SERVER")
+        .ok()
+        .filter(|program| !program.is_empty())
+        .unwrap_or_else(|| "redis-server".to_string())
+}
+
+/// A `Command` for [`server_program`].
+pub fn server_command() -> Command {
+    Command::new(server_program())
+}
+
+/// What to say when [`server_program`] cannot be started.
+pub fn server_missing() -> String {
+    format!(
+        "`{}` must be installed to run these tests (scripts/need-deps --tests)",
+        server_program()
+    )
+}
+
 /// A throwaway `redis-server` on a free loopback port, killed on drop.
 pub struct RedisServer {
     child: Child,
@@ -164,8 +189,16 @@ impl RedisServer {
     }
 
     /// A plain synchronous connection for assertions.
+    /// A connection that sends no `CLIENT SETINFO` (Valkey and Redis 7.2+
+    /// would count it among the commands tests count).
     pub fn conn(&self) -> redis::Connection {
-        redis::Client::open(self.url())
+        use redis::IntoConnectionInfo as _;
+        self.url()
+            .into_connection_info()
+            .and_then(|info| {
+                let settings = info.redis_settings().clone().set_skip_set_lib_name();
+                redis::Client::open(info.set_redis_settings(settings))
+            })
             .and_then(|client| client.get_connection())
             .expect("connect to the test redis")
     }
@@ -210,7 +243,7 @@ impl RedisServer {
 }
 
 fn spawn_redis(port: u16, dir: &Path, persistence: Persistence, extra: &[String]) -> Child {
-    let mut command = Command::new("redis-server");
+    let mut command = server_command();
     command
         .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
         .args(["--save", ""]);
@@ -224,7 +257,7 @@ fn spawn_redis(port: u16, dir: &Path, persistence: Persistence, extra: &[String]
         .args(extra)
         .stdout(Stdio::null())
         .spawn()
-        .expect("`redis-server` must be on PATH to run these tests (apt-get install redis-server)")
+        .unwrap_or_else(|err| panic!("{}: {err}", server_missing()))
 }
 
 impl Drop for RedisServer {

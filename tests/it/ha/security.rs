@@ -340,10 +340,24 @@ fn redlock_with_a_password_runs_jobs_and_a_wrong_password_exits_78_at_once() {
 fn set_readme_acl_user(cluster: &RedisCluster, password: &str) {
     for port in cluster.ports() {
         let mut conn = cluster.conn(port);
-        for words in [
+        let mut lines = vec![
             common::readme_acl(password),
             common::readme_acl_line("ACL SETUSER solocron +cluster|slots", password),
-        ] {
+        ];
+        // Redis 7.2+ and Valkey know `CLIENT SETINFO` (7.0 refuses the
+        // rule), and the Cluster client sends it on each connection.
+        let known: Vec<redis::Value> = redis::cmd("COMMAND")
+            .arg("INFO")
+            .arg("client|setinfo")
+            .query(&mut conn)
+            .unwrap_or_default();
+        if known.iter().any(|info| *info != redis::Value::Nil) {
+            lines.push(common::readme_acl_line(
+                "ACL SETUSER solocron +client|setinfo",
+                password,
+            ));
+        }
+        for words in lines {
             redis::cmd("ACL")
                 .arg("SETUSER")
                 .arg(&words)

@@ -54,7 +54,7 @@ impl Server {
     /// `tls`: `port` is the TLS port and plain TCP is off.
     fn start_on(port: u16, args: &[String], tls: bool) -> Server {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut command = Command::new("redis-server");
+        let mut command = crate::common::server_command();
         command.args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]);
         if tls {
             command.args(["--port", "0", "--tls-port", &port.to_string()]);
@@ -69,7 +69,7 @@ impl Server {
             .arg(dir.path())
             .stdout(Stdio::null())
             .spawn()
-            .expect("`redis-server` must be on PATH (apt-get install redis-server)");
+            .unwrap_or_else(|err| panic!("{}: {err}", crate::common::server_missing()));
         wait_until(Duration::from_secs(10), "redis-server listens", || {
             TcpStream::connect(("127.0.0.1", port)).is_ok()
         });
