@@ -3,7 +3,8 @@
 //! Each subcommand has its own options (`check --help` lists only what
 //! applies to `check`); the shared ones are small flattened groups with the
 //! same names and env fallbacks everywhere. Every subcommand (but the
-//! hidden `generate-docs` of [`manual`]) loads `jobs.toml` first,
+//! hidden `generate-docs` of [`manual`] and `import-crontab`, which reads a
+//! crontab instead) loads `jobs.toml` first,
 //! so a bad file is reported the same way everywhere (file:line:col, key,
 //! what to do); `status`, `history`, `pause`, `resume`, `drain`, `undrain`
 //! and `trigger --fleet` read it without its `${VAR}` values and may go
@@ -131,6 +132,16 @@ pub enum Command {
     Abort(AbortArgs),
     /// Who did what, newest first: pauses, resumes, drains, undrains, triggers, aborts (who is user@host), and each daemon's start, stop, reload and config drift.
     Audit(AuditArgs),
+    /// Print a jobs.toml fragment for a crontab or /etc/cron.d file (FILE, or `-` or nothing: standard input); each line it cannot carry over (`@reboot`, ...) becomes a comment saying why. Exit 0; 1 if nothing could be read.
+    ///
+    /// Each entry becomes a `[jobs.NAME]` table, named after the program it runs (`-2`, `-3` when taken), with a `# line N:` comment holding the original line; its fields are read as cron reads them and checked as `check` does.
+    ///
+    /// Variables apply to the entries below them: `CRON_TZ` becomes `timezone`; `SHELL` other than /bin/sh makes the job `argv = [SHELL, "-c", COMMAND]`; `PATH`, `HOME`, `TZ` and the others go into `env`; `MAILTO`, `MAILFROM` (solocron sends no mail: see `on_failure`) and `RANDOM_DELAY` (see `splay`) stay comments. Entries without `CRON_TZ` are read in this machine's zone (cron's local time) unless --timezone says another.
+    ///
+    /// `%` as cron reads it: the first unescaped `%` ends the command, the text after it goes to its standard input with each further `%` a newline (written into the command as `printf '%s\n' 'line 1' ... | { COMMAND }`), `\%` is a literal `%`. `${` in a command or value is written `$${` so that the shell, not the loader, expands it.
+    ///
+    /// A system crontab's user field becomes a comment: every job runs as the unit's service user, which cannot switch users (NoNewPrivileges). The fragment passes `solocron check` once a `[redis]` section is added; stderr says how the file was read and how many jobs and comments came out.
+    ImportCrontab(ImportCrontabArgs),
 }
 
 /// `--config` of the commands that need the file.
@@ -363,6 +374,23 @@ pub struct AbortArgs {
     pub source: InspectArgs,
 }
 
+/// `solocron import-crontab`.
+#[derive(Debug, Clone, Args)]
+pub struct ImportCrontabArgs {
+    /// The crontab to read; `-` or none: standard input (none only when it is not a terminal).
+    #[arg(value_name = "FILE|-")]
+    pub file: Option<PathBuf>,
+    /// Read it as a system crontab (/etc/crontab, /etc/cron.d): a user name after the time fields. Without --system or --user: a system crontab if it is /etc/crontab or in /etc/cron.d, or if every entry names `root` or a user of this machine there; else a user crontab.
+    #[arg(long, conflicts_with = "user")]
+    pub system: bool,
+    /// Read it as a user crontab (`crontab -l`): the command right after the time fields.
+    #[arg(long)]
+    pub user: bool,
+    /// The time zone of the entries without CRON_TZ (cron read them in its machine's local time). Default: this machine's (TZ, else /etc/localtime, else /etc/timezone).
+    #[arg(long, value_name = "ZONE", value_parser = parse_zone)]
+    pub timezone: Option<chrono_tz::Tz>,
+}
+
 /// `solocron resume`.
 #[derive(Debug, Clone, Args)]
 pub struct ResumeArgs {
@@ -418,6 +446,11 @@ fn parse_limit(text: &str) -> Result<usize, String> {
     }
 }
 
+/// `--timezone`: an IANA zone, or the loader's message with the closest one.
+fn parse_zone(text: &str) -> Result<chrono_tz::Tz, String> {
+    config::time_zone(text.trim())
+}
+
 /// A duration above zero (`--for`), in the config's notation.
 fn parse_positive_duration(text: &str) -> Result<std::time::Duration, String> {
     match humantime::parse_duration(text.trim()) {
@@ -457,7 +490,8 @@ impl Command {
             | Command::Drain(_)
             | Command::Undrain(_)
             | Command::Abort(_)
-            | Command::Audit(_) => Some(LogFormat::Text),
+            | Command::Audit(_)
+            | Command::ImportCrontab(_) => Some(LogFormat::Text),
         }
     }
 }
@@ -636,6 +670,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .map_err(|err| needs_role("drain", "operator", err))?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::ImportCrontab(args) => import_crontab(args),
         Command::Undrain(args) => {
             let target = drain_target(args.node.as_deref(), false)?;
             crate::ops::drain::drain(&source(&args.source)?, &target, false, None)
@@ -644,6 +679,30 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `import-crontab`: refuses to wait on a terminal for a crontab nobody
+/// named (exit 2), then [`crate::crontab::run`].
+fn import_crontab(args: &ImportCrontabArgs) -> anyhow::Result<ExitCode> {
+    use std::io::IsTerminal as _;
+    if args.file.is_none() && std::io::stdin().is_terminal() {
+        return Err(crate::inspect::UsageError(
+            "no crontab given: name a file (`solocron import-crontab /etc/cron.d/app`), `-` to \
+             type one, or pipe one in (`crontab -l | solocron import-crontab`)"
+                .to_string(),
+        )
+        .into());
+    }
+    let format = match (args.system, args.user) {
+        (true, _) => Some(crate::crontab::Format::System),
+        (_, true) => Some(crate::crontab::Format::User),
+        _ => None,
+    };
+    crate::crontab::run(&crate::crontab::Request {
+        file: args.file.clone(),
+        format,
+        timezone: args.timezone,
+    })
 }
 
 /// The node `drain` / `undrain` is about: `--node` (or `SOLOCRON_NODE_ID`),

@@ -6,6 +6,7 @@
 //! - [`memory`]: the allocator's arenas.
 //! - [`schedule`]: cron expression + time zone -> UTC occurrences (pure).
 //! - [`config`]: `jobs.toml` -> a validated [`config::Config`].
+//! - [`crontab`]: `solocron import-crontab`, a crontab -> a `jobs.toml` fragment.
 //! - [`keys`]: every Redis key name (a job's, and the fleet's own).
 //! - [`systemd`]: notifications to systemd (`READY=1`, `STOPPING=1`, watchdog
 //!   pings); not the jobs' `on_failure` / `on_success` notifiers.
@@ -39,6 +40,7 @@ pub mod cli;
 pub mod config;
 pub mod control;
 pub mod coordinator;
+pub mod crontab;
 pub mod daemon;
 pub mod exec;
 pub mod history;

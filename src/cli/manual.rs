@@ -123,18 +123,22 @@ fn exit_statuses() -> Vec<(String, String)> {
         (
             "0".into(),
             "Success: run stopped cleanly, check found the file valid (warnings included), a \
-             command did what it was asked, trigger's run succeeded."
+             command did what it was asked, trigger's run succeeded, import-crontab printed at \
+             least one job."
                 .into(),
         ),
         (
             "1".into(),
             "An error: the file is invalid (check), Redis is unreachable or refuses, an unknown \
-             job, trigger's run did not succeed, a fatal error of run after its start."
+             job, trigger's run did not succeed, a fatal error of run after its start, \
+             import-crontab could read nothing it could carry over."
                 .into(),
         ),
         (
             EXIT_USAGE.to_string(),
-            "A usage error: an unknown option or a bad value (--outcome, --since, --limit).".into(),
+            "A usage error: an unknown option or a bad value (--outcome, --since, --limit, \
+             --timezone); import-crontab without FILE on a terminal."
+                .into(),
         ),
         (
             EXIT_BUSY.to_string(),

@@ -165,8 +165,16 @@ pub(super) fn interpolate(
     })
 }
 
+/// `text` written so that [`interpolate`] gives it back unchanged: every
+/// `${` becomes `$${` (read left to right, `$$${` is a `$` then the
+/// escape). For a value taken from elsewhere that must mean what it says,
+/// such as a crontab's command (`solocron import-crontab`).
+pub fn escape(text: &str) -> String {
+    text.replace("${", "$${")
+}
+
 /// `[A-Za-z_][A-Za-z0-9_]*`: a name a shell would accept.
-pub(super) fn is_env_name(name: &str) -> bool {
+pub fn is_env_name(name: &str) -> bool {
     let mut chars = name.chars();
     chars
         .next()
@@ -268,6 +276,29 @@ mod tests {
             filled("$${SOLOCRON_JOB}"),
             Ok("${SOLOCRON_JOB}".to_string())
         );
+    }
+
+    /// Every string of `$`, `{`, `}` and `A` up to 7 characters: its escape
+    /// fills in to itself, with no variable looked up.
+    #[test]
+    fn an_escaped_text_fills_in_to_itself() {
+        let none = |_: &str| None;
+        let alphabet = ['$', '{', '}', 'A'];
+        let mut texts = vec![String::new()];
+        let mut longest = vec![String::new()];
+        for _ in 0..7 {
+            longest = longest
+                .iter()
+                .flat_map(|text| alphabet.iter().map(move |c| format!("{text}{c}")))
+                .collect();
+            texts.extend(longest.iter().cloned());
+        }
+        assert!(texts.len() > 20_000);
+        for text in &texts {
+            let filled = interpolate(&escape(text), &none, false).map(|filled| filled.text);
+            assert_eq!(filled.as_deref(), Ok(text.as_str()), "{text:?}");
+        }
+        assert_eq!(escape("echo ${HOME} $${X}"), "echo $${HOME} $$${X}");
     }
 
     #[test]

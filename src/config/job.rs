@@ -497,8 +497,9 @@ fn describe(err: &ScheduleError) -> String {
     }
 }
 
-/// `Err` is the message for a name that is not an IANA time zone.
-fn time_zone(name: &str) -> Result<Tz, String> {
+/// `Err` is the message for a name that is not an IANA time zone (with
+/// the closest one, if any).
+pub fn time_zone(name: &str) -> Result<Tz, String> {
     if let Ok(tz) = name.parse::<Tz>() {
         return Ok(tz);
     }

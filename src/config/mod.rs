@@ -48,6 +48,8 @@ use toml::de::{DeTable, DeValue};
 
 pub use error::{ConfigError, Position, StartRefused, locate};
 pub use fingerprint::FingerprintCache;
+pub use interpolate::{escape as escape_interpolation, is_env_name};
+pub use job::time_zone;
 pub use model::*;
 pub use redis::DEFAULT_KEY_PREFIX;
 pub use warnings::Warning;
@@ -398,8 +400,9 @@ fn named_tables<'a, 'i>(
     found
 }
 
+/// Whether `name` may name a job (or a group, a calendar):
 /// `[A-Za-z0-9_.-]{1,64}`.
-fn is_job_name(name: &str) -> bool {
+pub fn is_job_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
         && name
             .chars()

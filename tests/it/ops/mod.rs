@@ -8,6 +8,7 @@ mod booked;
 mod controls_read;
 mod daemon_logs;
 mod fleet_ops;
+mod import_crontab;
 mod inspect;
 mod journald;
 mod operate;
