@@ -28,8 +28,10 @@
 //! - [`run`]: one run of a job under its lease (watchdog beside the executor,
 //!   release with the history entry), for the daemon and `trigger`.
 //! - [`control`]: fleet-wide pauses, drains and `trigger --fleet` requests in Redis.
-//! - [`daemon`]: the loop joining schedule, lock, exec and history.
 //! - [`inspect`]: read-only `status` and `history` views for operators.
+//! - [`status_page`]: the read-only web page of the fleet (`[daemon]
+//!   status_listen`), from `inspect`'s reads.
+//! - [`daemon`]: the loop joining schedule, lock, exec and history.
 //! - [`trigger`]: `solocron trigger JOB`, a manual run under the lock.
 //! - [`ops`]: `pause`, `resume`, `drain`, `undrain`, `trigger --fleet`.
 //! - [`cli`]: command-line types, logging set-up and the subcommands; its
@@ -58,6 +60,7 @@ pub mod registry;
 pub mod run;
 pub mod schedule;
 pub mod shutdown;
+pub mod status_page;
 pub mod systemd;
 pub mod tags;
 pub mod trigger;

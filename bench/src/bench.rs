@@ -15,7 +15,7 @@
 //! trips); issue #12: c also against a minimal spawner (the machine's own
 //! limit), s `splay` on a 1,000-job burst, t 3 nodes with skewed clocks; a
 //! round-two table gathers those figures and e/f/g's with 10,000 distinct
-//! expressions.
+//! expressions; p the status page's load time with 1,000 jobs.
 
 #[path = "../../tests/it/common/mod.rs"]
 #[allow(unused_imports)]
@@ -63,6 +63,8 @@ mod sink;
 mod skew;
 #[path = "bench/splay.rs"]
 mod splay;
+#[path = "bench/status_page.rs"]
+mod status_page;
 #[path = "bench/throughput.rs"]
 mod throughput;
 #[path = "bench/topology.rs"]
@@ -77,7 +79,7 @@ use fleet::Env;
 use report::Report;
 
 const ALL: &[&str] = &[
-    "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "l", "n", "r", "s", "t",
+    "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "l", "n", "p", "r", "s", "t",
 ];
 
 struct Options {
@@ -125,12 +127,13 @@ fn options() -> Options {
 }
 
 fn help() -> &'static str {
-    "usage: bench [--quick] [--only a,b,c,d,e,f,g,h,i,j,n,r,s,t] [--out DIR]\n\
+    "usage: bench [--quick] [--only a,b,c,d,e,f,g,h,i,j,l,n,p,r,s,t] [--out DIR]\n\
      a round trips, b lag, c 1,000 same second (and a minimal spawner), d throughput,\n\
      e idle 10,000 jobs, f start-up to READY, g check, h binary size, i peers,\n\
      j coordinator modes (url, url+WAIT, sentinel, cluster, redlock; claims/s),\n\
      n fleet size (3, 10, 30 nodes), r Redis cost per occurrence beside the peers,\n\
-     s splay on a 1,000-job burst, t 3 nodes with clocks ±450 ms"
+     p the status page with 1,000 jobs, s splay on a 1,000-job burst,\n\
+     t 3 nodes with clocks ±450 ms"
 }
 
 fn usage(message: &str) -> ! {
@@ -213,6 +216,9 @@ fn main() {
     }
     if wants("n") {
         timed(&mut report, "n", |r| fleet_size::run(&env, r));
+    }
+    if wants("p") {
+        timed(&mut report, "p", |r| status_page::run(r, env.quick));
     }
     if wants("r") {
         timed(&mut report, "r", |r| cost::run(&env, r));

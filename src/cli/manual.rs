@@ -223,6 +223,7 @@ pub const KEY_HELP: &[(&str, &str, &str)] = &[
     ("daemon", "shutdown_grace", "How long running jobs may finish after SIGTERM (default 30s)."),
     ("daemon", "history_max", "Entries kept in each job's history stream (default 10000)."),
     ("daemon", "metrics_listen", "ADDRESS:PORT of the Prometheus /metrics endpoint (off by default)."),
+    ("daemon", "status_listen", "ADDRESS:PORT of the read-only status page of the whole fleet (off by default; no authentication: keep it on loopback or behind a proxy)."),
     ("daemon", "env_file", "NAME=value lines for ${NAME}, read at start and at every reload (owner root, group solocron, mode 0640)."),
     ("daemon", "clock", "redis (default: occurrences fire by Redis TIME) or local."),
     ("daemon", "max_running", "At most this many runs at once on this node; at the cap it claims nothing and the next node in line takes the occurrence (default: no cap)."),

@@ -29,6 +29,7 @@ pub const DAEMON: &[&str] = &[
     "shutdown_grace",
     "history_max",
     "metrics_listen",
+    "status_listen",
     "env_file",
     "clock",
     "max_running",

@@ -323,6 +323,8 @@ pub struct DaemonConfig {
     pub history_max: u64,
     /// Prometheus listener, off by default.
     pub metrics_listen: Option<String>,
+    /// The status page's listener (`crate::status_page`), off by default.
+    pub status_listen: Option<String>,
     /// `env_file`, resolved against the config's directory; re-read at
     /// every load (start and each reload).
     pub env_file: Option<PathBuf>,

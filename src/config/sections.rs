@@ -26,6 +26,7 @@ pub(super) fn daemon(
         shutdown_grace: Duration::from_secs(30),
         history_max: 10_000,
         metrics_listen: None,
+        status_listen: None,
         env_file: None,
         clock: ClockSource::Redis,
         max_running: None,
@@ -62,15 +63,31 @@ pub(super) fn daemon(
             }
         }
     }
-    if let Some(listen) = ctx.keep(table.string("metrics_listen")).flatten() {
-        let value = *listen.get_ref();
-        if value.parse::<SocketAddr>().is_ok() {
-            daemon.metrics_listen = Some(value.to_string());
-        } else {
-            let message =
-                format!("`{value}` is not a socket address; write it like `127.0.0.1:9464`");
-            ctx.error(table.error(listen.span(), "metrics_listen", message));
-        }
+    daemon.metrics_listen = listen_address(table, "metrics_listen", "127.0.0.1:9464", ctx);
+    daemon.status_listen = listen_address(table, "status_listen", "127.0.0.1:9465", ctx);
+    if let (Some(status), Some(metrics)) = (&daemon.status_listen, &daemon.metrics_listen)
+        && status.parse::<SocketAddr>().ok() == metrics.parse::<SocketAddr>().ok()
+        && let Some(listen) = ctx.keep(table.string("status_listen")).flatten()
+    {
+        let message = format!(
+            "`{status}` is `metrics_listen` too; give the status page a port of its own, \
+             like `127.0.0.1:9465`"
+        );
+        ctx.error(table.error(listen.span(), "status_listen", message));
+    }
+    if let Some(status) = &daemon.status_listen
+        && status
+            .parse::<SocketAddr>()
+            .is_ok_and(|addr| !addr.ip().is_loopback())
+        && let Some(listen) = ctx.keep(table.string("status_listen")).flatten()
+    {
+        let message = format!(
+            "`{status}` is not a loopback address: anyone who reaches it sees every job, \
+             node and output tail of the fleet, and the page has no authentication; put it \
+             on `127.0.0.1` behind a reverse proxy that asks for a login \
+             (docs/operations.md, \"The status page\")"
+        );
+        ctx.warn(table.warning(listen.span(), "status_listen", message));
     }
     if let Some(clock) = ctx.keep(table.string("clock")).flatten() {
         match *clock.get_ref() {
@@ -94,6 +111,24 @@ pub(super) fn daemon(
         }
     }
     (daemon, pairs)
+}
+
+/// A listener's `IP:PORT` at `key` (`None`: absent, or wrong: the error
+/// goes to `ctx`, with `example` as how to write it).
+fn listen_address(
+    table: &Table<'_, '_>,
+    key: &str,
+    example: &str,
+    ctx: &Context<'_>,
+) -> Option<String> {
+    let listen = ctx.keep(table.string(key)).flatten()?;
+    let value = *listen.get_ref();
+    if value.parse::<SocketAddr>().is_ok() {
+        return Some(value.to_string());
+    }
+    let message = format!("`{value}` is not a socket address; write it like `{example}`");
+    ctx.error(table.error(listen.span(), key, message));
+    None
 }
 
 /// The pairs of the env file at `full` (written at `span`); errors name the
@@ -212,6 +247,40 @@ mod tests {
               or lower (about 4.0 GiB), or give Redis that memory (docs/operations.md, \"History size\")"
             ]
         );
+    }
+
+    #[test]
+    fn status_listen_is_a_socket_address_of_its_own_and_warned_off_loopback() {
+        let redis = "[redis]\nurl = \"redis://127.0.0.1\"\n";
+        let on = |daemon: &str| config(&format!("[daemon]\n{daemon}{redis}"));
+        let page = on("status_listen = \"127.0.0.1:9465\"\n");
+        assert_eq!(page.daemon.status_listen.as_deref(), Some("127.0.0.1:9465"));
+        assert!(page.warnings.is_empty(), "{:?}", page.warnings);
+        assert_eq!(config(redis).daemon.status_listen, None, "off by default");
+        assert_eq!(
+            error("[daemon]\nstatus_listen = \"localhost:9465\"\n"),
+            "/etc/solocron/jobs.toml:2:17: [daemon] `status_listen`: `localhost:9465` is not a socket \
+             address; write it like `127.0.0.1:9465`"
+        );
+        assert_eq!(
+            error(
+                "[daemon]\nmetrics_listen = \"127.0.0.1:9464\"\nstatus_listen = \"127.0.0.1:9464\"\n"
+            ),
+            "/etc/solocron/jobs.toml:3:17: [daemon] `status_listen`: `127.0.0.1:9464` is \
+             `metrics_listen` too; give the status page a port of its own, like `127.0.0.1:9465`"
+        );
+        let open = on("status_listen = \"0.0.0.0:9465\"\n");
+        let warnings: Vec<String> = open.warnings.iter().map(|w| w.to_string()).collect();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with(
+                "/etc/solocron/jobs.toml:2:17: [daemon] `status_listen`: `0.0.0.0:9465` is not a loopback address"
+            ) && warnings[0].contains("no authentication"),
+            "{warnings:?}"
+        );
+        assert!(on("status_listen = \"[::1]:9465\"\n").warnings.is_empty());
+        // A node's own listener, not the jobs' definition: no drift.
+        assert_eq!(page.fingerprint(), config(redis).fingerprint());
     }
 
     #[test]

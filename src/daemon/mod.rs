@@ -360,6 +360,10 @@ pub async fn run(
         // metrics on ADDRESS`): no context repeating it.
         metrics::start(&config.path, listen)?;
     }
+    let status_listener = match &config.daemon.status_listen {
+        Some(listen) => Some(crate::status_page::bind(&config.path, listen).await?),
+        None => None,
+    };
     let conn = connect(&config.redis)?;
     let locker = Locker::new(
         conn,
@@ -424,6 +428,20 @@ pub async fn run(
     metrics::jobs_loaded(config.jobs.len());
     let config = Arc::new(config);
     let (config_tx, config_rx) = watch::channel(Arc::clone(&config));
+    // The page is served through the drain (it shows what still runs),
+    // outside the tracker; it stops once the drain is over.
+    let page_stop = CancellationToken::new();
+    let page = match status_listener {
+        Some(listener) => Some(status_page_task(
+            listener,
+            &shared,
+            &config,
+            config_rx.clone(),
+            &options.node,
+            page_stop.clone(),
+        )?),
+        None => None,
+    };
     let tracker = &shared.tracker;
     tracker.spawn(clock::check_loop(Arc::clone(&shared), config.path.clone()));
     tracker.spawn(eviction::check_loop(Arc::clone(&shared)));
@@ -476,6 +494,11 @@ pub async fn run(
     drain(&shared, grace, &mut stops, &hurry).await;
     watchdog_stop.cancel();
     let _ = watchdog.await;
+    page_stop.cancel();
+    if let Some(page) = page {
+        // Requests in progress finish within their own limit; not longer.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), page).await;
+    }
     let (prefix, instance) = (shared.locker.prefix(), shared.instance.as_str());
     let withdrawn = shared
         .locker
@@ -502,6 +525,27 @@ pub async fn run(
     .await;
     info!(node = %options.node, "stopped");
     Ok(())
+}
+
+/// Starts the status page on `listener`, with a Redis connection of its
+/// own (its reads never queue behind this node's claims).
+fn status_page_task(
+    listener: tokio::net::TcpListener,
+    shared: &Arc<Shared>,
+    config: &Config,
+    config_rx: watch::Receiver<Arc<Config>>,
+    node: &str,
+    stop: CancellationToken,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let coordinator = connect(&config.redis)?;
+    let health = Arc::clone(shared);
+    let setup = crate::status_page::Setup {
+        node: node.to_string(),
+        config: config_rx,
+        coordinator,
+        outage_since: Arc::new(move || health.redis_health.unreachable_since()),
+    };
+    Ok(crate::status_page::spawn(listener, setup, stop))
 }
 
 /// The jobs of `jobs` that have retries, by name (only those: the map

@@ -224,6 +224,18 @@ impl RedisHealth {
         }
     }
 
+    /// When this node found Redis unreachable, by its wall clock, while it
+    /// still is (`None`: it answers, or the trouble is another one); the
+    /// status page's "since when".
+    pub fn unreachable_since(&self) -> Option<DateTime<Utc>> {
+        let outage = self.lock();
+        let outage = outage
+            .as_ref()
+            .filter(|outage| outage.trouble == Trouble::Unreachable)?;
+        let ago = chrono::TimeDelta::from_std(outage.since.elapsed()).ok()?;
+        Some(Utc::now() - ago)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Outage>> {
         match self.outage.lock() {
             Ok(guard) => guard,

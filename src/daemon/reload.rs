@@ -14,8 +14,8 @@
 //! not due under the old file, so they are neither caught up nor recorded
 //! `missed` by this node (`Shared::gap_floor`). Pending retries follow the new file
 //! too: dropped when the job is gone or has fewer retries, else run under
-//! its new definition (`retry.rs`). `[redis]`, `history_max` and `metrics_listen`
-//! need a restart: a reload that changes them keeps the old values and
+//! its new definition (`retry.rs`). `[redis]`, `history_max`, `metrics_listen`
+//! and `status_listen` need a restart: a reload that changes them keeps the old values and
 //! names the changed keys in a warning; every other setting applies.
 
 use std::sync::Arc;
@@ -105,7 +105,7 @@ pub fn reload(
 }
 
 /// What a running daemon set up once and keeps (its Redis connection, the
-/// history cap its releases use, the metrics listener): a reload that
+/// history cap its releases use, the metrics and status page listeners): a reload that
 /// changes any of it keeps the old values and says which keys changed (by
 /// name: URLs and password files hold secrets). The other `[daemon]` keys
 /// apply on reload: `env_file` (read again), `clock`, `shutdown_grace`.
@@ -121,6 +121,10 @@ fn keep_restart_only_settings(current: &Config, new: &mut Config, node: &str) {
     if new.daemon.metrics_listen != current.daemon.metrics_listen {
         keys.push("daemon.metrics_listen");
         new.daemon.metrics_listen = current.daemon.metrics_listen.clone();
+    }
+    if new.daemon.status_listen != current.daemon.status_listen {
+        keys.push("daemon.status_listen");
+        new.daemon.status_listen = current.daemon.status_listen.clone();
     }
     if !keys.is_empty() {
         warn!(node = %node, keys = ?keys,

@@ -9,7 +9,8 @@
 //! that fired it may run a little ahead of Redis): an entry appended at
 //! time A names an occurrence at most A + [`SKEW`]. So each stream is read
 //! backwards from its end in pages (`XREVRANGE ... COUNT`, pipelined over
-//! all streams, doubling the page each round), and a stream is done once
+//! all streams; the first page is the stream's share of the limit, doubled
+//! each round), and a stream is done once
 //! everything still unread in it is appended too early to beat the
 //! `limit`-th best entry found so far (or the stream is exhausted, or
 //! `--since` is passed). Most streams are done after their first page; a
@@ -141,7 +142,11 @@ pub async fn read(
         })
         .collect();
     let mut kept: Vec<Recorded> = Vec::new();
-    let mut page = limit.clamp(1, MAX_PAGE);
+    // One stream: the whole limit in one round. Many: each stream's share
+    // of it first, doubled each round while a stream may still hold a
+    // newer entry, so every job's history reads a few entries of each
+    // stream, not `limit` of each (an entry holds up to 4 KiB of output).
+    let mut page = limit.div_ceil(jobs.len()).clamp(1, MAX_PAGE);
     loop {
         let active: Vec<usize> = (0..cursors.len()).filter(|&i| !cursors[i].done).collect();
         if active.is_empty() {

@@ -11,6 +11,7 @@ use serde_json::json;
 use super::format::{NONE, Table};
 use super::{Source, TimeBound, print, redis_failed};
 use crate::control::audit;
+use crate::coordinator::Coordinator;
 
 /// Prints the newest `limit` records at or after `since`.
 pub async fn audit(
@@ -21,29 +22,9 @@ pub async fn audit(
 ) -> anyhow::Result<()> {
     let (coordinator, now_ms) = super::open(&source.redis).await?;
     let since_ms = since.map(|bound| bound.resolve(now_ms));
-    let records = audit::read(
-        &coordinator.first(),
-        &source.redis.key_prefix,
-        since_ms,
-        limit,
-    )
-    .await
-    .map_err(|err| redis_failed("cannot read the audit trail from", &source.redis, &err))?;
+    let records = read(&coordinator, source, since_ms, limit).await?;
     if json {
-        let value = json!(
-            records
-                .iter()
-                .map(|read| json!({
-                    "at": crate::control::instant(read.at_ms),
-                    "who": read.record.who,
-                    "action": read.record.action,
-                    "target": read.record.target,
-                    "reason": (!read.record.reason.is_empty()).then_some(&read.record.reason),
-                    "result": read.record.result,
-                }))
-                .collect::<Vec<_>>()
-        );
-        return print(&format!("{value:#}\n"));
+        return print(&format!("{:#}\n", to_json(&records)));
     }
     if records.is_empty() {
         return print(
@@ -69,4 +50,39 @@ pub async fn audit(
         ]);
     }
     print(&table.render())
+}
+
+/// The newest `limit` records at or after `since_ms`, newest first, from
+/// the first member. `Err` names the redacted URL.
+pub async fn read(
+    coordinator: &Coordinator,
+    source: &Source,
+    since_ms: Option<i64>,
+    limit: usize,
+) -> anyhow::Result<Vec<audit::Read>> {
+    audit::read(
+        &coordinator.first(),
+        &source.redis.key_prefix,
+        since_ms,
+        limit,
+    )
+    .await
+    .map_err(|err| redis_failed("cannot read the audit trail from", &source.redis, &err))
+}
+
+/// The `--json` array.
+pub fn to_json(records: &[audit::Read]) -> serde_json::Value {
+    json!(
+        records
+            .iter()
+            .map(|read| json!({
+                "at": crate::control::instant(read.at_ms),
+                "who": read.record.who,
+                "action": read.record.action,
+                "target": read.record.target,
+                "reason": (!read.record.reason.is_empty()).then_some(&read.record.reason),
+                "result": read.record.result,
+            }))
+            .collect::<Vec<_>>()
+    )
 }

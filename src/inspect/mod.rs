@@ -11,12 +11,17 @@
 //! command under a short deadline, so an unreachable Redis is a clear error
 //! naming the redacted URL within seconds, never a hang. Per-job reads are
 //! pipelined: `status` on a thousand jobs is a few round trips.
+//!
+//! Each view is one read ([`status::read`], [`history::read_history`],
+//! [`audit::read`]) and its faces (text, `--json`): the status page
+//! (`crate::status_page`) renders the same reads, so what it shows and its
+//! JSON are the CLI's.
 
-mod audit;
-mod format;
+pub(crate) mod audit;
+pub(crate) mod format;
 pub(crate) mod history;
 mod source;
-mod status;
+pub(crate) mod status;
 
 use std::io::Write as _;
 use std::time::Duration;
@@ -28,7 +33,7 @@ use crate::coordinator::coordinator_time_ms;
 
 pub use audit::audit;
 pub(crate) use format::flat;
-pub use history::{HistoryQuery, TimeBound, UsageError, history, parse_outcome};
+pub use history::{HistoryQuery, TimeBound, UnknownJob, UsageError, history, parse_outcome};
 pub use source::{DEFAULT_KEY_PREFIX, Source};
 pub(crate) use source::{closest, job_hint, node_jobs, note};
 pub use status::status;
@@ -41,14 +46,25 @@ const REACH_LIMIT: Duration = Duration::from_secs(5);
 /// URL: Redis is unreachable, refused us, or did not answer within
 /// [`REACH_LIMIT`].
 pub(crate) async fn open(config: &RedisConfig) -> anyhow::Result<(Coordinator, i64)> {
-    let redacted = config.redacted_url();
     let coordinator = crate::coordinator::connect(config)?;
-    match tokio::time::timeout(REACH_LIMIT, coordinator_time_ms(&coordinator)).await {
-        Ok(Ok(now_ms)) => Ok((coordinator, now_ms)),
+    let now_ms = reach(&coordinator, config, REACH_LIMIT).await?;
+    Ok((coordinator, now_ms))
+}
+
+/// Reads the `TIME` of `coordinator` (configured as `config`) within
+/// `limit`: UTC epoch ms. `Err` names the redacted URL.
+pub(crate) async fn reach(
+    coordinator: &Coordinator,
+    config: &RedisConfig,
+    limit: Duration,
+) -> anyhow::Result<i64> {
+    match tokio::time::timeout(limit, coordinator_time_ms(coordinator)).await {
+        Ok(Ok(now_ms)) => Ok(now_ms),
         Ok(Err(err)) => Err(redis_failed("cannot reach", config, &err)),
         Err(_) => anyhow::bail!(
-            "cannot reach redis at `{redacted}`: no answer within {}",
-            humantime::format_duration(REACH_LIMIT)
+            "cannot reach redis at `{}`: no answer within {}",
+            config.redacted_url(),
+            humantime::format_duration(limit)
         ),
     }
 }

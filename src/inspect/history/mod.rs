@@ -17,25 +17,22 @@
 //! stream exists (a job removed from the config keeps its history); any
 //! other name is a typo, refused with the closest known name.
 
+mod job;
 mod render;
 
 use std::time::Duration;
 
-use crate::coordinator::Conn;
 use chrono::{DateTime, Utc};
-use redis::AsyncCommands as _;
-use redis::streams::StreamRangeReply;
 
 use super::Source;
 use super::format;
-use super::source::{closest, job_hint, node_jobs, note};
+use super::source::{closest, note};
 use crate::history::{merge, read};
-use crate::keys::JobKeys;
 use crate::outcome::Outcome;
-use crate::registry;
 
 pub use crate::history::BAD;
 pub use crate::history::read::Filter;
+pub use job::UnknownJob;
 pub use render::{render, render_json};
 
 /// Parses one `--outcome` value: an outcome name or [`BAD`]; `Err` names
@@ -148,6 +145,21 @@ fn check_window(query: &HistoryQuery, now_ms: i64) -> Result<(), UsageError> {
     )))
 }
 
+/// What one history read found ([`read_history`]).
+pub struct Found {
+    /// The newest entries that match, at most the query's limit.
+    pub entries: Vec<crate::history::Recorded>,
+    /// Whether the limit cut the list (older entries match too).
+    pub cut: bool,
+    /// The jobs read.
+    pub jobs: Vec<String>,
+    /// The filters that applied, resolved against Redis `TIME`.
+    pub filter: Filter,
+    /// The one job asked for is not in the config (it is read anyway: a
+    /// live node runs it or it has a history).
+    pub not_in_config: bool,
+}
+
 /// Prints the history `query` asks for. `Err`: an unknown JOB (with the
 /// closest known name), `--since` after `--until` ([`UsageError`]), Redis
 /// unreachable or failed, or stdout gone.
@@ -161,9 +173,56 @@ pub async fn history(source: &Source, query: &HistoryQuery) -> anyhow::Result<()
     ) {
         check_window(query, chrono::Utc::now().timestamp_millis())?;
     }
+    let (coordinator, now_ms) = super::open(&source.redis).await?;
+    let found = read_history(&coordinator, now_ms, source, query).await?;
+    if found.not_in_config
+        && let (Some(config), Some(job)) = (&source.config, &query.job)
+    {
+        note(&format!(
+            "job `{job}` is not in `{}`; showing its history anyway",
+            config.path.display()
+        ));
+    }
+    if query.json {
+        return super::print(&render_json(&found.entries));
+    }
+    if found.entries.is_empty() {
+        super::print(&nothing_found(
+            source,
+            query,
+            &found.filter,
+            found.jobs.is_empty(),
+        ))?;
+    } else {
+        super::print(&render(&found.entries))?;
+    }
+    if found.cut {
+        note(&format!(
+            "showing the newest {} entries; older ones match too: `--limit N` shows more",
+            query.limit
+        ));
+    }
+    if query.job.is_none() && !found.jobs.is_empty() {
+        note(&format!(
+            "{}; a job removed or renamed since keeps its history under its old name: \
+             `solocron history OLD-NAME` shows it",
+            left_out(source)
+        ));
+    }
+    Ok(())
+}
+
+/// Reads the history `query` asks for from `coordinator` at Redis time
+/// `now_ms`: what `history` prints and the status page shows. `Err`: an
+/// unknown JOB ([`UnknownJob`]), `--since` after `--until`
+/// ([`UsageError`]), Redis failed (naming the redacted URL).
+pub async fn read_history(
+    coordinator: &crate::coordinator::Coordinator,
+    now_ms: i64,
+    source: &Source,
+    query: &HistoryQuery,
+) -> anyhow::Result<Found> {
     let redis = &source.redis;
-    let (coordinator, now_ms) = super::open(redis).await?;
-    let conn = coordinator.first();
     check_window(query, now_ms)?;
     let filter = Filter {
         since_ms: query.since.map(|bound| bound.resolve(now_ms)),
@@ -171,19 +230,19 @@ pub async fn history(source: &Source, query: &HistoryQuery) -> anyhow::Result<()
         nodes: query.nodes.clone(),
         outcomes: query.outcomes.clone(),
     };
-    let jobs = match &query.job {
+    let (jobs, not_in_config) = match &query.job {
         Some(job) => {
-            check_job(&conn, source, job).await?;
-            vec![job.clone()]
+            let in_config = job::check(&coordinator.first(), source, job).await?;
+            (vec![job.clone()], !in_config)
         }
         // The config's jobs and every live node's: a job renamed or removed
         // in this file but still run by a node is shown too.
-        None => super::known_jobs(&coordinator, source).await?,
+        None => (super::known_jobs(coordinator, source).await?, false),
     };
     let names: Vec<&str> = jobs.iter().map(String::as_str).collect();
     // One more than shown: whether `--limit` cut the list.
     let mut entries = read_merged(
-        &coordinator,
+        coordinator,
         &redis.key_prefix,
         &names,
         &filter,
@@ -193,28 +252,13 @@ pub async fn history(source: &Source, query: &HistoryQuery) -> anyhow::Result<()
     .map_err(|err| super::redis_failed("cannot read the history from", redis, &err))?;
     let cut = entries.len() > query.limit;
     entries.truncate(query.limit);
-    if query.json {
-        return super::print(&render_json(&entries));
-    }
-    if entries.is_empty() {
-        super::print(&nothing_found(source, query, &filter, jobs.is_empty()))?;
-    } else {
-        super::print(&render(&entries))?;
-    }
-    if cut {
-        note(&format!(
-            "showing the newest {} entries; older ones match too: `--limit N` shows more",
-            query.limit
-        ));
-    }
-    if query.job.is_none() && !jobs.is_empty() {
-        note(&format!(
-            "{}; a job removed or renamed since keeps its history under its old name: \
-             `solocron history OLD-NAME` shows it",
-            left_out(source)
-        ));
-    }
-    Ok(())
+    Ok(Found {
+        entries,
+        cut,
+        jobs,
+        filter,
+        not_in_config,
+    })
 }
 
 /// Which jobs a `history` without JOB leaves out, for its note.
@@ -274,53 +318,6 @@ async fn read_merged(
 
 /// The most entries read from one master for one `history` (Redlock).
 const MAX_READ: usize = 1_000_000;
-
-/// Accepts `job` if the config has it, a live node runs it, or its stream
-/// exists (with a note when the config has not got it); else an error with
-/// the closest known name.
-async fn check_job(conn: &Conn, source: &Source, job: &str) -> anyhow::Result<()> {
-    if source.has_job(job) {
-        return Ok(());
-    }
-    let redis = &source.redis;
-    let failed = |err| super::redis_failed("cannot read the node registry from", redis, &err);
-    let nodes = registry::live_nodes(conn, &redis.key_prefix)
-        .await
-        .map_err(failed)?;
-    let run_by_a_node = nodes.iter().any(|node| node.jobs.contains_key(job));
-    let has_history = run_by_a_node || {
-        // `XREVRANGE`, not `EXISTS`: the ACL user of docs/operations.md may read streams only.
-        let key = JobKeys::new(&redis.key_prefix, job).history;
-        let newest: StreamRangeReply = conn
-            .clone()
-            .xrevrange_count(&key, "+", "-", 1)
-            .await
-            .map_err(|err| super::redis_failed("cannot read the history from", redis, &err))?;
-        !newest.ids.is_empty()
-    };
-    if !has_history {
-        let mut known = node_jobs(&nodes);
-        if let Some(config) = &source.config {
-            known.extend(config.jobs.iter().map(|job| job.name.clone()));
-        }
-        let hint = job_hint(job, known.iter().map(String::as_str), || {
-            "`solocron status` lists the jobs".to_string()
-        });
-        anyhow::bail!(
-            "unknown job `{job}`: {}, no live node runs it and it has no history under key \
-             prefix `{}`; {hint}",
-            source.config_words(),
-            redis.key_prefix
-        );
-    }
-    if let Some(config) = &source.config {
-        note(&format!(
-            "job `{job}` is not in `{}`; showing its history anyway",
-            config.path.display()
-        ));
-    }
-    Ok(())
-}
 
 /// "no history for job `x`" and the filters that applied.
 fn nothing_found(source: &Source, query: &HistoryQuery, filter: &Filter, no_jobs: bool) -> String {

@@ -12,13 +12,13 @@
 //! `holder_*` fields after a release, so they only describe a held lock when
 //! the lock names the same node.
 
-mod controls;
-mod groups;
-mod render;
+pub(crate) mod controls;
+pub(crate) mod groups;
+pub(crate) mod render;
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::coordinator::Conn;
+use crate::coordinator::{Conn, Coordinator};
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
@@ -28,6 +28,8 @@ use super::source::node_jobs;
 use crate::keys::JobKeys;
 use crate::registry::{self, JobSchedule, NodeInfo};
 use crate::schedule::Schedule;
+
+pub use render::Fleet;
 
 /// The lock of a job while someone holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,11 +110,27 @@ pub enum Listing {
 /// 0: Redis answered). `Err`: Redis is unreachable or failed, or stdout is
 /// gone.
 pub async fn status(source: &Source, json: bool) -> anyhow::Result<()> {
+    let (coordinator, now_ms) = super::open(&source.redis).await?;
+    let fleet = read(&coordinator, now_ms, source).await?;
+    if json {
+        let value = render::to_json(&fleet);
+        return super::print(&format!("{value:#}\n"));
+    }
+    super::print(&render::text(&fleet))
+}
+
+/// Reads everything `status` shows from `coordinator` at Redis time
+/// `now_ms`: what the CLI prints and the status page renders. `Err`: Redis
+/// failed (naming the redacted URL).
+pub async fn read(
+    coordinator: &Coordinator,
+    now_ms: i64,
+    source: &Source,
+) -> anyhow::Result<Fleet> {
     let redis = &source.redis;
-    let (coordinator, now_ms) = super::open(redis).await?;
     let failed = |err| super::redis_failed("cannot read the status from", redis, &err);
     let prefix = &redis.key_prefix;
-    let nodes = super::live_nodes(&coordinator, prefix)
+    let nodes = super::live_nodes(coordinator, prefix)
         .await
         .map_err(failed)?;
     let conn = coordinator.first();
@@ -143,7 +161,7 @@ pub async fn status(source: &Source, json: bool) -> anyhow::Result<()> {
         .await
         .map_err(failed)?;
     let mut jobs = merge_views(views);
-    let (pauses, drain_marks) = controls::read(&coordinator, prefix).await.map_err(failed)?;
+    let (pauses, drain_marks) = controls::read(coordinator, prefix).await.map_err(failed)?;
     controls::apply_pauses(&mut jobs, &pauses, now_ms);
     let booked = controls::booked(&pauses, now_ms);
     let drains = controls::drains(&drain_marks, &jobs, &nodes);
@@ -159,23 +177,18 @@ pub async fn status(source: &Source, json: bool) -> anyhow::Result<()> {
             .map_err(failed)?,
         None => Vec::new(),
     };
-    let view = render::View {
-        booked: &booked,
-        groups: &groups,
-        drains: &drains,
-        jobs: &jobs,
+    Ok(Fleet {
+        booked,
+        groups,
+        drains,
+        jobs,
         listing,
-        prefix,
-        nodes: &nodes,
-        tags: &tags,
-        drift: &drift,
+        prefix: prefix.clone(),
+        nodes,
+        tags,
+        drift,
         now_ms,
-    };
-    if json {
-        let value = render::to_json(&view);
-        return super::print(&format!("{value:#}\n"));
-    }
-    super::print(&render::text(&view))
+    })
 }
 
 /// The jobs as several masters (Redlock) see them, one list each in the

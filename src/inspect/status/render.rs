@@ -14,29 +14,29 @@ use super::{JobStatus, Listing};
 use crate::inspect::format::{self, NONE, Table};
 use crate::registry::{self, Collision, Divergence, NodeInfo};
 
-/// Everything the text form shows.
-pub struct View<'a> {
-    pub jobs: &'a [JobStatus],
+/// Everything `status` shows, as read once ([`super::read`]).
+pub struct Fleet {
+    pub jobs: Vec<JobStatus>,
     /// Pauses booked ahead, not begun yet: (job or `*`, mark).
-    pub booked: &'a [(String, crate::control::Mark)],
+    pub booked: Vec<(String, crate::control::Mark)>,
     /// The config's groups (none without a config).
-    pub groups: &'a [super::groups::GroupStatus],
+    pub groups: Vec<super::groups::GroupStatus>,
     /// Drained nodes (live or not).
-    pub drains: &'a [DrainShown],
+    pub drains: Vec<DrainShown>,
     pub listing: Listing,
     /// The key prefix read (named when nothing was found).
-    pub prefix: &'a str,
-    pub nodes: &'a [NodeInfo],
+    pub prefix: String,
+    pub nodes: Vec<NodeInfo>,
     /// The tags each alive node published (`--tags`).
-    pub tags: &'a BTreeMap<String, String>,
-    pub drift: &'a [Divergence],
+    pub tags: BTreeMap<String, String>,
+    pub drift: Vec<Divergence>,
     /// Redis `TIME`, UTC epoch ms.
     pub now_ms: i64,
 }
 
 /// The `--json` object.
-pub fn to_json(view: &View<'_>) -> Value {
-    let View {
+pub fn to_json(view: &Fleet) -> Value {
+    let Fleet {
         jobs,
         nodes,
         drift,
@@ -46,7 +46,8 @@ pub fn to_json(view: &View<'_>) -> Value {
         groups,
         booked,
         ..
-    } = *view;
+    } = view;
+    let now_ms = *now_ms;
     json!({
         "jobs": jobs.iter().map(|job| job_json(job, now_ms)).collect::<Vec<_>>(),
         "nodes": nodes.iter().map(|node| {
@@ -129,14 +130,14 @@ fn node_json(node: &NodeInfo, now_ms: i64) -> Value {
 }
 
 /// The node's collision if it is recent.
-fn current_collision(node: &NodeInfo, now_ms: i64) -> Option<&Collision> {
+pub(crate) fn current_collision(node: &NodeInfo, now_ms: i64) -> Option<&Collision> {
     node.collision
         .as_ref()
         .filter(|collision| collision.is_recent(now_ms))
 }
 
 /// "two daemons publish as this node: host a, pid 1 (…) and host b, pid 2 (…)".
-fn describe_collision(collision: &Collision) -> String {
+pub(crate) fn describe_collision(collision: &Collision) -> String {
     let [by, with] = collision.instances();
     format!("two daemons publish as this node: {by} and {with}; give each its own --node-id")
 }
@@ -156,7 +157,7 @@ fn divergence_json(divergence: &Divergence) -> Value {
 
 /// The text form: a JOBS table, a NODES table, and CONFIG DRIFT and NODE
 /// ID COLLISIONS if any.
-pub fn text(view: &View<'_>) -> String {
+pub fn text(view: &Fleet) -> String {
     let mut out = String::new();
     match (view.listing, view.jobs.is_empty()) {
         (Listing::Config, true) => out.push_str("JOBS: none in the config\n"),
@@ -168,13 +169,13 @@ pub fn text(view: &View<'_>) -> String {
         (Listing::LiveNodes, true) => out.push_str("JOBS: the live nodes run none\n"),
         (Listing::LiveNodes, false) => {
             out.push_str("JOBS of the live nodes (no config was read)\n");
-            out.push_str(&jobs_table(view.jobs, view.now_ms).render());
+            out.push_str(&jobs_table(&view.jobs, view.now_ms).render());
         }
-        (Listing::Config, false) => out.push_str(&jobs_table(view.jobs, view.now_ms).render()),
+        (Listing::Config, false) => out.push_str(&jobs_table(&view.jobs, view.now_ms).render()),
     }
-    out.push_str(&controls::paused_text(view.jobs));
-    out.push_str(&controls::booked_text(view.booked));
-    out.push_str(&super::groups::text(view.groups));
+    out.push_str(&controls::paused_text(&view.jobs));
+    out.push_str(&controls::booked_text(&view.booked));
+    out.push_str(&super::groups::text(&view.groups));
     out.push('\n');
     if view.nodes.is_empty() {
         out.push_str(&format!(
@@ -183,14 +184,14 @@ pub fn text(view: &View<'_>) -> String {
         ));
     } else {
         out.push_str(&format!("NODES ({} live)\n", view.nodes.len()));
-        out.push_str(&nodes_table(view.nodes, view.tags, view.now_ms).render());
+        out.push_str(&nodes_table(&view.nodes, &view.tags, view.now_ms).render());
     }
-    out.push_str(&controls::drains_text(view.drains, view.now_ms));
-    out.push_str(&controls::nobody_claims_text(view.nodes, view.drains));
+    out.push_str(&controls::drains_text(&view.drains, view.now_ms));
+    out.push_str(&controls::nobody_claims_text(&view.nodes, &view.drains));
     if !view.drift.is_empty() {
         out.push_str("\nCONFIG DRIFT: live nodes disagree on these jobs (fingerprint: nodes)\n");
         let mut table = Table::new(&["JOB", "DEFINITIONS"]);
-        for divergence in view.drift {
+        for divergence in &view.drift {
             table.row(vec![divergence.job.clone(), divergence.describe()]);
         }
         out.push_str(&table.render());

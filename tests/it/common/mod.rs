@@ -1,7 +1,8 @@
 //! Test harness: a real `redis-server` per test on a free loopback port,
 //! real `solocron` daemon processes, and waiting on conditions with deadlines;
 //! [`ha`] has the Sentinel, Cluster and Redlock topologies of issue #10,
-//! [`http`] a local HTTP server for hooks.
+//! [`http`] a local HTTP server for hooks, [`page`] an HTTP client and
+//! headless Chromium for the status page.
 #![allow(dead_code)]
 
 pub mod audit;
@@ -10,6 +11,7 @@ pub mod fleet;
 pub mod ha;
 pub mod http;
 pub mod notify;
+pub mod page;
 pub mod pki;
 pub mod proxy;
 

@@ -398,9 +398,16 @@ fn value_for(key: &str) -> BoxedStrategy<String> {
             Just("9223372036854775807".to_string()),
         ]
         .boxed(),
-        "metrics_listen" => one_of(&["127.0.0.1:9464", "[::1]:9464", "localhost", ":9464", ""])
-            .prop_map(|v| quoted(&v))
-            .boxed(),
+        "metrics_listen" | "status_listen" => one_of(&[
+            "127.0.0.1:9464",
+            "127.0.0.1:9465",
+            "[::1]:9464",
+            "localhost",
+            ":9464",
+            "",
+        ])
+        .prop_map(|v| quoted(&v))
+        .boxed(),
         "splay" | "retry_backoff" => duration().prop_map(|d| quoted(&d)).boxed(),
         "retries" => (-2i64..13).prop_map(|n| n.to_string()).boxed(),
         "clock" => one_of(&["redis", "local", "utc", ""])

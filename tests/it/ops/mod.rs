@@ -1,6 +1,6 @@
 //! What an operator sees and does: the fleet commands, `status` and
-//! `history`, logs, journald, systemd notifications and the monitoring
-//! rules. `metrics.rs` builds as its own test binary (`tests/metrics/`).
+//! `history`, the status page, logs, journald, systemd notifications and
+//! the monitoring rules. `metrics.rs` builds as its own test binary (`tests/metrics/`).
 
 mod abort;
 mod audit;
@@ -14,4 +14,5 @@ mod journald;
 mod operate;
 mod prometheus_rules;
 mod security;
+mod status_page;
 mod systemd;
