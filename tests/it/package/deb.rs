@@ -361,11 +361,18 @@ fn the_package_builds_installs_upgrades_and_purges() {
     for sub in subcommands() {
         expected.push(format!("/usr/share/man/man1/solocron-{sub}.1.gz"));
     }
-    for dir in ["docs", "examples/configs"] {
-        for entry in std::fs::read_dir(Path::new(ROOT).join(dir)).expect("list the repo's docs") {
-            let name = entry.expect("dir entry").file_name();
+    // Every file of docs/ (its images too) and of examples/configs/.
+    let mut dirs = vec!["docs".to_string(), "examples/configs".to_string()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(Path::new(ROOT).join(&dir)).expect("list the repo's docs") {
+            let entry = entry.expect("dir entry");
+            let name = entry.file_name();
             let name = name.to_string_lossy();
-            let installed = dir.trim_end_matches("/configs");
+            if entry.file_type().expect("file type").is_dir() {
+                dirs.push(format!("{dir}/{name}"));
+                continue;
+            }
+            let installed = dir.replace("examples/configs", "examples");
             expected.push(format!("/usr/share/doc/solocron/{installed}/{name}"));
         }
     }
