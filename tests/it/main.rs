@@ -6,6 +6,7 @@
 mod common;
 
 mod config;
+mod docs;
 mod fault;
 mod ha;
 mod jobs;
