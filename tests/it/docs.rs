@@ -5,7 +5,8 @@
 //! reference: a relative Markdown link `[..](path)`, and a path in
 //! backticks (`src/run.rs`, `scripts/bench --only p`, or a file of `src/`
 //! written without it, `daemon/slots.rs`). A path with a placeholder or a
-//! glob (`<NAME>`, `*`, `{..}`) is not checked.
+//! glob (`<NAME>`, `*`, `{..}`) is not checked. And the README and the
+//! performance page stay within their length.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -64,6 +65,23 @@ fn docs_name_files_that_exist() {
     // The docs name well over a hundred files: a parser that finds none
     // would pass the check above without checking anything.
     assert!(checked > 100, "only {checked} references found in the docs");
+}
+
+/// The README is the front door and docs/performance.md today's figures:
+/// both stay short (the reference goes to docs/, dated runs to
+/// bench/results/).
+#[test]
+fn the_readme_and_the_performance_page_stay_short() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (doc, most) in [("README.md", 400), ("docs/performance.md", 300)] {
+        let text = fs::read_to_string(root.join(doc)).expect("a doc is readable");
+        let lines = text.lines().count();
+        assert!(
+            lines <= most,
+            "{doc} has {lines} lines, at most {most}: move reference text to docs/ \
+             and dated measurements to bench/results/"
+        );
+    }
 }
 
 /// A relative link's path: not a URL, not an anchor of the same page.
