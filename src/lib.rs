@@ -5,6 +5,7 @@
 //! above it (`tests/it/module_graph.rs` fails on any cycle between them):
 //! - [`memory`]: the allocator's arenas.
 //! - [`schedule`]: cron expression + time zone -> UTC occurrences (pure).
+//! - [`tags`]: node tags and a job's `run_on`: parsing and matching (pure).
 //! - [`config`]: `jobs.toml` -> a validated [`config::Config`].
 //! - [`crontab`]: `solocron import-crontab`, a crontab -> a `jobs.toml` fragment.
 //! - [`keys`]: every Redis key name (a job's, and the fleet's own).
@@ -14,7 +15,7 @@
 //!   (SIGTSTP, SIGTTIN, SIGTTOU) refused while locks are renewed.
 //! - [`logging`]: log lines that never block or panic (a queue to one writer thread),
 //!   or native journal entries under systemd.
-//! - [`outcome`]: the ten ways an occurrence ends, and their words.
+//! - [`outcome`]: the ways an occurrence ends ([`outcome::Outcome::ALL`]), and their words.
 //! - [`exec`]: runs a job's action and classifies its [`Outcome`](outcome::Outcome).
 //! - [`open_files`]: the open files limit raised for the process and given
 //!   back to its jobs.
@@ -25,15 +26,18 @@
 //!   entry, reading it back, merging Redlock masters' histories.
 //! - [`registry`]: live nodes and their job fingerprints (config drift guard).
 //! - [`lock`]: the claim / extend / release scripts on Redis (`Locker`).
+//! - [`limits`]: a run's room in its group: taken after the claim, kept
+//!   beside the lease, given back at the end.
 //! - [`run`]: one run of a job under its lease (watchdog beside the executor,
 //!   release with the history entry), for the daemon and `trigger`.
-//! - [`control`]: fleet-wide pauses, drains and `trigger --fleet` requests in Redis.
-//! - [`inspect`]: read-only `status` and `history` views for operators.
+//! - [`control`]: fleet-wide pauses, drains, aborts, `trigger --fleet` requests
+//!   and occurrences declined at `max_running`, in Redis.
+//! - [`inspect`]: read-only `status`, `history` and `audit` views for operators.
 //! - [`status_page`]: the read-only web page of the fleet (`[daemon]
 //!   status_listen`), from `inspect`'s reads.
 //! - [`daemon`]: the loop joining schedule, lock, exec and history.
 //! - [`trigger`]: `solocron trigger JOB`, a manual run under the lock.
-//! - [`ops`]: `pause`, `resume`, `drain`, `undrain`, `trigger --fleet`.
+//! - [`ops`]: `pause`, `resume`, `drain`, `undrain`, `trigger --fleet`, `abort`.
 //! - [`cli`]: command-line types, logging set-up and the subcommands; its
 //!   [`cli::manual`] generates man pages and shell completions for packaging.
 #![deny(unsafe_code)]

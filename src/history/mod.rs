@@ -34,8 +34,8 @@ pub struct Entry {
     pub occurrence: String,
     pub node: String,
     pub fence: u64,
-    /// How it ended, as written: the word of an [`Outcome`] (any of the
-    /// ten), or of an outcome a newer version wrote, kept and shown as it
+    /// How it ended, as written: the word of an [`Outcome`] (any of
+    /// [`Outcome::ALL`]), or of an outcome a newer version wrote, kept and shown as it
     /// is ([`Entry::known_outcome`] is `None` for it).
     pub outcome: String,
     pub exit_code: Option<i32>,
