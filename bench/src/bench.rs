@@ -1,4 +1,4 @@
-//! The benchmark of issue #5 (`scripts/bench [--quick] [--only a,b,...]`):
+//! The benchmark (`scripts/bench [--quick] [--only a,b,...]`):
 //! real `redis-server`s on free loopback ports, real release `solocron run`
 //! processes, the `probe` program as the measured job. Runs the scenarios,
 //! prints one markdown table at the end and writes it with the raw figures
@@ -12,7 +12,7 @@
 //! `redlock`: lag, round trips, commands, claims per second), n fleet size
 //! (Redis cost per occurrence on 3, 10, 30 nodes), r Redis cost per
 //! occurrence beside the peers (CPU, commandstats time, commands, round
-//! trips); issue #12: c also against a minimal spawner (the machine's own
+//! trips); c also against a minimal spawner (the machine's own
 //! limit), s `splay` on a 1,000-job burst, t 3 nodes with skewed clocks; a
 //! round-two table gathers those figures and e/f/g's with 10,000 distinct
 //! expressions; p the status page's load time with 1,000 jobs.

@@ -1179,7 +1179,7 @@ fn occurrences_are_computed_up_to_the_end_of_2199() {
 }
 
 /// croner says only "number out of bounds"; the message names the field,
-/// the value and the field's range (issue #9).
+/// the value and the field's range.
 #[test]
 fn a_refused_field_is_named_with_its_range() {
     for (expr, reason) in [
@@ -1461,7 +1461,7 @@ fn interval_floor_is_never_above_the_shortest_interval() {
 }
 
 /// `N/S` reads as `N-MAX/S`, as cronie, Quartz and Kubernetes read it
-/// (issue #31); croner alone refuses it.
+/// (docs/configuration.md, "Cron expressions"); croner alone refuses it.
 #[test]
 fn a_step_from_one_value_runs_to_the_end_of_the_field() {
     let after = utc_at("2026-12-07T00:00:00Z");
@@ -1499,7 +1499,7 @@ fn a_step_from_one_value_runs_to_the_end_of_the_field() {
     assert_eq!(days, ["Wed", "Fri", "Sun", "Mon"]);
 }
 
-/// Day of month and day of week as crontab(5) reads them (issue #31):
+/// Day of month and day of week as crontab(5) reads them:
 /// either when both are restricted, both when one starts with `*`.
 #[test]
 fn the_day_fields_match_either_only_when_both_are_restricted() {

@@ -155,7 +155,7 @@ fn toml_syntax_errors_get_the_same_prefix() {
 }
 
 /// toml names only the second `[jobs.x]`; the message points at the first
-/// one too, with both lines shown (issue #9).
+/// one too, with both lines shown.
 #[test]
 fn a_duplicated_job_names_both_definitions() {
     let text = "[redis]\nurl = \"redis://db\"\n\n[jobs.x]\nschedule = \"@daily\"\ncommand = \"true\"\n\n\
@@ -324,8 +324,8 @@ fn durations_and_their_limits() {
         error(&with("timeout = \"0s\"")).ends_with("`timeout`: must be at least 1s, found `0s`")
     );
     assert!(error(&with("starting_deadline = \"0s\"")).contains("must be at least 1ms"));
-    // Found for issue #4: accepted, then the daemon's job loop
-    // panicked computing `now - starting_deadline`.
+    // So large that `now - starting_deadline` would overflow: refused, not
+    // a panic in the daemon's job loop.
     assert_eq!(
         error(&with("starting_deadline = \"300000y\"")),
         "/etc/solocron/jobs.toml:4:21: [jobs.x] `starting_deadline`: must be at most 100years, found `300000y`"

@@ -1,6 +1,6 @@
 //! `[redis]`: the four coordinator modes (`url`, `sentinel`, `cluster`,
 //! `redlock`), `wait_replicas`, `wait_timeout`, `username`, the password
-//! files and the URLs of every mode (issue #10), with the exact text of
+//! files and the URLs of every mode, with the exact text of
 //! what people read.
 
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! High-availability Redis topologies for the issue #10 tests (guarantees 8
+//! High-availability Redis topologies for the HA tests (guarantees 8
 //! and 9, docs/guarantees.md): a Sentinel group ([`SentinelGroup`]), a Redis Cluster
 //! ([`RedisCluster`]) and N independent masters for Redlock ([`Masters`]),
 //! all real `redis-server` processes on loopback. Each can run TLS-only

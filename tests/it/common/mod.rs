@@ -1,6 +1,6 @@
 //! Test harness: a real `redis-server` per test on a free loopback port,
 //! real `solocron` daemon processes, and waiting on conditions with deadlines;
-//! [`ha`] has the Sentinel, Cluster and Redlock topologies of issue #10,
+//! [`ha`] has the Sentinel, Cluster and Redlock topologies of the HA tests,
 //! [`http`] a local HTTP server for hooks, [`page`] an HTTP client and
 //! headless Chromium for the status page.
 #![allow(dead_code)]

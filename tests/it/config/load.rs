@@ -358,7 +358,7 @@ fn check_lists_every_error_and_exits_1() {
 }
 
 /// A truncated (empty) file stops `check` and `run` with a clear error:
-/// exit 1 and 78, not a daemon with nothing to do (issue #9).
+/// exit 1 and 78, not a daemon with nothing to do.
 #[test]
 fn an_empty_file_is_refused_by_check_and_run() {
     let (_dir, path) = write_text("");
@@ -409,8 +409,8 @@ fn inspection_loads_a_file_whose_secrets_are_not_here() {
 }
 
 /// `check` says on its second line which coordinator the file chose, its
-/// servers with every password masked, and how a claim is acknowledged
-/// (issue #10); a password planted in every form a URL carries one and in
+/// servers with every password masked, and how a claim is acknowledged;
+/// a password planted in every form a URL carries one and in
 /// both password files shows nowhere in its output.
 #[test]
 fn check_prints_the_redis_mode_and_never_a_password() {

@@ -680,8 +680,8 @@ fn check_error(text: &str, err: &ConfigError) -> Result<(), TestCaseError> {
 fn check_config(config: &Config) -> Result<(), TestCaseError> {
     let from = Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).unwrap();
     prop_assert!(config.daemon.history_max >= 1);
-    // A file that loads names its Redis server and has a job (issue #9),
-    // in a mode whose rules hold (issue #10).
+    // A file that loads names its Redis server and has a job,
+    // in a mode whose rules hold.
     check_redis(&config.redis)?;
     prop_assert!(!config.jobs.is_empty());
     let prefix = &config.redis.key_prefix;
@@ -825,7 +825,7 @@ fn near_valid_documents_often_load() {
     );
 }
 
-/// The generated `[redis]` sections load in every mode (issue #10): with
+/// The generated `[redis]` sections load in every mode: with
 /// a valid job after them, at least a third of each mode's sections load,
 /// and what loads keeps the rules of its mode ([`check_redis`]).
 #[test]

@@ -1,4 +1,4 @@
-//! `solocron abort` during a Sentinel failover (issue 30 item 6): a long
+//! `solocron abort` during a Sentinel failover: a long
 //! run on one of three daemons is aborted while the master fails over.
 //! The abort is written with `WAIT` (a promoted replica has it), so the
 //! run stops; whatever happens, the command never lies: exit 0 goes with

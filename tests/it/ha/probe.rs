@@ -1,4 +1,4 @@
-//! Measurements behind the issue #10 design, not assertions: how redis-rs
+//! Measurements behind the HA design, not assertions: how redis-rs
 //! 1.8's Sentinel and async Cluster clients behave across a failover, and
 //! how long failovers take on the machine at hand. Every probe is
 //! `#[ignore]`d (they take minutes and print rather than check); run one

@@ -1,5 +1,5 @@
-//! TLS and passwords in the HA modes (issue #10: "TLS (`rediss://`) and
-//! passwords work in every mode"), against real TLS-only `redis-server`
+//! TLS and passwords in the HA modes (TLS, `rediss://`, and passwords work
+//! in every mode), against real TLS-only `redis-server`
 //! processes (`port 0`, certificates from the test's own CA, made with
 //! `openssl`) and real `solocron` daemons:
 //!

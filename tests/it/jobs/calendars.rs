@@ -1,4 +1,4 @@
-//! Calendars (issue 30 item 3) with a real daemon: an every-second job
+//! Calendars with a real daemon: an every-second job
 //! whose `skip_during` calendar covers the next minutes runs nothing;
 //! each occurrence is recorded `excluded` once (never `missed`, never
 //! notified); a reload without the calendar runs it again; `check` lists

@@ -368,7 +368,7 @@ fn debug_logging_leaves_third_party_lines_and_a_hooks_host_out_unless_named() {
     assert!(named.contains("starting new connection"), "{named}");
 }
 
-/// `trigger JOB --occurrence T` (issue 30 item 2): a make-up run sees the
+/// `trigger JOB --occurrence T`: a make-up run sees the
 /// occurrence it makes up (`SOLOCRON_OCCURRENCE`, the attempt after the
 /// occurrence's last), is recorded as an attempt of it with `by`, and is
 /// refused (exit 2, saying why) for an instant that is not an occurrence,

@@ -1,4 +1,4 @@
-//! `solocron abort` (issue 30 item 1) with real daemons and real jobs:
+//! `solocron abort` with real daemons and real jobs:
 //!
 //! - a run that ignores SIGTERM, on whichever of two nodes won it, is
 //!   stopped from the command line of neither (SIGTERM, then SIGKILL 10 s

@@ -1,4 +1,4 @@
-//! `solocron audit` (issue 30 item 4) with a real daemon: every control
+//! `solocron audit` with a real daemon: every control
 //! command leaves one record with who, what, target, reason and result,
 //! and the daemon adds its start, a reload (what it added) and its stop.
 //! A command Redis refused leaves none (`ops::security`'s viewer).

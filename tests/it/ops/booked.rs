@@ -1,4 +1,4 @@
-//! `pause JOB --from T1 --until T2` (issue 30 item 3): a pause booked
+//! `pause JOB --from T1 --until T2`: a pause booked
 //! ahead changes nothing before T1, records the occurrences in [T1, T2)
 //! `paused`, ends by itself at T2, and `status` shows it while booked.
 //! Breaks if a booked pause took effect at once, or never.

@@ -881,8 +881,8 @@ fn status_and_history_without_a_config_list_the_jobs_the_live_nodes_run() {
     );
 }
 
-/// Passes only once `config::load_for_inspection` tolerates unset `${VAR}`s
-/// (another change of issue #9).
+/// `config::load_for_inspection` tolerates unset `${VAR}`s: an operator
+/// reads status and history without the jobs' secrets.
 #[test]
 fn status_and_history_need_no_job_secrets() {
     let redis = RedisServer::start();

@@ -1,4 +1,4 @@
-//! Security basics (issue #4 item 5), against real `redis-server` and
+//! Security basics, against real `redis-server` and
 //! `solocron` processes:
 //!
 //! - planted secrets (the Redis password in the URL, on the command line, in
