@@ -11,6 +11,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::module_graph::rust_files;
+
 /// The repository's top-level folders a path in backticks may start with.
 const ROOTS: &[&str] = &[
     "src/",
@@ -118,8 +120,7 @@ fn backticked_paths(line: &str) -> Vec<&str> {
 }
 
 /// `path` from the repository's root; a `.rs` path outside [`ROOTS`] may
-/// also be a file of `src/` (`daemon/slots.rs`) or the last part of one
-/// (`launch.rs`).
+/// also be the end of a file of `src/` (`daemon/slots.rs`, `launch.rs`).
 fn path_exists(root: &Path, path: &str) -> bool {
     if root.join(path).exists() {
         return true;
@@ -127,20 +128,7 @@ fn path_exists(root: &Path, path: &str) -> bool {
     if ROOTS.iter().any(|prefix| path.starts_with(prefix)) || !path.ends_with(".rs") {
         return false;
     }
-    root.join("src").join(path).exists() || ends_a_file_of(&root.join("src"), path)
-}
-
-/// Whether some file under `dir` has a path ending in `/tail`.
-fn ends_a_file_of(dir: &Path, tail: &str) -> bool {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return false;
-    };
-    entries.filter_map(Result::ok).any(|entry| {
-        let path = entry.path();
-        if path.is_dir() {
-            ends_a_file_of(&path, tail)
-        } else {
-            path.to_string_lossy().ends_with(&format!("/{tail}"))
-        }
-    })
+    rust_files(&root.join("src"))
+        .iter()
+        .any(|file| file.ends_with(path))
 }

@@ -105,7 +105,7 @@ fn module_graph(src: &Path) -> Graph {
     graph
 }
 
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     let mut entries: Vec<PathBuf> = fs::read_dir(dir)
         .unwrap()
